@@ -1,0 +1,14 @@
+"""Small helpers shared by the networks, inferers and apps."""
+
+from .enums import BlendMode, InterpolateMode, PytorchPadMode, StrEnum, UpsampleMode
+from .misc import (
+    ensure_tuple,
+    ensure_tuple_rep,
+    fall_back_tuple,
+    has_option,
+    issequenceiterable,
+    look_up_option,
+    unsqueeze_left,
+    unsqueeze_right,
+)
+from .module import OptionalImportError, min_version, optional_import

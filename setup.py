@@ -1,0 +1,31 @@
+"""Packaging for the VISTA3D fork of MONAI.
+
+The distribution is named ``monai`` so that code written for upstream MONAI imports it unchanged; the
+local version label says which upstream release it tracks.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+
+
+def _requirements(name: str) -> list[str]:
+    lines = (HERE / name).read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.startswith(("#", "-r"))]
+
+
+setup(
+    name="monai",
+    version="1.6.1+vista3d",
+    description="A fast VISTA3D inference stack, API- and checkpoint-compatible with MONAI 1.6.1",
+    long_description=(HERE / "README.md").read_text(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.9",
+    packages=find_packages(include=["monai", "monai.*"]),
+    install_requires=_requirements("requirements.txt"),
+    extras_require={"dev": _requirements("requirements-dev.txt"), "tqdm": ["tqdm"], "scipy": ["scipy>=1.10"]},
+    entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.__main__:main"]},
+)

@@ -1,0 +1,22 @@
+"""Shared pytest configuration: the ``slow`` marker, skipped by ``./runtests.sh --quick``."""
+
+import os
+
+import pytest
+import torch
+
+# Keep the suite fast and repeatable on the 2-core CI machines.
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: builds full-size networks or runs subprocesses")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("QUICKTEST", "") not in ("1", "true", "True"):
+        return
+    skip = pytest.mark.skip(reason="skipped by --quick")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
