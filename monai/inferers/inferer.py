@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ import torch
 
 from monai.inferers.utils import _sliding_window, compute_importance_map
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple
+from monai.utils.profiling import StageTimer, log_timings
 
 __all__ = ["Inferer", "SimpleInferer", "SlidingWindowInferer", "SlidingWindowInfererAdapt"]
 
@@ -77,6 +79,13 @@ class SlidingWindowInferer(Inferer):
         buffer_steps: buffered stitching, see :func:`~monai.inferers.sliding_window_inference`.
         buffer_dim: spatial dimension of the buffered bands.
         with_coord: also pass the window coordinates to the network (its second argument).
+        timing: measure where each call spends its time. After a call, ``timings`` holds seconds for ``total``,
+            ``prepare`` (padding, window slicing, copies to ``sw_device``), ``forward`` (the network calls),
+            ``stitch`` (weighting and adding window outputs), ``finalize`` (normalising and cropping) and
+            ``other``, the counts ``windows`` and ``batches``, and ``sw_batch_size``; the line is also logged at
+            INFO by ``monai.inferers.inferer``. On CUDA the device is synchronised at stage boundaries, which adds
+            a little latency; with ``timing=False`` (default) nothing is measured or synchronised (CUDA runs
+            still carry NVTX ranges such as ``SW_Model_Computation`` for profilers).
 
     Note:
         ``sw_batch_size`` is the number of windows per network call, not the batch size of the input.
@@ -99,6 +108,7 @@ class SlidingWindowInferer(Inferer):
         buffer_steps: int | None = None,
         buffer_dim: int = -1,
         with_coord: bool = False,
+        timing: bool = False,
     ) -> None:
         super().__init__()
         self.roi_size = roi_size
@@ -115,6 +125,8 @@ class SlidingWindowInferer(Inferer):
         self.buffer_steps = buffer_steps
         self.buffer_dim = buffer_dim
         self.with_coord = with_coord
+        self.timing = timing
+        self.timings: dict[str, Any] = {}
 
         # The Gaussian map is slow to build on the CPU: build it once when the window size cannot change.
         self.roi_weight_map: torch.Tensor | None = None
@@ -136,7 +148,7 @@ class SlidingWindowInferer(Inferer):
         *args: Any,
         **kwargs: Any,
     ) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
-        """Sliding-window prediction of ``network`` on ``inputs``.
+        """Sliding-window prediction of ``network`` on ``inputs`` (timings of the call in ``timings``).
 
         Args:
             inputs: ``[N, C, *spatial]`` input.
@@ -146,6 +158,12 @@ class SlidingWindowInferer(Inferer):
                 override this inferer's settings for one call; a ``condition`` tensor shaped like ``inputs`` is
                 windowed together with the inputs.
         """
+        out = self._call(inputs, network, args, kwargs)
+        self._report()
+        return out
+
+    def _call(self, inputs, network, args, kwargs):
+        """Resolve the per-call overrides and run one pass."""
         condition = kwargs.get("condition", None)
         if condition is not None and tuple(condition.shape) != tuple(inputs.shape):
             raise ValueError(
@@ -160,7 +178,9 @@ class SlidingWindowInferer(Inferer):
 
     def _run(self, inputs, network, device, buffer_steps, buffer_dim, args, kwargs):
         """One sliding-window pass with this inferer's settings (the hook the adaptive inferer retries)."""
-        return _sliding_window(
+        timer = StageTimer() if self.timing else None
+        self.timings = {}
+        out = _sliding_window(
             inputs,
             self.roi_size,
             self.sw_batch_size,
@@ -180,7 +200,17 @@ class SlidingWindowInferer(Inferer):
             self.with_coord,
             args,
             kwargs,
+            timer,
         )
+        if timer is not None:
+            self.timings = dict(timer.timings)
+            self.timings["stitch_device"] = str(device if device is not None else inputs.device)
+            self.timings["synchronized"] = timer.sync
+        return out
+
+    def _report(self) -> None:
+        if self.timing and self.timings:
+            log_timings(logger, self.timings, type(self).__name__)
 
 
 def _is_oom(err: BaseException) -> bool:
@@ -202,7 +232,10 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
     result may therefore be on the CPU for a GPU input. With ``device`` given, no adaptation is attempted.
 
     ``attempts`` lists, for the last call, each stitching tried: ``{"stitching": "gpu" | "buffered" | "cpu",
-    "device", "buffer_steps", "buffer_dim", "error"}`` (``error`` is ``None`` for the one that succeeded).
+    "device", "buffer_steps", "buffer_dim", "error", "seconds"}`` (``error`` is ``None`` for the one that
+    succeeded). With ``timing=True``, ``timings`` (the stages of the successful pass, see
+    :class:`SlidingWindowInferer`) also holds ``stitching`` (the mode that succeeded), ``stitch_device``,
+    ``attempts`` and ``call_total`` (seconds including the failed attempts).
     """
 
     max_attempts = 10
@@ -221,8 +254,11 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
     ) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
         """Sliding-window prediction with out-of-memory fallbacks; arguments as :class:`SlidingWindowInferer`."""
         self.attempts: list[dict] = []
+        call_start = time.perf_counter()
         if self.device is not None:
-            return super().__call__(inputs, network, *args, **kwargs)
+            out = self._call(inputs, network, args, kwargs)
+            self._finish("fixed", call_start)
+            return out
 
         numel = int(inputs.shape[2:].numel())
         on_gpu = self._on_accelerator(inputs)
@@ -246,17 +282,16 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
                 "error": None,
             }
             self.attempts.append(attempt)
+            start = time.perf_counter()
+            call_kwargs = dict(kwargs, device=stitch_device, buffer_dim=buffer_dim)
+            call_kwargs["buffer_steps"] = attempt["buffer_steps"]
             try:
-                return super().__call__(
-                    inputs,
-                    network,
-                    *args,
-                    device=stitch_device,
-                    buffer_steps=buffer_steps if buffered else None,
-                    buffer_dim=buffer_dim,
-                    **kwargs,
-                )
+                out = self._call(inputs, network, args, call_kwargs)
+                attempt["seconds"] = time.perf_counter() - start
+                self._finish(attempt["stitching"], call_start)
+                return out
             except RuntimeError as e:
+                attempt["seconds"] = time.perf_counter() - start
                 if not _is_oom(e) or not (gpu_stitching or buffered):
                     raise
                 attempt["error"] = f"{type(e).__name__}: {e}"
@@ -287,7 +322,16 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
                     logger.warning(
                         f"Buffered stitching ran out of memory for input {tuple(inputs.shape)}; retrying on the CPU."
                     )
+        self.timings = {}
         raise RuntimeError(
             f"SlidingWindowInfererAdapt gave up after {self.max_attempts} attempts for input {tuple(inputs.shape)}: "
             f"{self.attempts}"
         )
+
+    def _finish(self, stitching: str, call_start: float) -> None:
+        """Add the adaptation record to ``timings`` and log them."""
+        if self.timing and self.timings:
+            self.timings["stitching"] = stitching
+            self.timings["attempts"] = [dict(a) for a in self.attempts]
+            self.timings["call_total"] = time.perf_counter() - call_start
+        self._report()

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple, ensure_tuple_rep, look_up_option, optional_import
+from monai.utils.profiling import StageTimer, cuda_active
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
 
@@ -602,7 +603,7 @@ def _as_5d_weight(w: torch.Tensor, ndim: int) -> torch.Tensor:
 
 
 class _NoTimer:
-    """Stands in for a :class:`monai.utils.profiling` timer when nothing is measured (zero overhead)."""
+    """Stands in for a :class:`~monai.utils.profiling.StageTimer` when nothing is measured nor marked."""
 
     enabled = False
     _ctx = nullcontext()
@@ -610,8 +611,21 @@ class _NoTimer:
     def stage(self, name: str):  # noqa: D102
         return self._ctx
 
+    range = stage
+
     def count(self, name: str, n: int = 1) -> None:  # noqa: D102
         pass
+
+    def set(self, name: str, value: Any) -> None:  # noqa: D102
+        pass
+
+
+_NO_TIMER = _NoTimer()
+
+
+def _default_timer():
+    """No timing; NVTX ranges only where CUDA is usable (so that a profiler sees the stages)."""
+    return StageTimer(enabled=False) if cuda_active() else _NO_TIMER
 
 
 class _TextProgress:
@@ -753,8 +767,28 @@ def _sliding_window(
     kwargs: dict,
     timer: Any = None,
 ) -> Any:
-    """The window loop behind :func:`sliding_window_inference`; ``timer`` receives the stage boundaries."""
-    timer = timer or _NoTimer()
+    """The window loop behind :func:`sliding_window_inference`.
+
+    ``timer`` (a :class:`~monai.utils.profiling.StageTimer`) receives the stages ``prepare``, ``forward``,
+    ``stitch``, ``finalize`` and ``total``, the unaccounted rest as ``other``, and the counts ``windows``
+    and ``batches``.
+    """
+    timer = timer or _default_timer()
+    with timer.stage("total"):
+        result = _window_loop(
+            inputs, roi_size, sw_batch_size, predictor, overlap, mode, sigma_scale, padding_mode, cval, sw_device,
+            device, progress, roi_weight_map, process_fn, buffer_steps, buffer_dim, with_coord, args, kwargs, timer,
+        )
+    if timer.enabled:
+        t = timer.timings
+        t["other"] = max(t["total"] - sum(t.get(k, 0.0) for k in ("prepare", "forward", "stitch", "finalize")), 0.0)
+    return result
+
+
+def _window_loop(
+    inputs, roi_size, sw_batch_size, predictor, overlap, mode, sigma_scale, padding_mode, cval, sw_device, device,
+    progress, roi_weight_map, process_fn, buffer_steps, buffer_dim, with_coord, args, kwargs, timer,
+):
     kwargs = dict(kwargs)
     with timer.stage("prepare"):
         if not isinstance(inputs, torch.Tensor):
@@ -800,28 +834,30 @@ def _sliding_window(
             plan, weight, device, dtype, buffer_dim if buffered else None, per_window_weights=process_fn is not None
         )
         timer.count("windows", plan.total_windows)
+        timer.set("sw_batch_size", sw_batch_size)
 
     keys = None
-    for band, batch, last_of_band in _progress(steps, progress):
-        with timer.stage("prepare"):
-            coords = [plan.coords(i) for i in batch]
-            windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
-            if condition is not None:
-                kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
-        with timer.stage("forward"):
-            out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
-            timer.count("batches")
-        with timer.stage("stitch"):
-            keys, outs = _flatten_outputs(out)
-            w = None
-            if process_fn is not None:
-                outs, w = process_fn(outs, windows, weight)
-                outs = ensure_tuple(outs)
-            if band is not None and stitcher._band is not band:
-                stitcher.begin_band(band)
-            stitcher.add(outs, coords, w)
-            if last_of_band:
-                stitcher.end_band()
+    with timer.range("loop"):
+        for band, batch, last_of_band in _progress(steps, progress):
+            with timer.stage("prepare"):
+                coords = [plan.coords(i) for i in batch]
+                windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
+                if condition is not None:
+                    kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
+            with timer.stage("forward"):
+                out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
+                timer.count("batches")
+            with timer.stage("stitch"):
+                keys, outs = _flatten_outputs(out)
+                w = None
+                if process_fn is not None:
+                    outs, w = process_fn(outs, windows, weight)
+                    outs = ensure_tuple(outs)
+                if band is not None and stitcher._band is not band:
+                    stitcher.begin_band(band)
+                stitcher.add(outs, coords, w)
+                if last_of_band:
+                    stitcher.end_band()
 
     with timer.stage("finalize"):
         results = stitcher.finalize()
