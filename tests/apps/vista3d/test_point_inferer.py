@@ -175,10 +175,6 @@ class TestPointInfererUpstream(unittest.TestCase):
             torch.testing.assert_close(out, expected, equal_nan=True, rtol=1e-6, atol=1e-6)
 
     def test_tiny_vista3d(self):
-        try:
-            from monai.networks.nets.vista3d import VISTA3D  # noqa: F401
-        except ImportError:
-            self.skipTest("monai.networks.nets.vista3d is not in this checkout")
         script = _reference_script()
         data = torch.load(REF, weights_only=True)
         model = script.build_tiny_vista3d(script.tiny_vista3d_state())
