@@ -11,3 +11,4 @@
 """VISTA3D inference: point-prompt windows and (in further modules) the segmentation pipeline."""
 
 from .inferer import point_based_window_inferer
+from .streaming import logits_to_labels, sliding_window_label_inference
