@@ -423,7 +423,8 @@ class SegResNetDS2(SegResNetDS):
         features = self.encoder(x)
         bottleneck, skips = features[-1], features[-2::-1]
         del features, x
-        outputs = self._decode(bottleneck.clone() if with_label else bottleneck, skips, self.up_layers) if with_point else []
+        # _decode never writes into its inputs, so both decoders read the same bottleneck (no copy)
+        outputs = self._decode(bottleneck, skips, self.up_layers) if with_point else []
         outputs_auto = self._decode(bottleneck, skips, self.up_layers_auto) if with_label else []
         return (
             outputs[0] if len(outputs) == 1 else outputs,

@@ -91,9 +91,15 @@ class VISTA3D(nn.Module):
         class_head: head mapping class features and a ``[B, 1]`` class vector to logits, e.g.
             :py:class:`ClassMappingClassify`.
         point_head: head mapping point features and clicks to logits, e.g. :py:class:`PointMappingSAM`.
+        release_cached_memory: call ``torch.cuda.empty_cache()`` after the encoder and between the point head's
+            prompt chunks, as MONAI 1.6.1 always did. It lowers the memory the CUDA caching allocator keeps
+            reserved (useful on small GPUs with many click prompts) at the cost of fresh device allocations in
+            every call; leave it off for throughput, e.g. for all-class sliding-window inference.
     """
 
-    def __init__(self, image_encoder: nn.Module, class_head: nn.Module, point_head: nn.Module):
+    def __init__(
+        self, image_encoder: nn.Module, class_head: nn.Module, point_head: nn.Module, release_cached_memory: bool = False
+    ):
         super().__init__()
         self.image_encoder = image_encoder
         self.class_head = class_head
@@ -103,6 +109,18 @@ class VISTA3D(nn.Module):
         self.point_freeze = False
         self.NINF_VALUE = -9999
         self.PINF_VALUE = 9999
+        self.release_cached_memory = release_cached_memory
+
+    @property
+    def release_cached_memory(self) -> bool:
+        """Whether forward releases the CUDA allocator's cached blocks (see the class arguments)."""
+        return self._release_cached_memory
+
+    @release_cached_memory.setter
+    def release_cached_memory(self, value: bool) -> None:
+        self._release_cached_memory = bool(value)
+        if hasattr(self.point_head, "release_cached_memory"):
+            self.point_head.release_cached_memory = bool(value)
 
     # ---------------------------------------------------------------------------------------------------------------
     # prompt bookkeeping
@@ -340,6 +358,19 @@ class VISTA3D(nn.Module):
                 param.requires_grad = not point_freeze
             self.point_freeze = point_freeze
 
+    def _scatter_point_logits(self, point_logits: torch.Tensor, mapping_index: torch.Tensor, bs: int) -> torch.Tensor:
+        """``[bs, 1, H, W, D]`` logits: the point results in the rows with clicks, ``NINF_VALUE`` elsewhere.
+
+        When every row has clicks the point results are returned as they are, without a filled buffer.
+        """
+        if bool(mapping_index.all()):
+            return point_logits
+        logits = torch.full(
+            (bs, *point_logits.shape[1:]), self.NINF_VALUE, dtype=point_logits.dtype, device=point_logits.device
+        )
+        logits[mapping_index] = point_logits
+        return logits
+
     # ---------------------------------------------------------------------------------------------------------------
     # forward
     # ---------------------------------------------------------------------------------------------------------------
@@ -441,16 +472,16 @@ class VISTA3D(nn.Module):
         image_size = input_images.shape[-3:]
         keep_cache = bool(kwargs.get("keep_cache", False))
 
-        if patch_coords is not None:
-            if sample_from_labels:
-                sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
-                point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
-                if prompt_class[0].item() == 0:  # background: no clicks
-                    point_labels[0] = -1
-                labels, prev_mask = None, None
-            elif point_coords is not None:
-                point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
-        bs = self.get_foreground_class_count(class_vector, point_coords) if point_coords is not None or class_vector is not None else 1
+        if sample_from_labels:
+            sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
+            point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
+            if prompt_class[0].item() == 0:  # background: no clicks
+                point_labels[0] = -1
+            labels, prev_mask = None, None
+        # the number of output rows is fixed by the prompts given, before clicks outside the window are dropped
+        bs = self.get_foreground_class_count(class_vector, point_coords)
+        if patch_coords is not None and not sample_from_labels and point_coords is not None:
+            point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
 
         mapping_index = None
         if point_coords is not None and point_labels is not None:
@@ -478,7 +509,8 @@ class VISTA3D(nn.Module):
                 input_images, with_point=point_coords is not None, with_label=class_vector is not None
             )
         input_images = None  # type: ignore[assignment]
-        torch.cuda.empty_cache()
+        if self.release_cached_memory:
+            torch.cuda.empty_cache()
 
         if class_vector is not None:
             logits, _ = self.class_head(out_auto, class_vector)
@@ -492,16 +524,20 @@ class VISTA3D(nn.Module):
                         logits, point_logits, point_coords, point_labels, mapping_index
                     )
         else:
-            logits = self.NINF_VALUE + torch.zeros([bs, 1, *image_size], device=device, dtype=out.dtype)
-            logits[mapping_index] = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
+            point_logits = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
+            point_logits = point_logits.to(out.dtype)
             if prev_mask is not None and patch_coords is not None:
+                # the clicks edit the previous result; a copy, because MONAI 1.6.1 edited the caller's prev_mask
+                # in place, which changes the input of later overlapping windows
                 logits = self.connected_components_combine(
-                    prev_mask[patch_coords[0]].transpose(1, 0).to(logits.device),
-                    logits[mapping_index],
+                    prev_mask[patch_coords[0]].transpose(1, 0).to(point_logits.device, copy=True),
+                    point_logits,
                     point_coords,
                     point_labels,
                     mapping_index,
                 )
+            else:
+                logits = self._scatter_point_logits(point_logits, mapping_index, bs)
         if keep_cache and class_vector is None:
             self.image_embeddings = out.detach()
         return logits.transpose(1, 0) if transpose else logits
@@ -522,6 +558,10 @@ class PointMappingSAM(nn.Module):
         max_prompt: at most this many prompts go through the transformer at once (bounds peak memory).
         n_classes: size of the class embedding table.
         last_supported: classes above this index are zero-shot (they use ``zeroshot_embed``).
+
+    Attributes:
+        release_cached_memory: call ``torch.cuda.empty_cache()`` after downsampling the features and before each
+            prompt chunk (MONAI 1.6.1 always did); off by default. ``VISTA3D`` sets it from its own option.
     """
 
     def __init__(self, feature_size: int, max_prompt: int = 32, n_classes: int = 512, last_supported: int = 132):
@@ -555,6 +595,7 @@ class PointMappingSAM(nn.Module):
         self.class_embeddings = nn.Embedding(n_classes, feature_size)
         self.zeroshot_embed = nn.Embedding(1, dim)
         self.supported_embed = nn.Embedding(1, dim)
+        self.release_cached_memory = False
 
     def _embed_points(self, point_coords: torch.Tensor, point_labels: torch.Tensor, image_size) -> torch.Tensor:
         """``[B, N, dim]`` click tokens: positional encoding plus the embedding of the click type."""
@@ -593,7 +634,8 @@ class PointMappingSAM(nn.Module):
         out_low = self.feat_downsample(out)
         image_size = tuple(out.shape[-3:])
         out = None  # type: ignore[assignment]
-        torch.cuda.empty_cache()
+        if self.release_cached_memory:
+            torch.cuda.empty_cache()
         point_embedding = self._embed_points(point_coords, point_labels, image_size)
         n_prompts = point_embedding.shape[0]
         mask_tokens = self.mask_tokens.weight.unsqueeze(0).expand(n_prompts, -1, -1)
@@ -607,7 +649,8 @@ class PointMappingSAM(nn.Module):
         pos_low = self.pe_layer(out_low.shape[-3:]).unsqueeze(0)
         masks = []
         for start in range(0, n_prompts, self.max_prompt):
-            torch.cuda.empty_cache()
+            if self.release_cached_memory:
+                torch.cuda.empty_cache()
             tokens = tokens_all[start : start + self.max_prompt]
             n = tokens.shape[0]
             src = out_low.repeat(n, 1, 1, 1, 1)
@@ -670,16 +713,19 @@ class ClassMappingClassify(nn.Module):
             class_vector: ``[K, 1]`` class indices.
 
         Returns:
-            ``(logits [K, W, H, W, D], class_embedding [K, 1, C])``.
+            ``(logits [K, W, H, W, D], class_embedding [K, 1, C])``. The logits are a transposed view of a
+            contiguous ``[W, K, H, W, D]`` tensor, so ``logits.transpose(0, 1)`` (what ``VISTA3D`` does for the
+            sliding-window inferers) costs no copy.
         """
-        b, c, h, w, d = src.shape
+        n_win, c, h, w, d = src.shape
         src = self.image_post_mapping(src)
         class_embedding = self.class_embeddings(class_vector)
         if self.use_mlp:
             class_embedding = self.mlp(class_embedding)
-        masks_embedding = class_embedding.squeeze() @ src.view(b, c, h * w * d)
-        masks_embedding = masks_embedding.view(b, -1, h, w, d).transpose(0, 1)
-        return masks_embedding, class_embedding
+        # all classes on all windows in one batched matmul: [K, C] @ [W, C, N] -> [W, K, N] (the matrix broadcasts
+        # over the windows); reshape instead of squeeze so that K == 1 or C == 1 keep their dimension
+        logits = torch.matmul(class_embedding.reshape(-1, c), src.view(n_win, c, h * w * d))
+        return logits.view(n_win, -1, h, w, d).transpose(0, 1), class_embedding
 
 
 # -------------------------------------------------------------------------------------------------------------------
