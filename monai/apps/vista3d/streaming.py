@@ -1,0 +1,280 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Sliding-window inference that streams a label map instead of holding the logits of every class.
+
+:func:`sliding_window_inference` followed by the VISTA3D post-transform keeps ``C`` full-size float channels
+(117 x 512^3 x 4 bytes = 63 GB for "everything") only to reduce them to one label per voxel. Here the volume is
+cut into *tiles* at every window border; a tile's blended logits are accumulated while windows arrive and turned
+into labels as soon as its last window has been added, then freed. Windows are visited slab by slab along
+``slab_dim``, so only the tiles of the slabs still receiving windows are held.
+
+Exactness: for every voxel the weighted window outputs are summed in the same order, with the same operations
+and dtype as :func:`monai.inferers.sliding_window_inference`, and divided by the same weight sum, so the labels
+equal those of the full blended logits bit for bit (as long as the predictor's output for a window does not
+depend on the other windows of its batch). With ``slab_dim=0`` the visiting order is the reference order and
+every tile is accumulated directly. For another ``slab_dim`` a voxel covered by windows of two slabs would be
+summed in another order, so such tiles keep the weighted-out parts of their windows and sum them in the
+reference order when complete (more memory for those overlap tiles, still bounded by the slab size).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from monai.inferers.utils import compute_importance_map, plan_sliding_windows
+from monai.utils import BlendMode, PytorchPadMode, look_up_option
+
+__all__ = ["sliding_window_label_inference", "logits_to_labels"]
+
+
+def _label_dtype(max_id: int) -> torch.dtype:
+    if max_id <= 255:
+        return torch.uint8
+    if max_id <= 32767:
+        return torch.int16
+    return torch.int32
+
+
+def logits_to_labels(logits: torch.Tensor, label_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The VISTA3D post-transform for class prompts: channel logits to a label map.
+
+    A voxel gets the label of its highest channel (the first one at ties), or 0 (background) where no channel is
+    above 0. With one channel, voxels above 0 get the label.
+
+    Args:
+        logits: ``[C, *spatial]`` blended logits.
+        label_ids: ``[C]`` label of each channel (default ``1..C``).
+
+    Returns:
+        ``[*spatial]`` int64 labels on ``logits.device``.
+    """
+    if label_ids is None:
+        label_ids = torch.arange(1, logits.shape[0] + 1, device=logits.device)
+    label_ids = label_ids.to(device=logits.device, dtype=torch.int64)
+    zero = torch.zeros((), dtype=torch.int64, device=logits.device)
+    if logits.shape[0] == 1:
+        return torch.where(logits[0] > 0, label_ids[0], zero)
+    # as the upstream post-transform: background only where every channel is <= 0 (a NaN channel is not)
+    background = (logits <= 0).all(0)
+    return torch.where(background, zero, label_ids[logits.argmax(0)])
+
+
+class _Tiling:
+    """Tiles of the padded volume cut at every window border, and which windows cover each tile."""
+
+    def __init__(self, slices: Sequence[tuple[slice, ...]], size: Sequence[int], order: Sequence[int]):
+        ndim = len(size)
+        self.bounds = []
+        for d in range(ndim):
+            cuts = {0, int(size[d])} | {s[d].start for s in slices} | {s[d].stop for s in slices}
+            self.bounds.append(sorted(cuts))
+        position = {w: p for p, w in enumerate(order)}
+        # per window: the range of tile indices it covers along each axis
+        self.window_tiles: list[list[tuple[int, ...]]] = []
+        cover: dict[tuple[int, ...], list[int]] = {}
+        for w, sl in enumerate(slices):
+            ranges = [range(self.bounds[d].index(sl[d].start), self.bounds[d].index(sl[d].stop)) for d in range(ndim)]
+            tiles = list(itertools.product(*ranges))
+            self.window_tiles.append(tiles)
+            for t in tiles:
+                cover.setdefault(t, []).append(w)
+        # a tile is complete after the last of its windows in the visiting order
+        self.last = {t: max(ws, key=position.__getitem__) for t, ws in cover.items()}
+        # direct accumulation is exact where the visiting order of a tile's windows is the reference (plan) order
+        self.direct = {t: sorted(ws, key=position.__getitem__) == sorted(ws) for t, ws in cover.items()}
+
+    def box(self, t: tuple[int, ...]) -> list[tuple[int, int]]:
+        return [(self.bounds[d][i], self.bounds[d][i + 1]) for d, i in enumerate(t)]
+
+
+def sliding_window_label_inference(
+    inputs: torch.Tensor,
+    roi_size: Sequence[int] | int,
+    sw_batch_size: int,
+    predictor: Callable[..., torch.Tensor],
+    overlap: Sequence[float] | float = 0.25,
+    mode: BlendMode | str = BlendMode.CONSTANT,
+    sigma_scale: Sequence[float] | float = 0.125,
+    padding_mode: PytorchPadMode | str = PytorchPadMode.CONSTANT,
+    cval: float = 0.0,
+    sw_device: torch.device | str | None = None,
+    device: torch.device | str | None = None,
+    roi_weight_map: torch.Tensor | None = None,
+    with_coord: bool = False,
+    slab_dim: int = 0,
+    label_ids: Sequence[int] | torch.Tensor | None = None,
+    return_max_prob: bool = False,
+    *args: Any,
+    **kwargs: Any,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Sliding-window inference straight to a label map, holding only the slabs that still receive windows.
+
+    The labels equal ``logits_to_labels`` of ``sliding_window_inference(inputs, roi_size, sw_batch_size,
+    predictor, overlap, mode, sigma_scale, padding_mode, cval, ...)`` on every voxel (see the module notes).
+
+    Args:
+        inputs: ``[N, C_in, *spatial]`` image (2D or 3D spatial).
+        roi_size: window size, one int or one per spatial dimension (``None`` / non-positive: the whole extent).
+        sw_batch_size: windows per predictor call.
+        predictor: called as ``predictor(windows, *args, **kwargs)`` (``predictor(windows, patch_coords, *args,
+            **kwargs)`` with ``with_coord``), returning ``[n, C, *roi_size]`` logits for ``n`` windows.
+        overlap: overlap fraction of neighbouring windows, one value or one per dimension, in ``[0, 1)``.
+        mode: ``"constant"`` or ``"gaussian"`` blending.
+        sigma_scale: Gaussian sigma as a fraction of the window size (``mode="gaussian"``).
+        padding_mode: padding of inputs smaller than the window (``"constant"``, ``"reflect"``, ``"replicate"``,
+            ``"circular"``).
+        cval: fill value of constant padding.
+        sw_device: device of the windows and of the tile accumulators (default: that of ``inputs``).
+        device: device of the returned maps (default: that of ``inputs``).
+        roi_weight_map: precomputed ``[*roi_size]`` window weights instead of ``mode`` / ``sigma_scale``.
+        with_coord: pass the window coordinates (``[slice(b, b + 1), slice(None), *spatial]`` per window, in the
+            padded input) to the predictor, as VISTA3D needs.
+        slab_dim: spatial dimension along which the volume is completed slab by slab (0: first spatial one).
+            Choose the longest one to hold the least; 0 needs the least extra bookkeeping.
+        label_ids: label of each output channel (default ``1..C``); 0 is background.
+        return_max_prob: also return the per-voxel maximum class probability (sigmoid of the highest logit).
+        args: extra positional arguments of the predictor.
+        kwargs: extra keyword arguments of the predictor (a ``condition`` tensor shaped like ``inputs`` is
+            windowed with it).
+
+    Returns:
+        ``[N, 1, *spatial]`` labels on ``device`` (uint8 when every label id fits, else int16 / int32); with
+        ``return_max_prob`` also ``[N, 1, *spatial]`` float probabilities (dtype of ``inputs``).
+
+    Raises:
+        ValueError: for arguments that do not fit the input, a ``slab_dim`` out of range, or a predictor output
+            that is not one ``[n, C, *roi_size]`` tensor.
+    """
+    if not isinstance(inputs, torch.Tensor) or inputs.ndim < 3:
+        raise ValueError(f"inputs must be a [N, C, *spatial] tensor, got {getattr(inputs, 'shape', type(inputs))}.")
+    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
+        raise ValueError(f"sw_batch_size must be a positive int, got {sw_batch_size!r}.")
+    ndim = inputs.ndim - 2
+    if not -ndim <= slab_dim < ndim:
+        raise ValueError(f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}.")
+    slab_dim %= ndim
+    pad_mode = look_up_option(padding_mode, PytorchPadMode)
+    device = torch.device(device) if device is not None else inputs.device
+    sw_device = torch.device(sw_device) if sw_device is not None else inputs.device
+    dtype = inputs.dtype
+    kwargs = dict(kwargs)
+    condition = kwargs.pop("condition", None)
+
+    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, pad_mode)
+    if plan.padded:
+        pad_kw = {"value": cval} if pad_mode == PytorchPadMode.CONSTANT else {}
+        inputs = F.pad(inputs, plan.pad_size, mode=pad_mode.value, **pad_kw)
+        if condition is not None:
+            condition = F.pad(condition, plan.pad_size, mode=pad_mode.value, **pad_kw)
+    if roi_weight_map is not None:
+        weight = torch.as_tensor(roi_weight_map).to(device=sw_device, dtype=dtype)
+    else:
+        weight = compute_importance_map(plan.roi_size, mode, sigma_scale, device=sw_device, dtype=dtype)
+    while weight.ndim < ndim + 2:
+        weight = weight[None]
+
+    slices = plan.slices
+    order = sorted(range(len(slices)), key=lambda i: (slices[i][slab_dim].start, i))
+    tiling = _Tiling(slices, plan.padded_size, order)
+    pad_lo = [plan.pad_before(d) for d in range(ndim)]
+    ids = None if label_ids is None else torch.as_tensor(label_ids, dtype=torch.int64).reshape(-1)
+    n_img = inputs.shape[0]
+    labels: torch.Tensor | None = None
+    max_prob: torch.Tensor | None = None
+
+    for b in range(n_img):
+        acc: dict[tuple[int, ...], torch.Tensor] = {}
+        cnt: dict[tuple[int, ...], torch.Tensor] = {}
+        parts: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
+        for first in range(0, len(order), sw_batch_size):
+            batch = order[first : first + sw_batch_size]
+            coords = [[slice(b, b + 1), slice(None), *slices[w]] for w in batch]
+            windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
+            if condition is not None:
+                kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
+            out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
+            if not isinstance(out, torch.Tensor) or out.shape[0] != len(batch) or tuple(out.shape[2:]) != plan.roi_size:
+                raise ValueError(
+                    "streaming label inference needs the predictor to return one [n, C, *roi_size] tensor for n "
+                    f"windows; got {type(out).__name__} {tuple(getattr(out, 'shape', ()))} for {len(batch)} windows "
+                    f"of size {plan.roi_size}. Use monai.inferers.sliding_window_inference for other outputs."
+                )
+            if labels is None:
+                n_cls = out.shape[1]
+                if ids is None:
+                    ids = torch.arange(1, n_cls + 1)
+                if ids.numel() != n_cls:
+                    raise ValueError(f"label_ids has {ids.numel()} entries but the predictor returns {n_cls} channels.")
+                lab_dtype = _label_dtype(int(ids.max()) if ids.numel() else 0)
+                labels = torch.zeros((n_img, 1, *plan.image_size), dtype=lab_dtype, device=device)
+                if return_max_prob:
+                    max_prob = torch.zeros((n_img, 1, *plan.image_size), dtype=dtype, device=device)
+                ids = ids.to(sw_device)
+            w_dev = weight.to(out.device)
+            for j, w in enumerate(batch):
+                p = out[j : j + 1]
+                for t in tiling.window_tiles[w]:
+                    box = tiling.box(t)
+                    within = (slice(a - s.start, e - s.start) for (a, e), s in zip(box, slices[w]))
+                    local = (slice(None), slice(None), *within)
+                    if tiling.direct[t]:
+                        if t not in acc:
+                            shape = [e - a for a, e in box]
+                            acc[t] = torch.zeros((1, p.shape[1], *shape), dtype=dtype, device=p.device)
+                            cnt[t] = torch.zeros((1, 1, *shape), dtype=dtype, device=p.device)
+                        acc[t].addcmul_(p[local], w_dev[local])
+                        cnt[t].add_(w_dev[local])
+                    else:
+                        parts.setdefault(t, []).append((w, p[local].clone(), w_dev[local]))
+                    if tiling.last[t] == w:
+                        if t in parts:  # replay the window parts in the reference order
+                            shape = [e - a for a, e in box]
+                            acc[t] = torch.zeros((1, p.shape[1], *shape), dtype=dtype, device=p.device)
+                            cnt[t] = torch.zeros((1, 1, *shape), dtype=dtype, device=p.device)
+                            for _, pp, ww in sorted(parts.pop(t), key=lambda x: x[0]):
+                                acc[t].addcmul_(pp, ww)
+                                cnt[t].add_(ww)
+                        _emit(acc.pop(t)[0] / cnt.pop(t)[0], box, pad_lo, plan.image_size, b, ids, labels, max_prob)
+            del out, p
+    assert labels is not None
+    if max_prob is None:
+        return labels
+    # sigmoid once over the whole map: per-tile calls could round differently (vectorised vs scalar tails)
+    return labels, max_prob.sigmoid_()
+
+
+def _emit(
+    logits: torch.Tensor,
+    box: list[tuple[int, int]],
+    pad_lo: list[int],
+    image_size: Sequence[int],
+    b: int,
+    ids: torch.Tensor,
+    labels: torch.Tensor,
+    max_prob: torch.Tensor | None,
+) -> None:
+    """Write the labels (and highest logit) of one complete tile, cropped to the unpadded image."""
+    src, dst = [], []
+    for (a, e), lo, n in zip(box, pad_lo, image_size):
+        start, stop = max(a - lo, 0), min(e - lo, n)
+        if start >= stop:
+            return  # the tile lies in the padding
+        src.append(slice(start + lo - a, stop + lo - a))
+        dst.append(slice(start, stop))
+    logits = logits[(slice(None), *src)]
+    labels[(b, 0, *dst)] = logits_to_labels(logits, ids).to(device=labels.device, dtype=labels.dtype)
+    if max_prob is not None:
+        max_prob[(b, 0, *dst)] = logits.max(0).values.to(max_prob.device)
