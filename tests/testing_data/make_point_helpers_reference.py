@@ -14,7 +14,7 @@ Run with upstream MONAI 1.6.1 (and scikit-image, which its connected-component c
 from a directory where this fork's ``monai`` package is not importable, e.g.::
 
     cd /tmp && PYTHONPATH=/path/to/upstream:/path/to/skimage python \\
-        /path/to/fork/tests/testing_data/make_point_helpers_reference.py --out /path/to/fork/tests/testing_data/point_helpers_upstream.pt
+        /path/to/fork/tests/testing_data/make_point_helpers_reference.py
 
 The same script with ``--check`` run against this fork (from the fork's root) compares instead of writing,
 which is how the two were compared during development with ``--n-random`` extra random cases.
@@ -36,6 +36,140 @@ def blobs(gen: torch.Generator, shape, n_ids: int, density: float = 0.55) -> tor
     lab = noise.argmax(1, keepdim=True).float()
     lab[noise.max(1, keepdim=True).values < torch.quantile(noise.max(1).values, 1 - density)] = 0
     return lab
+
+
+class StubPredictor(torch.nn.Module):
+    """A deterministic predictor with VISTA3D's call signature for the point inferer cases.
+
+    Its output depends on the window content, the window position and the prompt, so misplaced windows,
+    wrong point offsets or a wrong ``prev_mask`` change the result.
+    """
+
+    def __init__(self, channels: int = 2):
+        super().__init__()
+        self.channels = channels
+
+    def forward(
+        self,
+        input_images,
+        point_coords=None,
+        point_labels=None,
+        class_vector=None,
+        prompt_class=None,
+        patch_coords=None,
+        prev_mask=None,
+        **kwargs,
+    ):
+        window = patch_coords[0]
+        starts = torch.tensor([window[a].start for a in (2, 3, 4)], dtype=torch.float32)
+        x = torch.nn.functional.avg_pool3d(input_images[:, :1], 3, stride=1, padding=1)
+        shift = 0.01 * starts.sum() + 0.1 * float(point_coords.float().sum())
+        chans = [x * (c + 1) + shift for c in range(self.channels)]
+        out = torch.cat(chans, 1)
+        if prev_mask is not None:
+            out = out + 0.5 * prev_mask[window][:, : self.channels]
+        if class_vector is not None:
+            out = out + float(torch.as_tensor(class_vector).float().sum())
+        return out + kwargs.get("offset", 0.0)
+
+
+def tiny_vista3d_state() -> dict:
+    """The tiny VISTA3D weights of ``vista3d_tiny_parity.pt`` (its config is in that file too)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vista3d_tiny_parity.pt")
+    return torch.load(path, weights_only=True)
+
+
+def build_tiny_vista3d(state: dict):
+    """The tiny VISTA3D from the importable ``monai`` (upstream classes or this fork's), weights loaded."""
+    from monai.networks.nets.segresnet_ds import SegResNetDS2
+    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+
+    cfg = state["config"]
+    fs = cfg["feature_size"]
+    encoder = SegResNetDS2(
+        in_channels=1,
+        blocks_down=cfg["blocks_down"],
+        norm=cfg["norm"],
+        out_channels=fs,
+        init_filters=fs,
+        dsdepth=cfg["dsdepth"],
+    )
+    point_head = PointMappingSAM(feature_size=fs, n_classes=cfg["n_classes"], last_supported=cfg["last_supported"])
+    class_head = ClassMappingClassify(n_classes=cfg["n_classes"], feature_size=fs, use_mlp=cfg["use_mlp"])
+    model = VISTA3D(image_encoder=encoder, class_head=class_head, point_head=point_head)
+    model.load_state_dict(state["state_dict"], strict=True)
+    return model.eval()
+
+
+def make_inferer_cases() -> list:
+    """Keyword arguments of the point inferer cases run with :class:`StubPredictor`."""
+    gen = torch.Generator().manual_seed(77)
+    image = torch.randn((1, 1, 30, 26, 21), generator=gen)
+    small = torch.randn((1, 1, 13, 26, 9), generator=gen)  # smaller than the window on two axes
+    prev = torch.randn((1, 2, 30, 26, 21), generator=gen)
+    coords = torch.tensor([[[3.0, 20.4, 10.0], [15.7, 2.2, 19.0], [29.0, 25.0, 0.0]]])
+    labels = torch.tensor([[1, 0, 3]])
+    # for center_only=False: points whose windows stay inside the image (near an edge upstream slices empty
+    # or truncated windows, which this fork shifts inside instead)
+    inner = torch.tensor([[[6.0, 20.4, 10.0], [15.7, 5.2, 15.0], [24.0, 8.0, 5.5]]])
+    return [
+        {"inputs": image, "roi_size": (16, 12, 10), "point_coords": coords, "point_labels": labels},
+        {"inputs": image, "roi_size": (15, 11, 9), "point_coords": coords, "point_labels": labels},
+        {
+            "inputs": image,
+            "roi_size": (16, 12, 10),
+            "point_coords": inner,
+            "point_labels": labels,
+            "center_only": False,
+        },
+        {
+            "inputs": image,
+            "roi_size": (16, 12, 10),
+            "point_coords": inner,
+            "point_labels": labels,
+            "center_only": False,
+            "margin": 3,
+            "prev_mask": prev,
+            "point_start": 1,
+            "class_vector": torch.tensor([4]),
+        },
+        {"inputs": small, "roi_size": (16, 12, 10), "point_coords": coords[:, :2] * 0.4, "point_labels": labels[:, :2]},
+        {
+            "inputs": small,
+            "roi_size": (16, 12, 10),
+            "point_coords": coords[:, :2].long() // 3,
+            "point_labels": labels[:, :2],
+            "prev_mask": prev[:, :, :13, :, :9],
+            "offset": 0.25,
+        },
+    ]
+
+
+def make_vista3d_inferer_case() -> dict:
+    """The tiny VISTA3D point inferer case: a 64x48x40 image, 2 points, 32^3 windows."""
+    gen = torch.Generator().manual_seed(2024)
+    return {
+        "inputs": torch.randn((1, 1, 64, 48, 40), generator=gen),
+        "roi_size": (32, 32, 32),
+        "point_coords": torch.tensor([[[20.0, 30.0, 10.0], [45.0, 12.0, 33.0]]]),
+        "point_labels": torch.tensor([[1, 0]]),
+        "transpose": True,
+    }
+
+
+def run_inferer_cases(vista3d: bool = True) -> dict:
+    """Outputs of the importable ``monai``'s point inferer (stub cases, and the tiny VISTA3D case)."""
+    from monai.apps.vista3d.inferer import point_based_window_inferer
+
+    out = {"stub": [point_based_window_inferer(predictor=StubPredictor(), **c) for c in make_inferer_cases()]}
+    if vista3d:
+        model = build_tiny_vista3d(tiny_vista3d_state())
+        with torch.no_grad():
+            out["vista3d"] = point_based_window_inferer(predictor=model, **make_vista3d_inferer_case())
+    def plain(t):  # upstream returns MetaTensor
+        return (t.as_tensor() if hasattr(t, "as_tensor") else t).detach().clone()
+
+    return {k: [plain(t) for t in v] if isinstance(v, list) else plain(v) for k, v in out.items()}
 
 
 def make_cases(n_random: int = 0) -> dict:
@@ -106,11 +240,13 @@ def run_cases(cases: dict) -> dict:
         )
         out["sample"].append({"point": p, "point_label": pl})
     for c in cases["disc"]:
-        out["disc"].append(convert_points_to_disc(c["image_size"], c["point"], c["point_label"], c["radius"], c["disc"]))
+        disc = convert_points_to_disc(c["image_size"], c["point"], c["point_label"], c["radius"], c["disc"])
+        out["disc"].append(disc)
     for c in cases["merge"]:
         out["merge"].append(keep_merge_components_with_points(**c))
     for c in cases["positive"]:
-        out["positive"].append(keep_components_with_positive_points(c["img"].clone(), c["point_coords"], c["point_labels"]))
+        img = c["img"].clone()
+        out["positive"].append(keep_components_with_positive_points(img, c["point_coords"], c["point_labels"]))
     for c in cases["largest"]:
         out["largest"].append(get_largest_connected_component_mask(c["img"], c["connectivity"], c["num_components"]))
     return out
@@ -135,19 +271,25 @@ def main() -> None:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "point_helpers_upstream.pt"))
     parser.add_argument("--n-random", type=int, default=0, help="extra random cases (development comparisons)")
     parser.add_argument("--check", default="", help="compare the importable monai against this recorded file")
+    parser.add_argument("--no-vista3d", action="store_true", help="skip the tiny VISTA3D point inferer case")
     args = parser.parse_args()
     import monai
 
     cases = make_cases(args.n_random)
     outputs = run_cases(cases)
+    inferer = run_inferer_cases(vista3d=not args.no_vista3d)
     if args.check:
         ref = torch.load(args.check, weights_only=True)
-        bad = compare(ref["outputs"], outputs)
+        if args.no_vista3d:
+            ref["inferer"].pop("vista3d")
+        bad = compare(ref["outputs"], outputs) + compare(ref["inferer"], inferer, "inferer")
         print(f"monai at {monai.__file__}: {len(bad)} mismatches")
         for m in bad:
             print("  ", m)
         return
-    torch.save({"monai_version": monai.__version__, "cases": cases, "outputs": outputs}, args.out)
+    data = {"monai_version": monai.__version__, "cases": cases, "outputs": outputs, "inferer": inferer}
+    data["vista3d_case"] = make_vista3d_inferer_case()
+    torch.save(data, args.out)
     print(f"wrote {args.out} with monai {monai.__version__} from {monai.__file__}")
 
 

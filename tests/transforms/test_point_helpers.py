@@ -257,7 +257,8 @@ class TestPoints(unittest.TestCase):
     def test_stays_on_device(self):
         m = two_blobs().cuda()
         self.assertEqual(get_largest_connected_component_mask(m).device, m.device)
-        out = keep_merge_components_with_points(m[None, None], m[None, None], torch.ones(1, 1, 3).cuda(), torch.ones(1, 1))
+        pts, lbs = torch.ones(1, 1, 3).cuda(), torch.ones(1, 1).cuda()
+        out = keep_merge_components_with_points(m[None, None], m[None, None], pts, lbs)
         self.assertEqual(out.device, m.device)
 
 
