@@ -23,6 +23,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .io import Vista3DInputError
+
 __all__ = [
     "bundle_config",
     "label_names",
@@ -38,7 +40,7 @@ __all__ = [
 _DATA = Path(__file__).with_name("vista3d_labels.json")
 
 
-class ClassPromptError(ValueError):
+class ClassPromptError(Vista3DInputError):
     """A class prompt names a label that VISTA3D does not know."""
 
 

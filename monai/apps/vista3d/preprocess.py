@@ -25,6 +25,8 @@ import nibabel.orientations as nio
 import numpy as np
 import torch
 
+from .io import Vista3DInputError
+
 __all__ = [
     "AFFINE_TOL",
     "EmptyForegroundError",
@@ -45,7 +47,7 @@ __all__ = [
 AFFINE_TOL = 1e-3
 
 
-class EmptyForegroundError(ValueError):
+class EmptyForegroundError(Vista3DInputError):
     """The image has no voxel above the foreground threshold, so there is nothing to crop or segment."""
 
 
