@@ -441,16 +441,16 @@ class VISTA3D(nn.Module):
         image_size = input_images.shape[-3:]
         keep_cache = bool(kwargs.get("keep_cache", False))
 
-        if patch_coords is not None:
-            if sample_from_labels:
-                sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
-                point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
-                if prompt_class[0].item() == 0:  # background: no clicks
-                    point_labels[0] = -1
-                labels, prev_mask = None, None
-            elif point_coords is not None:
-                point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
-        bs = self.get_foreground_class_count(class_vector, point_coords) if point_coords is not None or class_vector is not None else 1
+        if sample_from_labels:
+            sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
+            point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
+            if prompt_class[0].item() == 0:  # background: no clicks
+                point_labels[0] = -1
+            labels, prev_mask = None, None
+        # the number of output rows is fixed by the prompts given, before clicks outside the window are dropped
+        bs = self.get_foreground_class_count(class_vector, point_coords)
+        if patch_coords is not None and not sample_from_labels and point_coords is not None:
+            point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
 
         mapping_index = None
         if point_coords is not None and point_labels is not None:
@@ -495,8 +495,10 @@ class VISTA3D(nn.Module):
             logits = self.NINF_VALUE + torch.zeros([bs, 1, *image_size], device=device, dtype=out.dtype)
             logits[mapping_index] = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
             if prev_mask is not None and patch_coords is not None:
+                # a copy: MONAI 1.6.1 edits the caller's prev_mask in place, which changes the input of later
+                # overlapping windows
                 logits = self.connected_components_combine(
-                    prev_mask[patch_coords[0]].transpose(1, 0).to(logits.device),
+                    prev_mask[patch_coords[0]].transpose(1, 0).to(logits.device, copy=True),
                     logits[mapping_index],
                     point_coords,
                     point_labels,
