@@ -186,6 +186,32 @@ class TestPipelineStub(unittest.TestCase):
                 self.assertEqual(nib.load(u8).get_data_dtype(), np.uint8)
 
 
+NIB_DATA = Path(nib.__file__).parent / "tests" / "data"
+
+
+@unittest.skipUnless((NIB_DATA / "anatomical.nii").is_file(), "nibabel's test data is not installed")
+class TestNibabelFiles(unittest.TestCase):
+    """Real NIfTI files that nobody here wrote: big-endian int16 LAS, big-endian float RAS, a 4D series."""
+
+    @parameterized.expand([("anatomical.nii", None), ("reoriented_anat_moved.nii", None), ("example4d.nii.gz", 1)])
+    def test_round_trip_geometry(self, name, volume_index):
+        src = NIB_DATA / name
+        ref = nib.load(src)
+        with tempfile.TemporaryDirectory() as tmp:
+            # the stub sees MR intensities: any label is fine, the grid and the header are what is checked
+            pipe = _pipe(StubVista({1: 200.0, 3: 1000.0}), roi_size=(64, 64, 64))
+            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index)
+            res = nib.load(out)
+            self.assertEqual(res.shape, ref.shape[:3])
+            np.testing.assert_allclose(res.affine, ref.affine, atol=1e-5)
+            for key in ("qform_code", "sform_code"):
+                self.assertEqual(int(res.header[key]), int(ref.header[key]))
+            np.testing.assert_allclose(res.header["pixdim"][1:4], ref.header["pixdim"][1:4])
+            lab = np.asarray(res.dataobj)
+            self.assertTrue(set(np.unique(lab).tolist()) <= {0.0, 1.0, 3.0})
+            self.assertGreater((lab > 0).sum(), 0)
+
+
 class TestPipelineErrors(unittest.TestCase):
     def setUp(self):
         self.img, self.aff, _ = phantom((32, 32, 24), np.eye(3), (1.0, 1.0, 1.0))
