@@ -672,16 +672,19 @@ class ClassMappingClassify(nn.Module):
             class_vector: ``[K, 1]`` class indices.
 
         Returns:
-            ``(logits [K, W, H, W, D], class_embedding [K, 1, C])``.
+            ``(logits [K, W, H, W, D], class_embedding [K, 1, C])``. The logits are a transposed view of a
+            contiguous ``[W, K, H, W, D]`` tensor, so ``logits.transpose(0, 1)`` (what ``VISTA3D`` does for the
+            sliding-window inferers) costs no copy.
         """
-        b, c, h, w, d = src.shape
+        n_win, c, h, w, d = src.shape
         src = self.image_post_mapping(src)
         class_embedding = self.class_embeddings(class_vector)
         if self.use_mlp:
             class_embedding = self.mlp(class_embedding)
-        masks_embedding = class_embedding.squeeze() @ src.view(b, c, h * w * d)
-        masks_embedding = masks_embedding.view(b, -1, h, w, d).transpose(0, 1)
-        return masks_embedding, class_embedding
+        # all classes on all windows in one batched matmul: [K, C] @ [W, C, N] -> [W, K, N] (the matrix broadcasts
+        # over the windows); reshape instead of squeeze so that K == 1 or C == 1 keep their dimension
+        logits = torch.matmul(class_embedding.reshape(-1, c), src.view(n_win, c, h * w * d))
+        return logits.view(n_win, -1, h, w, d).transpose(0, 1), class_embedding
 
 
 # -------------------------------------------------------------------------------------------------------------------
