@@ -203,38 +203,42 @@ def _segment(args: argparse.Namespace) -> int:
         parse_classes(classes)
     pipe = _pipeline(args, device, roi, args.embed_dim or 48, sw, progress=not args.quiet and sys.stderr.isatty())
     failed = 0
-    for image in images:
-        t0 = time.perf_counter()
-        try:
-            if args.output is not None:
-                out = _segment_to(pipe, image, Path(args.output), classes, points, labels, args)
-            else:
-                out = pipe.segment_file(image, args.output_dir, classes=classes, points=points, point_labels=labels,
-                                        volume_index=args.volume_index, overwrite=args.overwrite)
-        except (ValueError, OSError) as e:
+    t0 = time.perf_counter()
+    if args.output is not None:
+        results = [_segment_to(pipe, images[0], Path(args.output), classes, points, labels, args)]
+    else:
+        # the next image loads and the previous one saves while this one is segmented
+        results = pipe.segment_files(images, args.output_dir, classes=classes, points=points, point_labels=labels,
+                                     volume_index=args.volume_index, overwrite=args.overwrite)
+    for image, out, timings in results:
+        if isinstance(out, Exception):
             failed += 1
-            print(f"error: {image}: {_one_line(e)}", file=sys.stderr)
+            print(f"error: {image}: {_one_line(out)}", file=sys.stderr)
             continue
         if not args.quiet:
             print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
+        t0 = time.perf_counter()
         if args.timing:
-            print(_stage_table(pipe.timings))
+            print(_stage_table(timings))
     if failed:
         print(f"error: {failed} of {len(images)} image(s) failed", file=sys.stderr)
     return 1 if failed else 0
 
 
 def _segment_to(pipe: Any, image: Path, out: Path, classes: Any, points: Any, labels: Any,
-                args: argparse.Namespace) -> Path:
+                args: argparse.Namespace) -> tuple[Path, Path | Exception, dict]:
     from .pipeline import OutputPathError, _check_output
 
     if not str(out).endswith((".nii", ".nii.gz")):
         raise OutputPathError(f"{out}: --output must end with .nii or .nii.gz")
     pipe.timings = {}
-    _check_output(image, out, args.overwrite)
-    img, geometry = pipe.load(image, volume_index=args.volume_index)
-    result = pipe.run(img, geometry.affine, classes, points, labels)
-    return pipe.save(result, geometry, out)
+    try:
+        _check_output(image, out, args.overwrite)
+        img, geometry = pipe.load(image, volume_index=args.volume_index)
+        result = pipe.run(img, geometry.affine, classes, points, labels)
+        return image, pipe.save(result, geometry, out), pipe.timings
+    except (ValueError, OSError) as e:
+        return image, e, pipe.timings
 
 
 def _one_line(e: BaseException) -> str:

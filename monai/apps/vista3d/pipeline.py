@@ -30,7 +30,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -619,6 +619,90 @@ class Vista3DPipeline:
         image, geometry = self.load(path, volume_index=volume_index)
         labels = self.run(image, geometry.affine, classes, points, point_labels)
         return self.save(labels, geometry, out_path)
+
+    def segment_files(
+        self,
+        paths: Sequence[str | os.PathLike],
+        output_dir: str | os.PathLike,
+        classes: str | Sequence[int | str] | None = "everything",
+        points: Any = None,
+        point_labels: Any = None,
+        volume_index: int | None = None,
+        overwrite: bool = False,
+    ) -> Iterator[tuple[Path, Path | Exception, dict[str, float]]]:
+        """Segment several files, loading the next image and saving the previous one while this one runs.
+
+        Loading (gzip decompression) and saving (compression) release the GIL, so on a GPU they hide behind
+        the inference of the neighbouring images. At most one image is being loaded ahead and one saved
+        behind, so memory stays that of about three images.
+
+        Args:
+            paths: input NIfTI files.
+            output_dir: outputs go to ``output_dir/<name>/<name>_trans.nii.gz``.
+            classes: class prompt for every image.
+            points: point prompt for every image (voxel indices), or None.
+            point_labels: labels of ``points``.
+            volume_index: volume of 4D inputs.
+            overwrite: replace existing outputs.
+
+        Yields:
+            ``(input path, output path or the input/output error of that image, its stage timings)``, in
+            the order of ``paths``. Errors that are not about one image's input or output propagate.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        from .io import load_image, save_label_map
+
+        postfix = bundle_config()["postprocessing"]["output_postfix"]
+        paths = [Path(p) for p in paths]
+
+        def load_job(path: Path) -> tuple[Any, Any, Path, float]:
+            t0 = time.perf_counter()
+            if not path.is_file():
+                raise Vista3DInputError(f"{path}: no such file; check the path.")
+            out_path = output_path_for(path, output_dir, postfix)
+            _check_output(path, out_path, overwrite)
+            image, geometry = load_image(path, volume_index=volume_index)
+            return image, geometry, out_path, time.perf_counter() - t0
+
+        def save_job(labels: torch.Tensor, geometry: Any, out_path: Path, timings: dict) -> Path:
+            t0 = time.perf_counter()
+            out = save_label_map(labels, geometry, out_path, dtype=self.output_dtype)
+            timings["save"] = time.perf_counter() - t0
+            return Path(out)
+
+        expected = (Vista3DInputError, OSError, ValueError)
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="vista3d-io") as pool:
+            loading = pool.submit(load_job, paths[0]) if paths else None
+            saving: tuple[Any, Path, dict] | None = None
+
+            def finish_save() -> Iterator[tuple[Path, Path | Exception, dict[str, float]]]:
+                nonlocal saving
+                if saving is None:
+                    return
+                fut, src, timings = saving
+                saving = None
+                try:
+                    yield src, fut.result(), timings
+                except expected as e:
+                    yield src, e, timings
+
+            for i, path in enumerate(paths):
+                current = loading
+                loading = pool.submit(load_job, paths[i + 1]) if i + 1 < len(paths) else None
+                try:
+                    image, geometry, out_path, t_load = current.result()  # type: ignore[union-attr]
+                    self.timings = {"load": t_load}
+                    labels = self.run(image, geometry.affine, classes, points, point_labels).cpu()
+                except expected as e:
+                    yield from finish_save()
+                    yield path, e, dict(self.timings)
+                    continue
+                del image
+                yield from finish_save()
+                timings = self.timings
+                saving = (pool.submit(save_job, labels, geometry, out_path, timings), path, timings)
+            yield from finish_save()
 
 
 def _make_inferer(cls: type, kwargs: dict, timing: bool) -> Any:

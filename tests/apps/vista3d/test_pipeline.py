@@ -185,6 +185,25 @@ class TestPipelineStub(unittest.TestCase):
                     src, Path(tmp) / "out", classes=[1], overwrite=True)
                 self.assertEqual(nib.load(u8).get_data_dtype(), np.uint8)
 
+    def test_segment_files_overlaps_io_and_keeps_order(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            srcs = []
+            for i, (direction, spacing) in enumerate([(np.eye(3), (1.0, 1.0, 1.5)), (np.diag([-1.0, 1, 1]), (0.9,) * 3)]):
+                img, aff, _ = phantom((34, 32, 22), direction, spacing)
+                srcs.append(Path(tmp) / f"ct{i}.nii.gz")
+                nib.save(nib.Nifti1Image(img, aff), srcs[-1])
+            paths = [srcs[0], Path(tmp) / "missing.nii.gz", srcs[1]]
+            pipe = _pipe(StubVista(HU))
+            results = list(pipe.segment_files(paths, Path(tmp) / "batch", classes="1,3"))
+            self.assertEqual([r[0] for r in results], paths)
+            self.assertIsInstance(results[1][1], Vista3DInputError)
+            for src, (_, out, timings) in zip(srcs, (results[0], results[2])):
+                self.assertEqual(out, Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz")
+                for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
+                    self.assertIn(key, timings)
+                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3")
+                np.testing.assert_array_equal(np.asarray(nib.load(out).dataobj), np.asarray(nib.load(one).dataobj))
+
 
 NIB_DATA = Path(nib.__file__).parent / "tests" / "data"
 
