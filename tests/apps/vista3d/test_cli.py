@@ -94,7 +94,8 @@ class TestSegmentCli(unittest.TestCase):
         nib.save(nib.Nifti1Image(self.img, self.aff), other)
         listing = self.dir / "files.txt"
         listing.write_text(f"# two images\n{self.src}\n\n{other}\n")
-        code, _, err = run_main(["segment", "--input-list", listing, "--output-dir", self.dir / "out2", *TINY])
+        code, _, err = run_main(["segment", "--input-list", listing, "--output-dir", self.dir / "out2", *TINY,
+                                 "--sw-batch-size", "auto"])
         self.assertEqual(code, 0, err)
         self.assertTrue((self.dir / "out2" / "ct" / "ct_trans.nii.gz").is_file())
         self.assertTrue((self.dir / "out2" / "second" / "second_trans.nii.gz").is_file())
