@@ -515,7 +515,8 @@ class Vista3DPipeline:
         A point-only prompt (no class) first keeps only the connected components that hold a positive point.
         """
         t0 = time.perf_counter()
-        logits = logits.to(self.device)
+        # Stay where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of
+        # GPU memory): only the small integer label map moves.
         if point_coords is not None and label_ids is None:
             from monai.transforms.utils import keep_components_with_positive_points
 
@@ -523,7 +524,7 @@ class Vista3DPipeline:
                 logits.float(), point_coords=point_coords.to(logits.device),
                 point_labels=point_labels.to(logits.device),
             )
-        labels = logits_to_labels(logits, label_ids)
+        labels = logits_to_labels(logits, label_ids).to(self.device)
         _sync(self.device)
         self.timings["postprocess"] = time.perf_counter() - t0
         return labels
