@@ -21,3 +21,4 @@ from .utils import (
     plan_sliding_windows,
     sliding_window_inference,
 )
+from .batch_size import AutoBatchSize, choose_sw_batch_size, even_batch_size

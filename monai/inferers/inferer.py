@@ -65,7 +65,10 @@ class SlidingWindowInferer(Inferer):
     Args:
         roi_size: window size, one int or one per spatial dimension; ``None`` / non-positive entries take the whole
             extent of that dimension.
-        sw_batch_size: number of windows per network call.
+        sw_batch_size: number of windows per network call, or ``"auto"``: on CUDA the largest batch that fits the
+            free GPU memory (per-window memory measured on a one-window probe batch at the first call, then
+            remembered), split evenly over the windows; elsewhere up to 4 windows per call (see
+            :mod:`monai.inferers.batch_size`).
         overlap: overlap fraction between neighbouring windows, one value or one per dimension, in ``[0, 1)``.
         mode: ``"constant"`` or ``"gaussian"`` blending of overlapping windows.
         sigma_scale: Gaussian sigma as a fraction of the window size.
@@ -94,7 +97,7 @@ class SlidingWindowInferer(Inferer):
     def __init__(
         self,
         roi_size: Sequence[int] | int,
-        sw_batch_size: int = 1,
+        sw_batch_size: int | str = 1,
         overlap: Sequence[float] | float = 0.25,
         mode: BlendMode | str = BlendMode.CONSTANT,
         sigma_scale: Sequence[float] | float = 0.125,
@@ -127,6 +130,7 @@ class SlidingWindowInferer(Inferer):
         self.with_coord = with_coord
         self.timing = timing
         self.timings: dict[str, Any] = {}
+        self._auto_cache: dict = {}  # sw_batch_size="auto": measured per-window memory, reused across calls
 
         # The Gaussian map is slow to build on the CPU: build it once when the window size cannot change.
         self.roi_weight_map: torch.Tensor | None = None
@@ -201,6 +205,7 @@ class SlidingWindowInferer(Inferer):
             args,
             kwargs,
             timer,
+            self._auto_cache,
         )
         if timer is not None:
             self.timings = dict(timer.timings)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple, ensure_tuple_rep, look_up_option, optional_import
+from monai.inferers.batch_size import AutoBatchSize, check_sw_batch_size
 from monai.utils.profiling import StageTimer, cuda_active
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
@@ -330,45 +331,52 @@ def plan_sliding_windows(
     return SlidingWindowPlan(image_size, padded, roi, steps, pad_size, slices, int(batch_size))
 
 
-def _batch_groups(plan: SlidingWindowPlan, sw_batch_size: int) -> list[range]:
-    """Consecutive runs of at most ``sw_batch_size`` window indices (a run may span two images of the batch)."""
-    total = plan.total_windows
-    return [range(s, min(s + sw_batch_size, total)) for s in range(0, total, sw_batch_size)]
-
-
 @dataclass
 class _Buffer:
-    """A band of buffered stitching: forward ``batches`` covering ``[start, stop)`` along the buffer dim."""
+    """A band of buffered stitching: windows ``[first, stop)`` (over the batch) covering ``[start, end)`` along
+    the buffer dim of image ``image``."""
 
     image: int
     start: int
+    end: int
+    first: int
     stop: int
-    batches: list[range] = field(default_factory=list)
 
 
-def _buffered_groups(
-    plan: SlidingWindowPlan, sw_batch_size: int, buffer_steps: int, buffer_dim: int
-) -> tuple[list[_Buffer], list[int]]:
+def _buffered_bands(plan: SlidingWindowPlan, buffer_steps: int, buffer_dim: int) -> list[_Buffer]:
     """Order the windows along ``buffer_dim`` and cut them into bands of ``buffer_steps`` window positions.
 
-    Returns:
-        the bands (each with its forward batches, never crossing a band) and the window order used: ``plan.slices``
-        is reordered in place so that batch indices refer to the sorted windows.
+    ``plan.slices`` is reordered in place (stable sort by start along ``buffer_dim``) so that window indices
+    refer to the sorted windows.
     """
-    order = sorted(range(plan.num_windows), key=lambda i: plan.slices[i][buffer_dim].start)  # stable
+    order = sorted(range(plan.num_windows), key=lambda i: plan.slices[i][buffer_dim].start)
     plan.slices = [plan.slices[i] for i in order]
     starts = [s[buffer_dim].start for s in plan.slices]
     # index where each distinct start along buffer_dim begins, then every buffer_steps-th of them
     firsts = [i for i in range(len(starts)) if i == 0 or starts[i] != starts[i - 1]]
     bounds = firsts[:: max(1, int(buffer_steps))] + [len(starts)]
-    buffers = []
+    bands = []
     for b in range(plan.batch_size):
         offset = b * plan.num_windows
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            buf = _Buffer(b, plan.slices[lo][buffer_dim].start, plan.slices[hi - 1][buffer_dim].stop)
-            buf.batches = [range(offset + s, offset + min(s + sw_batch_size, hi)) for s in range(lo, hi, sw_batch_size)]
-            buffers.append(buf)
-    return buffers, order
+            start, end = plan.slices[lo][buffer_dim].start, plan.slices[hi - 1][buffer_dim].stop
+            bands.append(_Buffer(b, start, end, offset + lo, offset + hi))
+    return bands
+
+
+def _schedule(segments: Sequence[tuple[_Buffer | None, int, int]], next_size: Callable[[int], int]):
+    """Yield ``(band, window indices, last of band)`` per forward batch; batches never cross a segment.
+
+    Args:
+        segments: ``(band or None, first, stop)`` window index ranges (one unbuffered segment spans every image).
+        next_size: windows of the next batch given the windows left in the segment.
+    """
+    for band, lo, hi in segments:
+        i = lo
+        while i < hi:
+            n = max(1, min(int(next_size(hi - i)), hi - i))
+            yield band, range(i, i + n), band is not None and i + n >= hi
+            i += n
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -537,7 +545,7 @@ class WindowStitcher:
             shape = list(self.outputs[kk].shape)
             shape[0] = 1
             d = self.buffer_dim
-            band = self._out_slice(kk, slice(self._band.start, self._band.stop), d)
+            band = self._out_slice(kk, slice(self._band.start, self._band.end), d)
             shape[2 + d] = band.stop - band.start
             self._buffers.append(torch.zeros(shape, dtype=self.dtype, device=p.device))
         return self._buffers[k], self._buffers[k].device
@@ -549,7 +557,7 @@ class WindowStitcher:
         idx = list(self._output_index(k, c))
         if self._band is not None:
             d = self.buffer_dim
-            band = self._out_slice(k, slice(self._band.start, self._band.stop), d)
+            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
             s = idx[2 + d]
             idx[0] = slice(0, 1)
             idx[2 + d] = slice(s.start - band.start, s.stop - band.start)
@@ -562,11 +570,20 @@ class WindowStitcher:
             return
         d = self.buffer_dim
         for k, buf in enumerate(self._buffers):
-            band = self._out_slice(k, slice(self._band.start, self._band.stop), d)
+            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
             idx = [slice(self._band.image, self._band.image + 1), slice(None)] + [slice(None)] * self.ndim
             idx[2 + d] = band
             self.outputs[k][tuple(idx)] += buf.to(self.device)
         self._band, self._buffers = None, None
+
+    def result_bytes(self, device: torch.device) -> int:
+        """Bytes of the results and weight sums allocated so far on ``device``."""
+        device = torch.device(device)
+        total = 0
+        for t in (*self.outputs, *self.counts):
+            if t.device.type == device.type and (device.index is None or t.device.index == device.index):
+                total += t.numel() * t.element_size()
+        return total
 
     # -- finalize -----------------------------------------------------------------------------------------------------
     def finalize(self) -> list[torch.Tensor]:
@@ -631,19 +648,19 @@ def _default_timer():
 class _TextProgress:
     """Minimal progress bar on stderr, used when ``tqdm`` is not installed."""
 
-    def __init__(self, items: Sequence, desc: str = "sliding window"):
+    def __init__(self, items: Iterable, desc: str = "sliding window"):
         self.items, self.desc = items, desc
 
     def __iter__(self):
-        n = len(self.items)
+        n = f"/{len(self.items)}" if hasattr(self.items, "__len__") else ""  # "auto" batches are not known ahead
         for i, item in enumerate(self.items):
             yield item
-            sys.stderr.write(f"\r{self.desc}: {i + 1}/{n} batches")
+            sys.stderr.write(f"\r{self.desc}: {i + 1}{n} batches")
         sys.stderr.write("\n")
         sys.stderr.flush()
 
 
-def _progress(items: Sequence, enabled: bool):
+def _progress(items: Iterable, enabled: bool):
     if not enabled:
         return items
     if has_tqdm:
@@ -651,16 +668,31 @@ def _progress(items: Sequence, enabled: bool):
     return _TextProgress(items)
 
 
-def _check_sw_batch_size(sw_batch_size: Any) -> int:
-    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
-        raise ValueError(f"sw_batch_size must be a positive int, got {sw_batch_size!r}.")
-    return sw_batch_size
+def _identity(predictor: Any) -> tuple:
+    """Same for every access to one bound method (``obj.method`` builds a new object each time)."""
+    owner, func = getattr(predictor, "__self__", None), getattr(predictor, "__func__", None)
+    return (id(owner), id(func)) if owner is not None and func is not None else (id(predictor),)
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """What of the predictor's extra arguments can change its memory use: tensor shapes, sequence lengths."""
+
+    def sig(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), str(v.dtype))
+        if isinstance(v, (list, tuple)):
+            return ("seq", len(v))
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return type(v).__name__
+
+    return tuple(sig(a) for a in args) + tuple((k, sig(v)) for k, v in sorted(kwargs.items()))
 
 
 def sliding_window_inference(
     inputs: torch.Tensor,
     roi_size: Sequence[int] | int,
-    sw_batch_size: int,
+    sw_batch_size: int | str,
     predictor: Callable[..., torch.Tensor | Sequence[torch.Tensor] | dict[Any, torch.Tensor]],
     overlap: Sequence[float] | float = 0.25,
     mode: BlendMode | str = BlendMode.CONSTANT,
@@ -689,7 +721,9 @@ def sliding_window_inference(
         inputs: ``[N, C, *spatial]`` input (2D or 3D spatial).
         roi_size: window size, one int or one per spatial dimension; ``None`` / non-positive entries take the whole
             extent of that dimension.
-        sw_batch_size: number of windows per predictor call.
+        sw_batch_size: number of windows per predictor call, or ``"auto"`` (CUDA: the largest batch that fits the
+            free GPU memory, measured on a one-window probe batch; elsewhere up to 4; split evenly over the
+            windows, see :mod:`monai.inferers.batch_size`).
         predictor: called as ``predictor(windows, *args, **kwargs)`` with ``windows`` ``[n, C, *roi_size]``, or as
             ``predictor(windows, patch_coords, *args, **kwargs)`` when ``with_coord``.
         overlap: overlap fraction between neighbouring windows, one value or one per dimension, in ``[0, 1)``.
@@ -766,18 +800,21 @@ def _sliding_window(
     args: tuple,
     kwargs: dict,
     timer: Any = None,
+    auto_cache: dict | None = None,
 ) -> Any:
     """The window loop behind :func:`sliding_window_inference`.
 
     ``timer`` (a :class:`~monai.utils.profiling.StageTimer`) receives the stages ``prepare``, ``forward``,
     ``stitch``, ``finalize`` and ``total``, the unaccounted rest as ``other``, and the counts ``windows``
-    and ``batches``.
+    and ``batches``. ``auto_cache`` keeps the measured per-window memory of ``sw_batch_size="auto"`` across
+    calls (see :class:`~monai.inferers.batch_size.AutoBatchSize`).
     """
     timer = timer or _default_timer()
     with timer.stage("total"):
         result = _window_loop(
             inputs, roi_size, sw_batch_size, predictor, overlap, mode, sigma_scale, padding_mode, cval, sw_device,
             device, progress, roi_weight_map, process_fn, buffer_steps, buffer_dim, with_coord, args, kwargs, timer,
+            auto_cache,
         )
     if timer.enabled:
         t = timer.timings
@@ -787,7 +824,7 @@ def _sliding_window(
 
 def _window_loop(
     inputs, roi_size, sw_batch_size, predictor, overlap, mode, sigma_scale, padding_mode, cval, sw_device, device,
-    progress, roi_weight_map, process_fn, buffer_steps, buffer_dim, with_coord, args, kwargs, timer,
+    progress, roi_weight_map, process_fn, buffer_steps, buffer_dim, with_coord, args, kwargs, timer, auto_cache,
 ):
     kwargs = dict(kwargs)
     with timer.stage("prepare"):
@@ -798,7 +835,7 @@ def _window_loop(
                 f"inputs must be [N, C, *spatial] with at least one spatial dimension, got {tuple(inputs.shape)}."
             )
         ndim = inputs.ndim - 2
-        sw_batch_size = _check_sw_batch_size(sw_batch_size)
+        sw_batch_size = check_sw_batch_size(sw_batch_size)
         mode = look_up_option(mode, BlendMode)
         pad_mode = look_up_option(padding_mode, PytorchPadMode)
         buffered = buffer_steps is not None and buffer_steps > 0
@@ -826,13 +863,22 @@ def _window_loop(
             weight = compute_importance_map(plan.roi_size, mode, sigma_scale, device=sw_device, dtype=dtype)
 
         if buffered:
-            bands, _ = _buffered_groups(plan, sw_batch_size, int(buffer_steps), buffer_dim)  # type: ignore[arg-type]
-            steps = [(b, batch, i == len(b.batches) - 1) for b in bands for i, batch in enumerate(b.batches)]
+            segments = [(b, b.first, b.stop) for b in _buffered_bands(plan, int(buffer_steps), buffer_dim)]
         else:
-            steps = [(None, batch, False) for batch in _batch_groups(plan, sw_batch_size)]
+            segments = [(None, 0, plan.total_windows)]
         stitcher = WindowStitcher(
             plan, weight, device, dtype, buffer_dim if buffered else None, per_window_weights=process_fn is not None
         )
+        auto = None
+        if sw_batch_size == "auto":
+            voxels = plan.batch_size * math.prod(plan.padded_size)
+            key = (_identity(predictor), plan.roi_size, inputs.shape[1], str(dtype), str(sw_device))
+            key += _signature(args, kwargs)
+            auto = AutoBatchSize(sw_device, auto_cache, key, voxels, stitch_on_device=device == sw_device)
+            steps: Any = _schedule(segments, auto.next)
+        else:
+            bs = int(sw_batch_size)
+            steps = list(_schedule(segments, lambda remaining: bs))
         timer.count("windows", plan.total_windows)
         timer.set("sw_batch_size", sw_batch_size)
 
@@ -845,7 +891,11 @@ def _window_loop(
                 if condition is not None:
                     kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
             with timer.stage("forward"):
+                if auto is not None:
+                    auto.before_forward(len(coords))
                 out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
+                if auto is not None:
+                    auto.after_forward()
                 timer.count("batches")
             with timer.stage("stitch"):
                 keys, outs = _flatten_outputs(out)
@@ -858,7 +908,12 @@ def _window_loop(
                 stitcher.add(outs, coords, w)
                 if last_of_band:
                     stitcher.end_band()
+                if auto is not None:
+                    auto.after_stitch(stitcher.result_bytes(sw_device))
 
+    if auto is not None:
+        timer.set("sw_batch_size", "auto")
+        timer.set("auto_batch", dict(auto.info))
     with timer.stage("finalize"):
         results = stitcher.finalize()
         results = [r.to(device=device, dtype=dtype) for r in results]

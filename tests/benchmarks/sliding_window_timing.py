@@ -52,7 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--volume", type=int, nargs=3, default=None, metavar=("H", "W", "D"),
                    help="volume size (default: 80 80 64 on cpu = 8 windows; 288 288 240 on cuda = 27 windows)")
     p.add_argument("--overlap", type=float, default=0.25, help="window overlap (default: 0.25, as the bundle)")
-    p.add_argument("--batch-sizes", default="1,4,8,10,12,14,16,20", help="comma-separated sw_batch_size values")
+    p.add_argument("--batch-sizes", default="1,4,8,10,12,14,16,20",
+                   help="comma-separated sw_batch_size values; 'auto' is allowed")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per size (default: 1 cpu, 3 cuda)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs per size on cuda (default: 1); every run "
                    "starts with one untimed window")
@@ -95,7 +96,7 @@ def main(argv=None) -> list[dict]:
     roi = args.roi or (128 if cuda else 48)
     volume = tuple(args.volume or ((288, 288, 240) if cuda else (80, 80, 64)))
     repeats = args.repeats or (3 if cuda else 1)
-    sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
+    sizes = [s.strip() if s.strip() == "auto" else int(s) for s in args.batch_sizes.split(",") if s.strip()]
     amp = cuda and not args.no_amp
 
     torch.manual_seed(0)
