@@ -96,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--weights", default=None, help="VISTA3D checkpoint (the bundle's models/model.pt)")
     seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
     seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
-    seg.add_argument("--sw-batch-size", default="1", help="windows per network call, or 'auto' (default 1)")
+    seg.add_argument("--sw-batch-size", default="1",
+                     help="windows per network call, or 'auto' (the inferer sizes it from GPU memory; default 1)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None, help="volume of a 4D image to segment")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--size", default=None,
                        help="phantom shape X,Y,Z (default 256,256,176 on CUDA, 160,160,96 on CPU)")
     bench.add_argument("--spacing", default="1.0,1.0,1.5", help="phantom voxel size in mm (default 1,1,1.5)")
-    bench.add_argument("--sw-batch-sizes", default=None, help="default 1,4,14 on CUDA, 1,2,4 on CPU")
+    bench.add_argument("--sw-batch-sizes", default=None, help="default 1,4,14 on CUDA, 1,2,4 on CPU; 'auto' is allowed")
     bench.add_argument("--repeats", type=int, default=1, help="timed runs per sw_batch_size (best is kept)")
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
@@ -254,8 +255,10 @@ def _benchmark(args: argparse.Namespace) -> int:
     cuda = device.type == "cuda"
     size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = _floats(args.spacing, 3, "--spacing")
-    sws = _ints(args.sw_batch_sizes, what="--sw-batch-sizes") if args.sw_batch_sizes else (
-        (1, 4, 14) if cuda else (1, 2, 4))
+    sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
+    if args.sw_batch_sizes:
+        sws = tuple("auto" if t.strip() == "auto" else _ints(t, what="--sw-batch-sizes")[0]
+                    for t in args.sw_batch_sizes.split(",") if t.strip())
     roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
     embed_dim = args.embed_dim or (48 if cuda else 8)
     if args.repeats < 1:
@@ -281,7 +284,7 @@ def _benchmark(args: argparse.Namespace) -> int:
             pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
         for sw in sws:
             pipe.sw_batch_size = sw
-            _warm_up(pipe, sw, parse_classes(args.classes))
+            _warm_up(pipe, 1 if sw == "auto" else sw, parse_classes(args.classes))
             best: dict[str, float] | None = None
             peak = None
             for _ in range(args.repeats):
@@ -294,7 +297,8 @@ def _benchmark(args: argparse.Namespace) -> int:
                     best = t
                 if cuda:
                     peak = torch.cuda.max_memory_allocated(device) / 2**30
-            runs.append({"sw_batch_size": sw, "windows": pipe.n_windows, "timings": best, "peak_gpu_gib": peak})
+            runs.append({"sw_batch_size": sw, "used": pipe.last_sw_batch_size, "windows": pipe.n_windows,
+                         "timings": best, "peak_gpu_gib": peak})
             if not args.quiet:
                 print(f"  sw_batch_size {sw}: {best['total']:.2f} s", file=sys.stderr)
         shape_pre = tuple(pipe.record.final_shape)
@@ -309,7 +313,8 @@ def _benchmark(args: argparse.Namespace) -> int:
     print(header + (f"{'peak GiB':>10}" if cuda else ""))
     for r in runs:
         t = r["timings"]
-        line = (f"{r['sw_batch_size']:>13}{r['windows']:>9}{t['inference']:>13.3f}"
+        sw_text = str(r["sw_batch_size"]) if r["sw_batch_size"] != "auto" else f"auto ({r['used']})"
+        line = (f"{sw_text:>13}{r['windows']:>9}{t['inference']:>13.3f}"
                 f"{t.get('inference/forward', float('nan')):>11.3f}{t['total']:>10.3f}"
                 f"{r['windows'] / max(t['inference'], 1e-12):>8.2f}")
         print(line + (f"{r['peak_gpu_gib']:>10.2f}" if cuda else ""))

@@ -274,7 +274,8 @@ class Vista3DPipeline:
         device: where to compute (``"cuda"``/``"cpu"``); None picks CUDA when available.
         roi_size: sliding-window size (the bundle's 128³).
         overlap: window overlap (the bundle's 0.25).
-        sw_batch_size: windows per network call, or ``"auto"`` (from free GPU memory; 1 on CPU).
+        sw_batch_size: windows per network call, or ``"auto"`` (the inferer's choice: from a one-window memory
+            probe on CUDA, up to 4 on CPU).
         amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
         progress: a progress bar over the windows.
         timing: ask the inferer for its own stage timings (when the inferer supports ``timing``).
@@ -374,15 +375,17 @@ class Vista3DPipeline:
         self.record = record
         return out, record
 
-    def resolve_sw_batch_size(self, n_windows: int) -> int:
-        """``sw_batch_size``, with ``"auto"`` sized from free GPU memory (about 5 GiB a 128³ window)."""
-        if self.sw_batch_size != "auto":
-            return int(self.sw_batch_size)
-        if self.device.type != "cuda":
-            return 1
-        free, _ = torch.cuda.mem_get_info(self.device)
-        per_window = 5 * 2**30 * float(np.prod(self.roi_size)) / 128**3
-        return int(max(1, min(n_windows, 14, free // per_window)))
+    def _sliding_inferer(self) -> Any:
+        """The sliding-window inferer, kept across calls so that ``sw_batch_size="auto"`` probes only once."""
+        from monai.inferers import SlidingWindowInfererAdapt
+
+        key = (self.roi_size, self.sw_batch_size, self.overlap, self.timing)
+        if getattr(self, "_inferer_key", None) != key:
+            kw: dict[str, Any] = dict(roi_size=self.roi_size, sw_batch_size=self.sw_batch_size, overlap=self.overlap,
+                                      with_coord=True)
+            self._inferer = _make_inferer(SlidingWindowInfererAdapt, kw, self.timing)
+            self._inferer_key = key
+        return self._inferer
 
     def prompts(
         self,
@@ -434,6 +437,13 @@ class Vista3DPipeline:
             "point_labels": torch.as_tensor(labs, device=self.device)[None],
         }
 
+    def _predictor(self, progress: _Progress) -> _CountingPredictor:
+        # one wrapper for the pipeline's life: the inferer's "auto" batch size caches its probe per predictor
+        if getattr(self, "_counting", None) is None or self._counting.network is not self.network:
+            self._counting = _CountingPredictor(self.network, progress)
+        self._counting.progress = progress
+        return self._counting
+
     def _autocast(self):
         if self.amp and self.device.type == "cuda":
             return torch.autocast(device_type="cuda", dtype=torch.float16)
@@ -463,26 +473,26 @@ class Vista3DPipeline:
         stages = ("prepare", "forward", "stitch", "finalize", "other", "total")
         with torch.no_grad(), self._autocast():
             if point_coords is None:
-                from monai.inferers import SlidingWindowInfererAdapt
-
                 if not label_ids:
                     raise PromptError("no classes to segment")
                 n_win = count_windows(inp.shape[2:], self.roi_size, self.overlap)
-                bs = self.resolve_sw_batch_size(n_win)
                 progress = _Progress(n_win, self.progress)
-                kw: dict[str, Any] = dict(roi_size=self.roi_size, sw_batch_size=bs, overlap=self.overlap,
-                                          with_coord=True)
-                inferer = _make_inferer(SlidingWindowInfererAdapt, kw, self.timing)
+                inferer = self._sliding_inferer()
+                predictor = self._predictor(progress)
                 cv = torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
                 try:
-                    logits = inferer(inp, _CountingPredictor(self.network, progress), transpose=True,
+                    logits = inferer(inp, predictor, transpose=True,
                                      class_vector=cv, prompt_class=cv, point_coords=None, point_labels=None,
                                      labels=None, label_set=None, prev_mask=None)
                 finally:
                     progress.close()
                 inf_t = getattr(inferer, "timings", None) or {}
                 sub = {f"inference/{k}": float(inf_t[k]) for k in stages if k in inf_t}
-                self.n_windows, self.last_sw_batch_size = n_win, bs
+                self.n_windows = int(inf_t.get("windows", n_win))
+                used = inf_t.get("sw_batch_size", self.sw_batch_size)
+                if used == "auto" and isinstance(inf_t.get("auto_batch"), dict):
+                    used = inf_t["auto_batch"].get("max_batch", used)  # the batch the inferer chose
+                self.last_sw_batch_size = used
             else:
                 from monai.apps.vista3d.inferer import point_based_window_inferer
 
@@ -490,7 +500,7 @@ class Vista3DPipeline:
                 progress = _Progress(int(point_coords.shape[1]), self.progress)
                 try:
                     logits = point_based_window_inferer(
-                        inp, self.roi_size, _CountingPredictor(self.network, progress), point_coords, point_labels,
+                        inp, self.roi_size, self._predictor(progress), point_coords, point_labels,
                         class_vector=None, prompt_class=pc, transpose=True, with_coord=True,
                     )
                 finally:
