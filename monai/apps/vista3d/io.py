@@ -1,0 +1,562 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""NIfTI input and output for the VISTA3D pipeline.
+
+``load_image`` reads a ``.nii`` / ``.nii.gz`` file into a float32 tensor ``[1, X, Y, Z]`` and an
+:class:`ImageGeometry`; ``save_label_map`` writes a label map back on the input's grid, with the input's
+affine and header, atomically. Both validate their input and raise :class:`Vista3DInputError` (or its
+subclass :class:`Vista3DOutputError`) with a message that says what is wrong and how to fix it.
+
+Speed: a gzip file is decompressed in one call into a buffer sized from the gzip trailer, and the voxels are
+viewed in place (``np.frombuffer``) and cast once to float32; nibabel's ``get_fdata`` would go through a
+float64 copy. Writing compresses in independent blocks on a few threads (one standard single-member gzip
+stream, as pigz does). When the optional package ``isal`` (python-isal, Intel ISA-L) is installed it is used
+for (de)compression automatically; set ``VISTA3D_GZIP_CODEC=zlib`` to force the standard library.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pathlib
+import struct
+import tempfile
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import nibabel as nib
+import numpy as np
+import torch
+
+__all__ = [
+    "Vista3DInputError",
+    "Vista3DOutputError",
+    "ImageGeometry",
+    "load_image",
+    "save_label_map",
+    "gzip_codec",
+    "DEFAULT_COMPRESSLEVEL",
+]
+
+#: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
+#: is several times faster than the gzip default (6) for a few percent larger files.
+DEFAULT_COMPRESSLEVEL = 1
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BLOCK = 8 << 20  # bytes per independently compressed block when writing
+_SPATIAL_UNITS_MM = {"mm", "unknown"}
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class Vista3DInputError(ValueError):
+    """An input the VISTA3D pipeline cannot use (file, image, prompt or option); the message says why."""
+
+
+class Vista3DOutputError(Vista3DInputError):
+    """An output that cannot be written where asked (unwritable folder, output equal to the input, ...)."""
+
+
+@dataclass
+class ImageGeometry:
+    """Where an image's voxels lie, and what is needed to write a result on the same grid.
+
+    Attributes:
+        affine: ``[4, 4]`` float64 voxel-to-world (RAS mm) matrix, as ``nibabel`` gives it (``img.affine``).
+        spatial_shape: ``(X, Y, Z)`` voxel counts, axes as on disk.
+        header: a copy of the input's NIfTI header (qform/sform and their codes kept).
+        filename: the input path, or ``None`` for an in-memory image.
+        dtype: the on-disk voxel dtype (before scl_slope/scl_inter scaling), byte order included.
+    """
+
+    affine: np.ndarray
+    spatial_shape: tuple[int, int, int]
+    header: Any
+    filename: str | None
+    dtype: np.dtype
+
+    @property
+    def spacing(self) -> tuple[float, float, float]:
+        """Voxel size in mm along each voxel axis (column norms of the affine)."""
+        return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
+
+
+# ----------------------------------------------------------------------------------------------- codecs
+
+
+def gzip_codec() -> Any:
+    """The zlib-compatible module used for gzip: ``isal.isal_zlib`` when installed, else ``zlib``.
+
+    ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal`` requires isal.
+    """
+    choice = os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower()
+    if choice not in ("auto", "zlib", "isal"):
+        raise Vista3DInputError(f"VISTA3D_GZIP_CODEC={choice!r}: use 'auto', 'zlib' or 'isal'.")
+    if choice == "zlib":
+        return zlib
+    try:
+        from isal import isal_zlib  # optional: 2-3x faster gzip, same format
+    except ImportError:
+        if choice == "isal":
+            raise Vista3DInputError("VISTA3D_GZIP_CODEC=isal but isal is not installed: pip install isal") from None
+        return zlib
+    return isal_zlib
+
+
+def _codec_errors(codec: Any) -> tuple[type[BaseException], ...]:
+    return (zlib.error, codec.error, EOFError, OSError)
+
+
+def _gunzip(data: bytes, path: pathlib.Path) -> bytes:
+    """Decompress a whole gzip file (one or more members) with the fastest codec."""
+    codec = gzip_codec()
+    # The trailer holds the (last member's) size mod 2**32: a good first guess for the output buffer.
+    isize = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+    try:
+        out = codec.decompress(data, 31, max(isize + 1, 1 << 16))
+        if len(out) % (1 << 32) == isize:
+            return out
+        # Several members (e.g. bgzip): decode member by member.
+        parts, rest = [], data
+        while rest:
+            d = codec.decompressobj(31)
+            parts.append(d.decompress(rest))
+            if not d.eof:
+                raise EOFError("incomplete or truncated stream")
+            rest = d.unused_data.lstrip(b"\x00")  # trailing zero padding is allowed by gzip
+        return b"".join(parts)
+    except _codec_errors(codec) as e:
+        raise Vista3DInputError(
+            f"{path}: corrupt or truncated gzip file ({e}); re-export or re-download it (check with 'gzip -t')."
+        ) from None
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def _header_from_bytes(buf: bytes | memoryview, path: pathlib.Path) -> Any:
+    """Parse a single-file NIfTI-1/2 header (with extensions) from the start of ``buf``."""
+    if len(buf) < 348:
+        raise Vista3DInputError(f"{path}: not a NIfTI file (only {len(buf)} bytes; a NIfTI header has 348).")
+    sizeof_hdr = {struct.unpack("<i", buf[:4])[0], struct.unpack(">i", buf[:4])[0]}
+    if 348 in sizeof_hdr:
+        klass, magic = nib.Nifti1Header, bytes(buf[344:348])
+        ok, pair = magic == b"n+1\x00", magic == b"ni1\x00"
+    elif 540 in sizeof_hdr and len(buf) >= 540:
+        klass, magic = nib.Nifti2Header, bytes(buf[4:8])
+        ok, pair = magic == b"n+2\x00", magic == b"ni2\x00"
+    else:
+        raise Vista3DInputError(f"{path}: not a NIfTI file (bad header size field); VISTA3D reads .nii and .nii.gz.")
+    if pair:
+        raise Vista3DInputError(
+            f"{path}: this is the header of a two-file NIfTI pair (.hdr/.img), not a single .nii file; "
+            "convert it, e.g. nibabel.save(nibabel.load('x.hdr'), 'x.nii.gz')."
+        )
+    if not ok:
+        raise Vista3DInputError(f"{path}: not a NIfTI file (no NIfTI magic; Analyze 7.5 is not supported).")
+    try:
+        raw = klass.from_fileobj(io.BytesIO(buf), check=False)
+    except Exception as e:  # nibabel raises HeaderDataError and others for inconsistent headers
+        raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
+    # nibabel silently turns a zero pixdim into 1 mm; when pixdim is what places the voxels, refuse it.
+    pixdim = np.asarray(raw["pixdim"][1:4], dtype=np.float64)
+    if int(raw["sform_code"]) == 0 and (not np.all(np.isfinite(pixdim)) or np.any(pixdim == 0)):
+        raise Vista3DInputError(
+            f"{path}: zero or non-finite voxel spacing (pixdim {tuple(pixdim)}); "
+            "set pixdim/qform/sform to the real voxel size in mm."
+        )
+    try:
+        return klass.from_fileobj(io.BytesIO(buf))  # with nibabel's checks and fixes, as nibabel.load does
+    except Exception as e:
+        raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
+
+
+def _check_geometry(hdr: Any, shape: tuple[int, ...], path: pathlib.Path) -> np.ndarray:
+    affine = np.asarray(hdr.get_best_affine(), dtype=np.float64)
+    if not np.all(np.isfinite(affine)):
+        raise Vista3DInputError(f"{path}: the affine (qform/sform) has non-finite entries; fix the header.")
+    spacing = np.linalg.norm(affine[:3, :3], axis=0)
+    if np.any(spacing <= 0) or abs(np.linalg.det(affine[:3, :3])) < 1e-12 * max(float(np.prod(spacing)), 1e-300):
+        raise Vista3DInputError(
+            f"{path}: zero or degenerate voxel spacing {tuple(np.round(spacing, 6))} (pixdim {hdr['pixdim'][1:4]}); "
+            "set pixdim/qform/sform to the real voxel size in mm."
+        )
+    units = hdr.get_xyzt_units()[0]
+    if units not in _SPATIAL_UNITS_MM:
+        # NIfTI allows meters and microns; MONAI and nibabel ignore the unit, which would silently turn a
+        # 0.0008 m voxel into 0.0008 mm. Refuse instead of guessing.
+        raise Vista3DInputError(
+            f"{path}: spatial unit is {units!r}, VISTA3D needs mm; rescale pixdim/affine to mm and "
+            "set header.set_xyzt_units('mm')."
+        )
+    return affine
+
+
+def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathlib.Path) -> tuple[tuple, int]:
+    """(X, Y, Z) and the index of the volume to read, after the dimension checks."""
+    dims = list(shape)
+    while len(dims) > 3 and dims[-1] == 1:
+        dims.pop()
+    if len(dims) < 3 or min(dims[:3]) < 2:
+        raise Vista3DInputError(f"{path}: a 2D image (shape {tuple(shape)}); VISTA3D segments 3D volumes.")
+    if len(dims) > 4:
+        raise Vista3DInputError(f"{path}: {len(dims)}D image (shape {tuple(shape)}); only 3D or 4D are supported.")
+    n_vol = dims[3] if len(dims) == 4 else 1
+    if volume_index is None:
+        if n_vol > 1:
+            raise Vista3DInputError(
+                f"{path}: 4D image with {n_vol} volumes (shape {tuple(shape)}); choose one with "
+                f"volume_index (--volume-index) between 0 and {n_vol - 1}."
+            )
+        volume_index = 0
+    if not 0 <= int(volume_index) < n_vol:
+        raise Vista3DInputError(
+            f"{path}: volume_index {volume_index} out of range; the image has {n_vol} volume(s) (0..{n_vol - 1})."
+        )
+    return tuple(int(d) for d in dims[:3]), int(volume_index)
+
+
+def _to_float32(arr: np.ndarray, slope: float | None, inter: float | None) -> torch.Tensor:
+    """Cast (and byte-swap) ``arr`` [X, Y, Z] once into a new C-contiguous float32 tensor [1, X, Y, Z]."""
+    out = np.empty((1,) + arr.shape, dtype=np.float32)
+    np.copyto(out[0], arr, casting="unsafe")
+    t = torch.from_numpy(out)
+    if slope is not None and (slope != 1 or (inter or 0) != 0):
+        t.mul_(float(slope)).add_(float(inter or 0.0))
+    return t
+
+
+def load_image(path: str | os.PathLike, volume_index: int | None = None) -> tuple[torch.Tensor, ImageGeometry]:
+    """Read a NIfTI volume as a float32 tensor.
+
+    Args:
+        path: a ``.nii`` or ``.nii.gz`` file, any orientation, on-disk dtype and byte order.
+        volume_index: for a 4D file, which volume to read (required when there are several).
+
+    Returns:
+        ``(image, geometry)``: ``image`` is ``[1, X, Y, Z]`` float32 (voxel axes as on disk, scl_slope and
+        scl_inter applied), ``geometry`` the :class:`ImageGeometry` needed to save a result on the same grid.
+
+    Raises:
+        Vista3DInputError: missing or unreadable file, not NIfTI, corrupt or truncated gzip, 2D image, 4D image
+            without a valid ``volume_index``, zero/degenerate spacing, non-mm units, NaN or Inf voxels.
+
+    Spatial unit 'unknown' (``xyzt_units`` 0) is read as mm, as nibabel and MONAI do.
+    """
+    p = pathlib.Path(path)
+    if not p.exists():
+        raise Vista3DInputError(f"{p}: no such file; check the path.")
+    if not p.is_file():
+        raise Vista3DInputError(f"{p}: not a regular file (a directory?); give a .nii or .nii.gz file.")
+    try:
+        with open(p, "rb") as f:
+            start = f.read(540)
+            if start[:2] == _GZIP_MAGIC:
+                buf = _gunzip(start + f.read(), p)
+                hdr = _header_from_bytes(buf, p)
+                mapped = None
+            else:
+                hdr = _header_from_bytes(start, p)
+                buf = None
+    except OSError as e:
+        raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
+
+    shape = tuple(int(s) for s in hdr.get_data_shape())
+    spatial, vol = _spatial_shape(shape, volume_index, p)
+    affine = _check_geometry(hdr, shape, p)
+    dtype = hdr.get_data_dtype()
+    if dtype.kind not in "biuf":
+        raise Vista3DInputError(f"{p}: voxel type {dtype} is not supported (complex or RGB); convert to a scalar type.")
+    n3 = int(np.prod(spatial))
+    offset = int(hdr.get_data_offset()) + vol * n3 * dtype.itemsize
+    need = offset + n3 * dtype.itemsize
+    size = len(buf) if buf is not None else p.stat().st_size
+    if size < need:
+        raise Vista3DInputError(
+            f"{p}: truncated: the header needs {need} bytes of voxel data and offset, the file has {size}."
+        )
+    if buf is not None:
+        arr = np.frombuffer(buf, dtype=dtype, count=n3, offset=offset).reshape(spatial, order="F")
+    else:  # uncompressed: map the file read-only and cast straight from the page cache
+        mapped = np.memmap(p, dtype=dtype, mode="r", offset=offset, shape=spatial, order="F")
+        arr = mapped
+    slope, inter = hdr.get_slope_inter()
+    image = _to_float32(arr, slope, inter)
+    del arr, mapped, buf
+    if dtype.kind == "f" or slope is not None:
+        finite = torch.isfinite(image)
+        n_bad = image.numel() - int(finite.sum())
+        if n_bad:
+            n_nan = int(torch.isnan(image).sum())
+            raise Vista3DInputError(
+                f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
+                "replace them (e.g. with the background value) before segmenting."
+            )
+    geometry = ImageGeometry(
+        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(dtype)
+    )
+    return image, geometry
+
+
+# ------------------------------------------------------------------------------------------------ save
+
+
+def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    hdr = geometry.header
+    if hdr is None:
+        hdr = nib.Nifti1Header()
+        hdr.set_qform(geometry.affine, code=1)
+        hdr.set_sform(geometry.affine, code=1)
+        hdr.set_xyzt_units("mm")
+    hdr = hdr.copy()
+    if not getattr(hdr, "is_single", True):  # header of a .hdr/.img pair: write it as a single file
+        klass = nib.Nifti2Header if isinstance(hdr, nib.Nifti2Header) else nib.Nifti1Header
+        single = klass(binaryblock=hdr.binaryblock, endianness=hdr.endianness)
+        single["magic"] = klass.single_magic if hasattr(klass, "single_magic") else b"n+1"
+        single.extensions[:] = list(hdr.extensions)
+        hdr = single
+    if hdr.endianness != "<":
+        hdr = hdr.as_byteswapped("<")
+    if not np.allclose(hdr.get_best_affine(), geometry.affine, atol=1e-6):
+        # the caller changed the geometry: write its affine like nibabel does (codes kept when set)
+        hdr.set_sform(geometry.affine, code=int(hdr["sform_code"]) or 2)
+        hdr.set_qform(geometry.affine, code=int(hdr["qform_code"]) or 2)
+    hdr.set_data_shape(shape)
+    hdr.set_data_dtype(dtype)
+    hdr["scl_slope"], hdr["scl_inter"] = 1.0, 0.0  # values are label ids: no scaling
+    hdr["cal_min"], hdr["cal_max"] = 0.0, 0.0  # the input's display window means nothing for labels
+    hdr["vox_offset"] = 0  # recomputed by write_to from the extensions
+    return hdr
+
+
+def _header_bytes(hdr: Any) -> bytes:
+    bio = io.BytesIO()
+    hdr.write_to(bio)
+    out = bio.getvalue()
+    return out + b"\x00" * (int(hdr["vox_offset"]) - len(out))
+
+
+_CRC_POLY = 0xEDB88320
+
+
+def _gf2_times(mat: list[int], vec: int) -> int:
+    s, i = 0, 0
+    while vec:
+        if vec & 1:
+            s ^= mat[i]
+        vec >>= 1
+        i += 1
+    return s
+
+
+def _crc32_shift(nbytes: int) -> list[int]:
+    """GF(2) operator that advances a CRC-32 over ``nbytes`` zero bytes (zlib's crc32_combine, as a matrix)."""
+    odd = [_CRC_POLY] + [1 << n for n in range(31)]  # one zero bit
+    even = [_gf2_times(odd, odd[n]) for n in range(32)]  # two
+    odd = [_gf2_times(even, even[n]) for n in range(32)]  # four
+    total = [1 << n for n in range(32)]
+    while nbytes:
+        even = [_gf2_times(odd, odd[n]) for n in range(32)]
+        if nbytes & 1:
+            total = [_gf2_times(even, total[n]) for n in range(32)]
+        nbytes >>= 1
+        if not nbytes:
+            break
+        odd = [_gf2_times(even, even[n]) for n in range(32)]
+        if nbytes & 1:
+            total = [_gf2_times(odd, total[n]) for n in range(32)]
+        nbytes >>= 1
+    return total
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int, _cache: dict = {}) -> int:  # noqa: B006 (memo)
+    """CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (what zlib's C API offers)."""
+    if len2 not in _cache:
+        if len(_cache) > 16:
+            _cache.clear()
+        _cache[len2] = _crc32_shift(len2)
+    return _gf2_times(_cache[len2], crc1) ^ crc2
+
+
+def _write_gzip(f: Any, pieces: list, level: int, threads: int, codec: Any) -> None:
+    """Write ``pieces`` (buffers) to ``f`` as one standard gzip member, compressing blocks in parallel.
+
+    Each block is an independent raw deflate stream ended by a sync flush (the last by Z_FINISH), so their
+    concatenation is one valid deflate stream; the CRC-32 is combined from per-block CRCs.
+    """
+    if codec is not zlib:
+        level = min(level, 3)  # ISA-L has levels 0..3 (all compress; 0 is its fastest)
+    combine = getattr(codec, "crc32_combine", crc32_combine)
+    blocks: list[memoryview] = []
+    for piece in pieces:
+        mv = memoryview(piece).cast("B")
+        blocks.extend(mv[i : i + _BLOCK] for i in range(0, len(mv), _BLOCK))
+    last = len(blocks) - 1
+
+    def work(i: int) -> tuple[bytes, int]:
+        c = codec.compressobj(level, codec.DEFLATED, -15)
+        body = c.compress(blocks[i]) + c.flush(codec.Z_FINISH if i == last else codec.Z_SYNC_FLUSH)
+        return body, codec.crc32(blocks[i])
+
+    f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0, OS unknown
+    crc, total = 0, 0
+    if threads > 1 and len(blocks) > 1:
+        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vista3d-gzip")
+        results = pool.map(work, range(len(blocks)))
+    else:
+        pool, results = None, map(work, range(len(blocks)))
+    try:
+        for i, (body, c) in enumerate(results):
+            f.write(body)
+            crc = combine(crc, c, len(blocks[i])) if i else c
+            total += len(blocks[i])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    f.write(struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
+
+
+def _same_file(a: pathlib.Path, b: str | None) -> bool:
+    if not b:
+        return False
+    try:
+        if a.resolve() == pathlib.Path(b).resolve():
+            return True
+        return a.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _as_label_array(labels: Any, geometry: ImageGeometry) -> np.ndarray:
+    if isinstance(labels, torch.Tensor):
+        labels = labels.detach().cpu().numpy()
+    arr = np.asarray(labels)
+    if arr.ndim == 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if tuple(arr.shape) != tuple(geometry.spatial_shape):
+        raise Vista3DInputError(
+            f"label map shape {tuple(arr.shape)} does not match the input grid {tuple(geometry.spatial_shape)}; "
+            "invert the preprocessing (orientation, crop, resampling) before saving."
+        )
+    return arr
+
+
+def _check_range(arr: np.ndarray, dtype: np.dtype) -> None:
+    if dtype.kind not in "iu" or (arr.dtype.kind in "iu" and np.can_cast(arr.dtype, dtype)):
+        return
+    if arr.dtype.kind == "b":
+        return
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    amin, amax = arr.min(), arr.max()
+    if not (np.isfinite(amin) and np.isfinite(amax)) or amin < lo or amax > hi:
+        raise Vista3DInputError(
+            f"label values span [{amin}, {amax}], which does not fit {dtype} [{lo}, {hi}]; "
+            "choose a wider output dtype (e.g. float32 or int16)."
+        )
+
+
+_OUTPUT_DTYPES = ("uint8", "int16", "uint16", "int32", "float32", "float64")
+
+
+def save_label_map(
+    labels: torch.Tensor | np.ndarray,
+    geometry: ImageGeometry,
+    path: str | os.PathLike,
+    dtype: str = "float32",
+    compresslevel: int | None = None,
+    *,
+    threads: int | None = None,
+) -> pathlib.Path:
+    """Write a label map on the input grid as NIfTI, atomically.
+
+    The file gets the input's affine and header (qform/sform and codes kept), ``datatype`` set to ``dtype``,
+    ``scl_slope``/``scl_inter`` reset to 1/0 and ``cal_min``/``cal_max`` to 0. It is written to a temporary
+    name in the same folder, flushed to disk and renamed, so a crash never leaves a partial file under
+    ``path``; the input file is never touched.
+
+    Args:
+        labels: ``[X, Y, Z]`` or ``[1, X, Y, Z]`` tensor or array on the input grid.
+        geometry: the input's geometry from :func:`load_image`.
+        path: ``.nii.gz`` (gzip) or ``.nii``; missing parent folders are created.
+        dtype: one of uint8, int16, uint16, int32, float32 (the bundle's choice), float64.
+        compresslevel: gzip level 0-9 (``None``: :data:`DEFAULT_COMPRESSLEVEL`); with isal, 1-3 map to its levels.
+        threads: compression threads (``None``: up to 4, never more than the CPU count).
+
+    Returns:
+        The path written.
+
+    Raises:
+        Vista3DInputError: wrong shape, values that do not fit ``dtype``, unknown ``dtype`` or suffix.
+        Vista3DOutputError: the output is the input file, or its folder cannot be created or written.
+    """
+    p = pathlib.Path(path)
+    name = p.name
+    if not (name.endswith(".nii") or name.endswith(".nii.gz")):
+        raise Vista3DInputError(f"{p}: output must end with .nii or .nii.gz.")
+    if _same_file(p, geometry.filename):
+        raise Vista3DOutputError(f"{p}: the output path is the input file; choose another output folder or name.")
+    if str(dtype) not in _OUTPUT_DTYPES:
+        raise Vista3DInputError(f"output dtype {dtype!r} is not supported; use one of {', '.join(_OUTPUT_DTYPES)}.")
+    level = DEFAULT_COMPRESSLEVEL if compresslevel is None else int(compresslevel)
+    if not 0 <= level <= 9:
+        raise Vista3DInputError(f"compresslevel {compresslevel} out of range; use 0 (none) to 9 (smallest).")
+    out_dtype = np.dtype(dtype).newbyteorder("<")
+    arr = _as_label_array(labels, geometry)
+    _check_range(arr, out_dtype)
+    hdr = _output_header(geometry, arr.shape, out_dtype)
+    head = _header_bytes(hdr)
+    # One pass: cast and lay out in NIfTI (Fortran) order; .T of a Fortran array is C-contiguous bytes.
+    data = np.asarray(arr, dtype=out_dtype, order="F").T
+    if threads is None:
+        threads = min(4, os.cpu_count() or 1)
+
+    parent = p.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".part")
+    except OSError as e:
+        raise Vista3DOutputError(
+            f"{p}: cannot write to folder {parent} ({e.strerror or e}); choose a writable --output-dir."
+        ) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if name.endswith(".gz"):
+                # ISA-L's level 0 still compresses; a stored (level 0) stream comes from zlib
+                codec = gzip_codec() if level > 0 else zlib
+                _write_gzip(f, [head, data], level, max(1, int(threads)), codec)
+            else:
+                f.write(head)
+                f.write(memoryview(data).cast("B"))
+            f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            msg = f"{p}: writing failed ({e.strerror or e}); nothing was left under this name."
+            raise Vista3DOutputError(msg) from e
+        raise
+    try:  # make the rename itself durable; not possible on every platform
+        dfd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+    return p
+

@@ -1,0 +1,369 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import pathlib
+import tempfile
+import unittest
+from unittest import mock
+
+import nibabel as nib
+import numpy as np
+import torch
+from nibabel.testing import data_path
+from parameterized import parameterized
+
+from monai.apps.vista3d import io as vio
+from monai.apps.vista3d.io import ImageGeometry, Vista3DInputError, Vista3DOutputError, load_image, save_label_map
+from monai.apps.vista3d.phantom import PHANTOM_HU, make_phantom, write_phantom
+
+NIBABEL_FILES = [
+    ("anatomical.nii",),  # big-endian int16, LAS
+    ("reoriented_anat_moved.nii",),  # big-endian float32, RAS
+    ("standard.nii.gz",),  # uint8, xyzt_units unknown, only an sform
+]
+
+
+def _patch_header(path, endianness=None, **fields):
+    """Edit header fields of an uncompressed .nii in place (to write headers nibabel refuses to make)."""
+    path = pathlib.Path(path)
+    raw = bytearray(path.read_bytes())
+    hdr = nib.Nifti1Header.from_fileobj(__import__("io").BytesIO(bytes(raw)), check=False)
+    data = np.ndarray(hdr.get_data_shape(), hdr.get_data_dtype(), raw, int(hdr["vox_offset"]), order="F").copy()
+    if endianness is not None and endianness != hdr.endianness:
+        hdr = hdr.as_byteswapped(endianness)
+        data = data.astype(data.dtype.newbyteorder(endianness))
+    for key, value in fields.items():
+        hdr[key] = value
+    hdr["vox_offset"] = 0
+    bio = __import__("io").BytesIO()
+    hdr.write_to(bio)
+    head = bio.getvalue()
+    path.write_bytes(head + b"\x00" * (int(hdr["vox_offset"]) - len(head)) + data.tobytes(order="F"))
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
+
+
+class TempDirCase(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = pathlib.Path(self._tmp.name)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+
+class TestPhantom(unittest.TestCase):
+    def test_deterministic_and_plausible(self):
+        a, aff = make_phantom((48, 40, 32), (1.0, 1.0, 1.5), seed=3)
+        b, _ = make_phantom((48, 40, 32), (1.0, 1.0, 1.5), seed=3)
+        c, _ = make_phantom((48, 40, 32), (1.0, 1.0, 1.5), seed=4)
+        np.testing.assert_array_equal(a, b)
+        self.assertFalse(np.array_equal(a, c))
+        self.assertEqual(a.dtype, np.int16)
+        np.testing.assert_allclose(np.diag(aff)[:3], [1.0, 1.0, 1.5])
+        # the centre of the volume is the world origin
+        np.testing.assert_allclose(aff @ [23.5, 19.5, 15.5, 1], [0, 0, 0, 1], atol=1e-9)
+        # every tissue appears (noise is at most 15 HU)
+        for name, hu in PHANTOM_HU.items():
+            self.assertTrue(np.any(np.abs(a.astype(int) - hu) <= 15), name)
+        self.assertLessEqual(abs(int(a[0, 0, 0]) + 1000), 15)  # air in the corner
+
+    def test_bad_arguments(self):
+        with self.assertRaises(ValueError):
+            make_phantom((4, 40, 32))
+        with self.assertRaises(ValueError):
+            make_phantom((16, 16, 16), (0.0, 1.0, 1.0))
+        with tempfile.TemporaryDirectory() as d, self.assertRaises(ValueError):
+            write_phantom(os.path.join(d, "x.nii"), (16, 16, 16), orientation="XYZ")
+
+
+class TestRoundTrip(TempDirCase):
+    @parameterized.expand(
+        [
+            ("RAS", "int16", ".nii.gz"),
+            ("LAS", "int16", ".nii"),
+            ("LPS", "float32", ".nii.gz"),
+            ("PIR", "float64", ".nii"),
+            ("oblique", "int16", ".nii.gz"),
+            ("RAS", "uint8", ".nii.gz"),  # nibabel sets scl_slope/scl_inter
+        ]
+    )
+    def test_load_save(self, orientation, dtype, suffix):
+        src = write_phantom(self.tmp / f"in{suffix}", (20, 18, 12), (0.8, 1.1, 2.5), 1, orientation, dtype=dtype)
+        before = _sha(src)
+        ref = nib.load(src)
+        image, geom = load_image(src)
+        self.assertEqual(image.dtype, torch.float32)
+        self.assertEqual(tuple(image.shape), (1,) + ref.shape)
+        self.assertTrue(image.is_contiguous())
+        np.testing.assert_allclose(image[0].numpy(), ref.get_fdata(), rtol=1e-6, atol=1e-4)
+        np.testing.assert_array_equal(geom.affine, ref.affine)
+        self.assertEqual(geom.affine.dtype, np.float64)
+        self.assertEqual(geom.spatial_shape, ref.shape)
+        self.assertEqual(geom.dtype, ref.get_data_dtype())
+        self.assertEqual(geom.filename, str(src))
+        self.assertEqual(nib.aff2axcodes(geom.affine), nib.aff2axcodes(ref.affine))
+        np.testing.assert_allclose(sorted(geom.spacing), sorted([0.8, 1.1, 2.5]), rtol=1e-6)
+
+        labels = torch.from_numpy((ref.get_fdata() > 0).astype(np.float32) * 3)
+        for out_dtype, out_suffix in [("float32", ".nii.gz"), ("uint8", ".nii"), ("int16", ".nii.gz")]:
+            out = save_label_map(labels, geom, self.tmp / "out" / f"seg{out_suffix}", dtype=out_dtype)
+            back = nib.load(out)
+            self.assertEqual(back.get_data_dtype(), np.dtype(out_dtype))
+            np.testing.assert_array_equal(np.asanyarray(back.dataobj), labels.numpy())
+            np.testing.assert_array_equal(back.affine, ref.affine)
+            for key in ("qform_code", "sform_code", "pixdim", "xyzt_units"):
+                np.testing.assert_array_equal(back.header[key], ref.header[key], err_msg=key)
+            np.testing.assert_allclose(back.header.get_qform(), ref.header.get_qform(), atol=1e-6)
+            np.testing.assert_allclose(back.header.get_sform(), ref.header.get_sform(), atol=1e-6)
+            self.assertEqual((back.dataobj.slope, back.dataobj.inter), (1.0, 0.0))
+            self.assertEqual(back.shape, ref.shape)
+        self.assertEqual(_sha(src), before, "the input file changed")
+
+    @parameterized.expand(NIBABEL_FILES)
+    def test_nibabel_files(self, name):
+        src = os.path.join(data_path, name)
+        before = _sha(src)
+        ref = nib.load(src)
+        image, geom = load_image(src)
+        np.testing.assert_allclose(image[0].numpy(), ref.get_fdata(), rtol=1e-6)
+        np.testing.assert_array_equal(geom.affine, ref.affine)
+        self.assertEqual(geom.dtype, ref.get_data_dtype())
+        out = save_label_map(image[0] > image.mean(), geom, self.tmp / "seg.nii.gz", dtype="uint8")
+        back = nib.load(out)
+        np.testing.assert_array_equal(back.affine, ref.affine)
+        np.testing.assert_array_equal(np.asanyarray(back.dataobj), (image[0] > image.mean()).numpy())
+        self.assertEqual(back.header["sform_code"], ref.header["sform_code"])
+        self.assertEqual(back.header["qform_code"], ref.header["qform_code"])
+        self.assertEqual(_sha(src), before)
+
+    @parameterized.expand([("example4d.nii.gz", 1), ("example_nifti2.nii.gz", 0), ("functional.nii", 19)])
+    def test_4d_volume_index(self, name, index):
+        src = os.path.join(data_path, name)
+        ref = nib.load(src)
+        image, geom = load_image(src, volume_index=index)
+        np.testing.assert_allclose(image[0].numpy(), ref.get_fdata()[..., index])
+        self.assertEqual(geom.spatial_shape, ref.shape[:3])
+        out = save_label_map(image > 0, geom, self.tmp / "seg.nii.gz", dtype="uint8")
+        back = nib.load(out)
+        self.assertEqual(type(back), type(ref))  # NIfTI-2 stays NIfTI-2
+        self.assertEqual(back.shape, ref.shape[:3])
+        np.testing.assert_array_equal(back.affine, ref.affine)
+        with self.assertRaisesRegex(Vista3DInputError, "volume_index"):
+            load_image(src)
+        with self.assertRaisesRegex(Vista3DInputError, "out of range"):
+            load_image(src, volume_index=ref.shape[3])
+
+    def test_scaled_big_endian(self):
+        data = np.arange(6 * 5 * 4, dtype=">i2").reshape(6, 5, 4) - 30
+        nib.save(nib.Nifti1Image(data, np.diag([2.0, 3.0, 4.0, 1.0])), self.tmp / "be.nii")
+        _patch_header(self.tmp / "be.nii", scl_slope=0.5, scl_inter=-7.25, endianness=">")
+        self.assertEqual(nib.load(self.tmp / "be.nii").header.endianness, ">")
+        np.testing.assert_allclose(nib.load(self.tmp / "be.nii").get_fdata(), data * 0.5 - 7.25)
+        image, geom = load_image(self.tmp / "be.nii")
+        np.testing.assert_allclose(image[0].numpy(), data * 0.5 - 7.25)
+        self.assertEqual(geom.dtype, np.dtype(">i2"))
+        out = save_label_map(image[0] > 0, geom, self.tmp / "seg.nii.gz", dtype="uint8")
+        back = nib.load(out)
+        self.assertEqual((back.dataobj.slope, back.dataobj.inter), (1.0, 0.0))
+        np.testing.assert_array_equal(back.get_fdata(), (data * 0.5 - 7.25) > 0)
+
+    def test_multimember_gzip(self):
+        src = write_phantom(self.tmp / "a.nii", (16, 16, 12), seed=2)
+        raw = src.read_bytes()
+        (self.tmp / "b.nii.gz").write_bytes(gzip.compress(raw[:1000]) + gzip.compress(raw[1000:]))
+        a, _ = load_image(src)
+        b, _ = load_image(self.tmp / "b.nii.gz")
+        torch.testing.assert_close(a, b)
+
+    def test_output_header_without_input(self):
+        geom = ImageGeometry(np.diag([1.5, 1.5, 2.0, 1.0]), (4, 5, 6), None, None, np.dtype("int16"))
+        out = save_label_map(np.ones((1, 4, 5, 6)), geom, self.tmp / "x.nii.gz", dtype="uint8")
+        np.testing.assert_array_equal(nib.load(out).affine, geom.affine)
+
+
+class TestAtomicWrite(TempDirCase):
+    def setUp(self):
+        super().setUp()
+        self.src = write_phantom(self.tmp / "in.nii.gz", (16, 16, 12), seed=0)
+        self.image, self.geom = load_image(self.src)
+
+    def _names(self):
+        return sorted(p.name for p in self.tmp.iterdir())
+
+    @parameterized.expand([("seg.nii.gz",), ("seg.nii",)])
+    def test_failure_mid_write_leaves_nothing(self, name):
+        target = self.tmp / name
+        with mock.patch.object(vio, "_write_gzip", side_effect=RuntimeError("disk gone")), mock.patch.object(
+            os, "fsync", side_effect=OSError(5, "Input/output error")
+        ):
+            with self.assertRaises((RuntimeError, Vista3DOutputError)):
+                save_label_map(self.image > 0, self.geom, target)
+        self.assertFalse(target.exists())
+        self.assertEqual(self._names(), ["in.nii.gz"])
+
+    def test_failure_keeps_previous_output(self):
+        target = save_label_map(self.image > 0, self.geom, self.tmp / "seg.nii.gz")
+        before = _sha(target)
+        with mock.patch.object(os, "replace", side_effect=OSError(28, "No space left on device")):
+            with self.assertRaisesRegex(Vista3DOutputError, "No space left"):
+                save_label_map(self.image > 100, self.geom, target)
+        self.assertEqual(_sha(target), before)
+        self.assertEqual(self._names(), ["in.nii.gz", "seg.nii.gz"])
+
+    def test_file_mode_follows_umask(self):
+        target = save_label_map(self.image > 0, self.geom, self.tmp / "seg.nii.gz")
+        self.assertEqual(target.stat().st_mode & 0o777, 0o666 & ~vio._UMASK)
+
+
+class TestBadInput(TempDirCase):
+    def _write(self, data, name="x.nii.gz", affine=None, units="mm"):
+        img = nib.Nifti1Image(data, np.eye(4) if affine is None else affine)
+        img.header.set_xyzt_units(units)
+        nib.save(img, self.tmp / name)
+        return self.tmp / name
+
+    def test_missing(self):
+        with self.assertRaisesRegex(Vista3DInputError, "no such file"):
+            load_image(self.tmp / "nope.nii.gz")
+        with self.assertRaisesRegex(Vista3DInputError, "not a regular file"):
+            load_image(self.tmp)
+
+    @parameterized.expand(
+        [
+            (b"hello, this is not an image\n" * 40, "not a NIfTI"),
+            (b"", "not a NIfTI"),
+            (gzip.compress(b"plain text inside a gzip file" * 30), "not a NIfTI"),
+        ]
+    )
+    def test_not_nifti(self, content, msg):
+        (self.tmp / "x.nii.gz").write_bytes(content)
+        with self.assertRaisesRegex(Vista3DInputError, msg):
+            load_image(self.tmp / "x.nii.gz")
+
+    def test_pair_and_analyze(self):
+        with self.assertRaisesRegex(Vista3DInputError, "pair"):
+            load_image(os.path.join(data_path, "nifti1.hdr"))
+        with self.assertRaisesRegex(Vista3DInputError, "not a NIfTI"):
+            load_image(os.path.join(data_path, "analyze.hdr"))
+
+    @parameterized.expand([(0.5,), (0.97,), (-8,)])
+    def test_truncated_gzip(self, frac):
+        src = write_phantom(self.tmp / "good.nii.gz", (24, 24, 16), seed=0)
+        raw = src.read_bytes()
+        cut = raw[: int(len(raw) * frac)] if frac > 0 else raw[:frac]
+        (self.tmp / "cut.nii.gz").write_bytes(cut)
+        with self.assertRaisesRegex(Vista3DInputError, "corrupt or truncated gzip"):
+            load_image(self.tmp / "cut.nii.gz")
+
+    def test_corrupt_gzip(self):
+        src = write_phantom(self.tmp / "good.nii.gz", (24, 24, 16), seed=0)
+        raw = bytearray(src.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        (self.tmp / "bad.nii.gz").write_bytes(bytes(raw))
+        with self.assertRaisesRegex(Vista3DInputError, "corrupt or truncated gzip"):
+            load_image(self.tmp / "bad.nii.gz")
+
+    def test_truncated_nii(self):
+        src = write_phantom(self.tmp / "good.nii", (24, 24, 16), seed=0)
+        (self.tmp / "cut.nii").write_bytes(src.read_bytes()[:-100])
+        with self.assertRaisesRegex(Vista3DInputError, "truncated"):
+            load_image(self.tmp / "cut.nii")
+
+    @parameterized.expand([((10, 12),), ((10, 12, 1),), ((10, 1, 12),)])
+    def test_2d(self, shape):
+        with self.assertRaisesRegex(Vista3DInputError, "2D image"):
+            load_image(self._write(np.zeros(shape, np.int16)))
+
+    def test_4d_singleton_is_3d(self):
+        image, geom = load_image(self._write(np.ones((5, 6, 7, 1), np.int16)))
+        self.assertEqual(tuple(image.shape), (1, 5, 6, 7))
+        with self.assertRaisesRegex(Vista3DInputError, "out of range"):
+            load_image(self._write(np.ones((5, 6, 7), np.int16)), volume_index=1)
+
+    def test_5d(self):
+        with self.assertRaisesRegex(Vista3DInputError, "5D"):
+            load_image(self._write(np.ones((5, 6, 7, 2, 3), np.int16)))
+
+    @parameterized.expand([(np.nan, "1 NaN, 0 Inf"), (np.inf, "0 NaN, 1 Inf")])
+    def test_non_finite(self, value, msg):
+        data = np.zeros((6, 6, 6), np.float32)
+        data[1, 2, 3] = value
+        with self.assertRaisesRegex(Vista3DInputError, msg):
+            load_image(self._write(data))
+
+    def test_zero_spacing(self):
+        path = self._write(np.ones((6, 6, 6), np.int16), name="x.nii")
+        pixdim = nib.load(path).header["pixdim"].copy()
+        pixdim[2] = 0.0
+        _patch_header(path, pixdim=pixdim, qform_code=1, sform_code=0)
+        with self.assertRaisesRegex(Vista3DInputError, "spacing"):
+            load_image(path)
+        _patch_header(path, sform_code=1, srow_x=[1, 0, 0, 0], srow_y=[1, 0, 0, 0], srow_z=[0, 0, 1, 0])
+        with self.assertRaisesRegex(Vista3DInputError, "degenerate"):
+            load_image(path)
+        _patch_header(path, sform_code=1, srow_x=[1, 0, 0, 0], srow_y=[0, np.nan, 0, 0], srow_z=[0, 0, 1, 0])
+        with self.assertRaisesRegex(Vista3DInputError, "non-finite"):
+            load_image(path)
+
+    def test_units(self):
+        load_image(self._write(np.ones((6, 6, 6), np.int16), units="unknown"))  # read as mm
+        with self.assertRaisesRegex(Vista3DInputError, "meter"):
+            load_image(self._write(np.ones((6, 6, 6), np.int16), units="meter"))
+
+    def test_output_errors(self):
+        src = write_phantom(self.tmp / "in.nii.gz", (16, 16, 12), seed=0)
+        before = _sha(src)
+        image, geom = load_image(src)
+        with self.assertRaisesRegex(Vista3DOutputError, "is the input"):
+            save_label_map(image > 0, geom, src)
+        with self.assertRaisesRegex(Vista3DOutputError, "is the input"):
+            save_label_map(image > 0, geom, self.tmp / "." / "sub" / ".." / "in.nii.gz")
+        os.link(src, self.tmp / "hardlink.nii.gz")
+        with self.assertRaisesRegex(Vista3DOutputError, "is the input"):
+            save_label_map(image > 0, geom, self.tmp / "hardlink.nii.gz")
+        (self.tmp / "file").write_text("a file, not a folder")
+        with self.assertRaisesRegex(Vista3DOutputError, "cannot write"):
+            save_label_map(image > 0, geom, self.tmp / "file" / "seg.nii.gz")
+        if os.geteuid() != 0:  # root can write anywhere
+            ro = self.tmp / "ro"
+            ro.mkdir(mode=0o500)
+            with self.assertRaisesRegex(Vista3DOutputError, "cannot write"):
+                save_label_map(image > 0, geom, ro / "seg.nii.gz")
+        self.assertEqual(_sha(src), before)
+
+    def test_bad_labels(self):
+        src = write_phantom(self.tmp / "in.nii.gz", (16, 16, 12), seed=0)
+        image, geom = load_image(src)
+        with self.assertRaisesRegex(Vista3DInputError, "does not match the input grid"):
+            save_label_map(torch.zeros(16, 16, 11), geom, self.tmp / "seg.nii.gz")
+        with self.assertRaisesRegex(Vista3DInputError, "does not fit uint8"):
+            save_label_map(torch.full((16, 16, 12), 300.0), geom, self.tmp / "seg.nii.gz", dtype="uint8")
+        with self.assertRaisesRegex(Vista3DInputError, "does not fit uint8"):
+            save_label_map(torch.full((16, 16, 12), float("nan")), geom, self.tmp / "seg.nii.gz", dtype="uint8")
+        with self.assertRaisesRegex(Vista3DInputError, "not supported"):
+            save_label_map(image, geom, self.tmp / "seg.nii.gz", dtype="complex64")
+        with self.assertRaisesRegex(Vista3DInputError, ".nii"):
+            save_label_map(image, geom, self.tmp / "seg.png")
+        with self.assertRaisesRegex(Vista3DInputError, "compresslevel"):
+            save_label_map(image, geom, self.tmp / "seg.nii.gz", compresslevel=11)
+        self.assertFalse((self.tmp / "seg.nii.gz").exists())
+
+
+if __name__ == "__main__":
+    unittest.main()
