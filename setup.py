@@ -26,6 +26,6 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["monai", "monai.*"]),
     install_requires=_requirements("requirements.txt"),
-    extras_require={"dev": _requirements("requirements-dev.txt"), "tqdm": ["tqdm"], "scipy": ["scipy>=1.10"]},
+    extras_require={"dev": _requirements("requirements-dev.txt"), "tqdm": ["tqdm"], "scipy": ["scipy>=1.10"], "isal": ["isal>=1.0"]},
     entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.__main__:main"]},
 )
