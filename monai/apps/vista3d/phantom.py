@@ -23,7 +23,7 @@ import pathlib
 import nibabel as nib
 import numpy as np
 
-__all__ = ["make_phantom", "write_phantom", "PHANTOM_HU"]
+__all__ = ["make_phantom", "make_phantom_labels", "write_phantom", "PHANTOM_HU", "PHANTOM_LABELS"]
 
 #: Hounsfield values of the phantom's tissues.
 PHANTOM_HU = {
@@ -58,6 +58,68 @@ def _paint_ellipsoid(vol: np.ndarray, centre, radii, value: int, inside2d: np.nd
     vol[box][inside] = value
 
 
+#: VISTA3D label ids of the phantom's organs (see :func:`make_phantom_labels`).
+PHANTOM_LABELS = {"liver": 1, "spleen": 3, "right_kidney": 5, "aorta": 6, "left_kidney": 14, "lung": 20, "bone": 21}
+
+
+def _check_args(shape, spacing) -> tuple[tuple[int, int, int], tuple[float, float, float]]:
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 3 or min(shape) < 8:
+        raise ValueError(f"phantom shape must be three sizes >= 8, got {shape}")
+    spacing = tuple(float(s) for s in spacing)
+    if len(spacing) != 3 or min(spacing) <= 0:
+        raise ValueError(f"phantom spacing must be three positive sizes in mm, got {spacing}")
+    return shape, spacing
+
+
+def _layout(shape, spacing, rng: np.random.Generator, values: dict, dtype) -> np.ndarray:
+    """Paint the phantom's anatomy with ``values`` (tissue name -> value); the same layout for any ``values``."""
+    nx, ny, nz = shape
+    sx, sy, _ = spacing
+    vol = np.full(shape, values["air"], dtype=dtype)
+
+    # Body: elliptic cylinder along z, a fat shell around soft tissue. Built once in 2D and broadcast.
+    cx, cy = (nx - 1) / 2, (ny - 1) / 2
+    ax, ay = 0.45 * nx, 0.36 * ny
+    r2 = ((np.arange(nx)[:, None] - cx) / ax) ** 2 + ((np.arange(ny)[None, :] - cy) / ay) ** 2
+    shell = min(12.0 / min(ax * sx, ay * sy), 0.08)  # ~12 mm of fat, thinner on small phantoms
+    inner2d = r2 <= (1.0 - shell) ** 2
+    z0, z1 = int(0.03 * nz), max(int(0.97 * nz), int(0.03 * nz) + 1)
+    slab = vol[:, :, z0:z1]
+    slab[r2 <= 1.0] = values["fat"]
+    slab[inner2d] = values["soft_tissue"]
+
+    j = rng.uniform(-0.02, 0.02, size=16)  # small per-seed jitter of the organ layout
+
+    def e(cfx, cfy, cfz, rfx, rfy, rfz, name, k):
+        centre = (cx + (cfx + j[k]) * ax, cy + (cfy + j[k + 1]) * ay, (cfz + j[k]) * nz)
+        radii = (rfx * ax, rfy * ay, rfz * nz)
+        _paint_ellipsoid(vol, centre, radii, values[name], inner2d, (z0, z1))
+
+    # Axis 0 grows to the patient's right: lungs on top, liver right, spleen left, kidneys at the back.
+    e(-0.45, 0.05, 0.80, 0.38, 0.55, 0.22, "lung", 0)
+    e(0.45, 0.05, 0.80, 0.38, 0.55, 0.22, "lung", 1)
+    e(0.40, 0.10, 0.50, 0.42, 0.50, 0.14, "liver", 2)
+    e(-0.50, -0.15, 0.52, 0.16, 0.22, 0.08, "spleen", 3)
+    e(0.35, -0.45, 0.38, 0.13, 0.16, 0.07, "right_kidney", 4)
+    e(-0.35, -0.45, 0.38, 0.13, 0.16, 0.07, "left_kidney", 5)
+
+    def disc(fx, fy, rx, ry):  # a cylinder along z, as a 2D mask
+        return ((np.arange(nx)[:, None] - cx - fx * ax) / (rx * ax)) ** 2 + (
+            (np.arange(ny)[None, :] - cy - fy * ay) / (ry * ay)
+        ) ** 2 <= 1
+
+    slab[disc(0.0, -0.62, 0.09, 0.14) & inner2d] = values["bone"]  # spine
+    slab[disc(-0.08, -0.35, 0.06, 0.07) & inner2d] = values["aorta"]
+    return vol
+
+
+def _affine(shape, spacing) -> np.ndarray:
+    affine = np.diag(list(spacing) + [1.0])
+    affine[:3, 3] = -np.asarray(spacing) * (np.asarray(shape) - 1) / 2
+    return affine
+
+
 def make_phantom(
     shape: tuple[int, int, int] = (256, 256, 176), spacing: tuple[float, float, float] = (1.0, 1.0, 1.5), seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -72,56 +134,10 @@ def make_phantom(
         ``(hu, affine)``: ``hu`` int16 ``[X, Y, Z]`` Hounsfield units, ``affine`` ``[4, 4]`` float64 RAS
         voxel-to-mm matrix centred on the volume.
     """
-    shape = tuple(int(s) for s in shape)
-    if len(shape) != 3 or min(shape) < 8:
-        raise ValueError(f"phantom shape must be three sizes >= 8, got {shape}")
-    sx, sy, sz = (float(s) for s in spacing)
-    if min(sx, sy, sz) <= 0:
-        raise ValueError(f"phantom spacing must be positive, got {spacing}")
+    shape, spacing = _check_args(shape, spacing)
     rng = np.random.default_rng(seed)
-    nx, ny, nz = shape
-    hu = PHANTOM_HU
-    vol = np.full(shape, hu["air"], dtype=np.int16)
-
-    # Body: elliptic cylinder along z, a fat shell around soft tissue. Built once in 2D and broadcast.
-    cx, cy = (nx - 1) / 2, (ny - 1) / 2
-    ax, ay = 0.45 * nx, 0.36 * ny
-    x = (np.arange(nx)[:, None] - cx) / ax
-    y = (np.arange(ny)[None, :] - cy) / ay
-    r2 = x**2 + y**2
-    body2d = r2 <= 1.0
-    shell = min(12.0 / min(ax * sx, ay * sy), 0.08)  # ~12 mm of fat, thinner on small phantoms
-    inner2d = r2 <= (1.0 - shell) ** 2
-    z0, z1 = int(0.03 * nz), max(int(0.97 * nz), int(0.03 * nz) + 1)
-    slab = vol[:, :, z0:z1]
-    slab[body2d] = hu["fat"]
-    slab[inner2d] = hu["soft_tissue"]
-
-    j = rng.uniform(-0.02, 0.02, size=16)  # small per-seed jitter of the organ layout
-
-    def e(cfx, cfy, cfz, rfx, rfy, rfz, value, k):
-        centre = (cx + (cfx + j[k]) * ax, cy + (cfy + j[k + 1]) * ay, (cfz + j[k]) * nz)
-        radii = (rfx * ax, rfy * ay, rfz * nz)
-        _paint_ellipsoid(vol, centre, radii, value, inner2d, (z0, z1))
-
-    # Lungs in the upper part, left and right (axis 0 grows to the patient's right).
-    e(-0.45, 0.05, 0.80, 0.38, 0.55, 0.22, hu["lung"], 0)
-    e(0.45, 0.05, 0.80, 0.38, 0.55, 0.22, hu["lung"], 1)
-    # Liver (right), spleen (left), kidneys (posterior), below the lungs.
-    e(0.40, 0.10, 0.50, 0.42, 0.50, 0.14, hu["liver"], 2)
-    e(-0.50, -0.15, 0.52, 0.16, 0.22, 0.08, hu["spleen"], 3)
-    e(0.35, -0.45, 0.38, 0.13, 0.16, 0.07, hu["kidney"], 4)
-    e(-0.35, -0.45, 0.38, 0.13, 0.16, 0.07, hu["kidney"], 5)
-    # Aorta and spine: cylinders along z in front of / at the back.
-    def disc(fx, fy, rx, ry):
-        return ((np.arange(nx)[:, None] - cx - fx * ax) / (rx * ax)) ** 2 + (
-            (np.arange(ny)[None, :] - cy - fy * ay) / (ry * ay)
-        ) ** 2 <= 1
-
-    spine, aorta = disc(0.0, -0.62, 0.09, 0.14), disc(-0.08, -0.35, 0.06, 0.07)
-    slab[spine & inner2d] = hu["bone"]
-    slab[aorta & inner2d] = hu["aorta"]
-
+    kidney = PHANTOM_HU["kidney"]
+    vol = _layout(shape, spacing, rng, {**PHANTOM_HU, "right_kidney": kidney, "left_kidney": kidney}, np.int16)
     # Noise: the sum of two uniform nibbles of random bytes, a triangular distribution on [-15, 15] HU
     # (std ~6.5 HU, like a standard-dose CT), about 10x faster than Gaussian noise at this size.
     raw = np.frombuffer(rng.bytes(vol.size), dtype=np.uint8).reshape(shape)
@@ -129,10 +145,17 @@ def make_phantom(
     noise += raw & 15
     vol += noise
     vol -= 15
+    return vol, _affine(shape, spacing)
 
-    affine = np.diag([sx, sy, sz, 1.0])
-    affine[:3, 3] = -np.array([sx, sy, sz]) * (np.array(shape) - 1) / 2
-    return vol, affine
+
+def make_phantom_labels(
+    shape: tuple[int, int, int] = (256, 256, 176), spacing: tuple[float, float, float] = (1.0, 1.0, 1.5), seed: int = 0
+) -> np.ndarray:
+    """The ground truth of :func:`make_phantom` with the same arguments: uint8 ``[X, Y, Z]`` VISTA3D label ids
+    (:data:`PHANTOM_LABELS`), 0 for air, fat and other soft tissue."""
+    shape, spacing = _check_args(shape, spacing)
+    values = {"air": 0, "fat": 0, "soft_tissue": 0, **PHANTOM_LABELS}
+    return _layout(shape, spacing, np.random.default_rng(seed), values, np.uint8)
 
 
 def _oblique(affine: np.ndarray) -> np.ndarray:
