@@ -516,10 +516,11 @@ class VISTA3D(nn.Module):
             logits, _ = self.class_head(out_auto, class_vector)
             if point_coords is not None:
                 point_logits = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
-                combine = self.gaussian_combine if patch_coords is None else None
-                if combine is not None:
-                    logits = combine(logits, point_logits, point_coords, point_labels, mapping_index, radius)
-                else:
+                if patch_coords is None:
+                    logits = self.gaussian_combine(
+                        logits, point_logits, point_coords, point_labels, mapping_index, radius
+                    )
+                else:  # sliding-window inference: keep the click regions connected to the clicks
                     logits = self.connected_components_combine(
                         logits, point_logits, point_coords, point_labels, mapping_index
                     )
