@@ -1,0 +1,199 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Streamed label maps against the full-logits path, and against upstream MONAI side by side.
+
+For each volume and class set: ``sliding_window_label_inference`` (this fork, streamed), the fork's
+``SlidingWindowInfererAdapt`` + post-transform (full logits) and, with ``--upstream PATH``, upstream's
+``SlidingWindowInfererAdapt`` + post-transform in a separate process. Reports median latency, p90/p50 and
+max/min over ``--repeats`` runs after a warm-up, peak GPU memory, and label agreement with upstream.
+
+    python tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up
+    python tests/benchmarks/vista3d_streaming.py          # CPU: a tiny network, small volumes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vista3d_everything import everything_labels, label_map  # noqa: E402
+
+
+def build_net(tiny: bool, dev: torch.device):
+    from monai.networks.nets import vista3d132
+
+    torch.manual_seed(0)
+    if not tiny:
+        return vista3d132().to(dev).eval()
+    from monai.networks.nets.segresnet_ds import SegResNetDS2
+    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+
+    enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
+    return VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True),
+                   PointMappingSAM(feature_size=8, n_classes=512, last_supported=132)).to(dev).eval()
+
+
+def measure(fn, repeats: int, dev: torch.device) -> dict:
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    times = []
+    for _ in range(repeats):
+        del out
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = sorted(times)
+    p50 = s[len(s) // 2]
+    p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+    peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
+    return {"median_s": p50, "p90_over_p50": p90 / p50, "max_over_min": s[-1] / s[0], "peak_gib": peak,
+            "times_s": times}, out
+
+
+def worker(a) -> dict:
+    import monai
+    from monai.inferers import SlidingWindowInfererAdapt
+
+    is_fork = "+vista3d" in monai.__version__
+    dev = torch.device(a.device)
+    net = build_net(a.tiny, dev)
+    rows, saved = [], {}
+    amp = dict(device_type=dev.type, dtype=torch.float16, enabled=dev.type == "cuda")
+    for shape in a.sizes:
+        image = torch.rand((1, 1) + shape, generator=torch.Generator().manual_seed(1)).to(dev)
+        for ncls in a.classes:
+            labels = everything_labels()[:ncls] if ncls > 1 else [3]  # 1 class: spleen
+            cv = torch.tensor(labels, device=dev).view(-1, 1)
+            ids = torch.tensor(labels)
+            key = f"{'x'.join(map(str, shape))}_{ncls}"
+            kw = dict(transpose=True, class_vector=cv, prompt_class=cv)
+            variants = []
+            if is_fork:
+                from monai.apps.vista3d.streaming import sliding_window_label_inference
+
+                for acc in a.acc_dtypes:
+                    acc_dt = getattr(torch, acc)
+
+                    def streamed(acc_dt=acc_dt):
+                        with torch.no_grad(), torch.autocast(**amp):
+                            return sliding_window_label_inference(
+                                image.to(acc_dt), (a.roi,) * 3, a.sw_batch_size, net, overlap=0.25, with_coord=True,
+                                label_ids=ids, **kw)[0, 0]
+
+                    variants.append((f"fork streamed ({acc} accumulators)", streamed, a.repeats))
+            inferer = SlidingWindowInfererAdapt(roi_size=(a.roi,) * 3, sw_batch_size=a.sw_batch_size, overlap=0.25,
+                                                with_coord=True)
+
+            def full():
+                with torch.no_grad(), torch.autocast(**amp):
+                    logits = inferer(image, net, **kw)[0]
+                return label_map(logits, ids)
+
+            variants.append(("fork full logits" if is_fork else "upstream full logits", full, a.full_repeats))
+            for name, fn, reps in variants:
+                try:
+                    stats, out = measure(fn, reps, dev)
+                except torch.cuda.OutOfMemoryError as e:  # report, do not hide
+                    rows.append({"variant": name, "key": key, "error": f"OOM: {e}"[:200]})
+                    continue
+                stats.update(variant=name, key=key)
+                rows.append(stats)
+                saved[f"{key}|{name}"] = out.to(torch.uint8).cpu()
+                print(f"  {name:36s} {key:18s} median {stats['median_s']:.3f} s  peak {stats['peak_gib']:.2f} GiB",
+                      flush=True)
+                del out
+    torch.save(saved, a.save)
+    return {"rows": rows, "monai": monai.__version__}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--sizes", default=None, help="e.g. 256x256x256,512x512x512")
+    p.add_argument("--classes", default="117,1", help="class counts: 117 = everything, 1 = spleen")
+    p.add_argument("--sw-batch-size", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None, help="timed runs of the streamed path")
+    p.add_argument("--full-repeats", type=int, default=3, help="timed runs of the full-logits paths")
+    p.add_argument("--acc-dtypes", default=None, help="accumulator dtypes of the streamed path, e.g. float32,float16")
+    p.add_argument("--roi", type=int, default=None)
+    p.add_argument("--tiny", action="store_true")
+    p.add_argument("--upstream", default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--save", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    cpu = a.device == "cpu"
+    a.tiny = a.tiny or cpu
+    a.roi = a.roi or (32 if cpu else 128)
+    a.sizes = [tuple(int(v) for v in s.split("x")) for s in (a.sizes or ("48x48x48" if cpu else "256x256x256,512x512x512")).split(",")]
+    a.classes = [int(c) for c in a.classes.split(",")]
+    a.sw_batch_size = a.sw_batch_size or (4 if cpu else 14)
+    a.repeats = a.repeats or (3 if cpu else 20)
+    a.acc_dtypes = (a.acc_dtypes or ("float32" if cpu else "float32,float16")).split(",")
+    if a.worker:
+        json.dump(worker(a), sys.stdout)
+        return 0
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tmp = tempfile.mkdtemp(prefix="vista3d_streaming_")
+    base = [x for x in (argv if argv is not None else sys.argv[1:])]
+    if "--json" in base:
+        i = base.index("--json")
+        del base[i:i + 2]
+    results = {}
+    for name, path in [("fork", repo)] + ([("upstream", os.path.abspath(a.upstream))] if a.upstream else []):
+        save = os.path.join(tmp, f"{name}.pt")
+        cmd = [sys.executable, os.path.abspath(__file__), *base, "--worker", "--save", save] + (["--tiny"] if a.tiny else [])
+        print(f"[{name}] running", flush=True)
+        proc = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=path), stdout=subprocess.PIPE, text=True, cwd=tmp)
+        if proc.returncode:
+            print(f"[{name}] failed ({proc.returncode})", file=sys.stderr)
+            return proc.returncode
+        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[name]["outputs"] = torch.load(save)
+    up = {k.split("|")[0]: v for k, v in results.get("upstream", {}).get("outputs", {}).items()}
+    up_rows = {r["key"]: r for r in results.get("upstream", {}).get("rows", []) if "error" not in r}
+    print(f"\n{'variant':38s} {'volume_classes':18s} {'median s':>9s} {'p90/p50':>8s} {'max/min':>8s} {'peak GiB':>9s} {'vs upstream':>11s} {'labels = upstream':>18s}")
+    table = []
+    for name in results:
+        for r in results[name]["rows"]:
+            if "error" in r:
+                print(f"{r['variant']:38s} {r['key']:18s} {r['error']}")
+                table.append(r)
+                continue
+            out = results[name]["outputs"][f"{r['key']}|{r['variant']}"]
+            agree = (out == up[r["key"]]).double().mean().item() if r["key"] in up else float("nan")
+            ratio = up_rows[r["key"]]["median_s"] / r["median_s"] if r["key"] in up_rows else float("nan")
+            r = dict(r, label_agreement=agree, speedup_vs_upstream=ratio)
+            table.append(r)
+            print(f"{r['variant']:38s} {r['key']:18s} {r['median_s']:9.3f} {r['p90_over_p50']:8.3f} {r['max_over_min']:8.3f} {r['peak_gib']:9.2f} {ratio:11.2f} {100 * agree:17.4f}%")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(table, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
