@@ -36,7 +36,7 @@ def logits_to_labels(
     """Turn VISTA3D logits into a label map.
 
     Args:
-        logits: ``[C, X, Y, Z]`` or ``[1, C, X, Y, Z]`` logits (before sigmoid), any float type; NaN marks
+        logits: ``[C, X, Y, Z]`` or ``[1, C, X, Y, Z]`` logits (other spatial ranks as ``[C, *spatial]``) (before sigmoid), any float type; NaN marks
             voxels without a prediction.
         label_ids: ``[C]`` label id of each channel; None numbers the channels 1..C (upstream's behaviour
             without a class prompt).
@@ -50,8 +50,8 @@ def logits_to_labels(
         if logits.shape[0] != 1:
             raise ValueError(f"expected a batch of one, got logits of shape {tuple(logits.shape)}")
         logits = logits[0]
-    if logits.ndim != 4:
-        raise ValueError(f"logits must be [C, X, Y, Z], got shape {tuple(logits.shape)}")
+    if logits.ndim < 2:
+        raise ValueError(f"logits must be [C, X, Y, Z] (or [C, *spatial]), got shape {tuple(logits.shape)}")
     n = logits.shape[0]
     if label_ids is None:
         lut = torch.arange(1, n + 1, dtype=dtype, device=logits.device)
@@ -63,7 +63,7 @@ def logits_to_labels(
         x = logits[0]
         out = torch.where(x > 0, lut[0], torch.zeros((), dtype=dtype, device=x.device))
         return out.masked_fill_(torch.isnan(x), nan_value)
-    # torch.max propagates NaN (and its index), so a NaN channel wins, as in the bundle's argmax.
-    best, idx = logits.max(dim=0)
-    out = lut[idx]
-    return out.masked_fill_(best <= 0, 0)
+    # argmax takes the first channel at ties, as the bundle's argmax does; a NaN channel wins (NaN <= 0 is
+    # False), so voxels without a prediction are never background.
+    out = lut[logits.argmax(dim=0)]
+    return out.masked_fill_((logits <= 0).all(dim=0), 0)

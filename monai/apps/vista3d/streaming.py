@@ -36,8 +36,9 @@ import torch.nn.functional as F
 
 from monai.inferers.utils import compute_importance_map, plan_sliding_windows
 from monai.utils import BlendMode, PytorchPadMode, look_up_option
+from .postprocess import logits_to_labels
 
-__all__ = ["sliding_window_label_inference", "logits_to_labels"]
+__all__ = ["sliding_window_label_inference", "logits_to_labels"]  # the post-transform is re-exported
 
 
 def _label_dtype(max_id: int) -> torch.dtype:
@@ -46,30 +47,6 @@ def _label_dtype(max_id: int) -> torch.dtype:
     if max_id <= 32767:
         return torch.int16
     return torch.int32
-
-
-def logits_to_labels(logits: torch.Tensor, label_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """The VISTA3D post-transform for class prompts: channel logits to a label map.
-
-    A voxel gets the label of its highest channel (the first one at ties), or 0 (background) where no channel is
-    above 0. With one channel, voxels above 0 get the label.
-
-    Args:
-        logits: ``[C, *spatial]`` blended logits.
-        label_ids: ``[C]`` label of each channel (default ``1..C``).
-
-    Returns:
-        ``[*spatial]`` int64 labels on ``logits.device``.
-    """
-    if label_ids is None:
-        label_ids = torch.arange(1, logits.shape[0] + 1, device=logits.device)
-    label_ids = label_ids.to(device=logits.device, dtype=torch.int64)
-    zero = torch.zeros((), dtype=torch.int64, device=logits.device)
-    if logits.shape[0] == 1:
-        return torch.where(logits[0] > 0, label_ids[0], zero)
-    # as the upstream post-transform: background only where every channel is <= 0 (a NaN channel is not)
-    background = (logits <= 0).all(0)
-    return torch.where(background, zero, label_ids[logits.argmax(0)])
 
 
 class _Tiling:
@@ -275,6 +252,6 @@ def _emit(
         src.append(slice(start + lo - a, stop + lo - a))
         dst.append(slice(start, stop))
     logits = logits[(slice(None), *src)]
-    labels[(b, 0, *dst)] = logits_to_labels(logits, ids).to(device=labels.device, dtype=labels.dtype)
+    labels[(b, 0, *dst)] = logits_to_labels(logits, ids, dtype=torch.int64).to(device=labels.device, dtype=labels.dtype)
     if max_prob is not None:
         max_prob[(b, 0, *dst)] = logits.max(0).values.to(max_prob.device)
