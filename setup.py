@@ -25,6 +25,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.9",
     packages=find_packages(include=["monai", "monai.*"]),
+    package_data={"monai.apps.vista3d": ["vista3d_labels.json"]},
     install_requires=_requirements("requirements.txt"),
     extras_require={"dev": _requirements("requirements-dev.txt"), "tqdm": ["tqdm"], "scipy": ["scipy>=1.10"], "isal": ["isal>=1.0"]},
     entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.__main__:main"]},

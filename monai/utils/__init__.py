@@ -12,3 +12,4 @@ from .misc import (
     unsqueeze_right,
 )
 from .module import OptionalImportError, min_version, optional_import
+from .profiling import StageTimer, format_timings

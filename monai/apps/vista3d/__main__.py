@@ -1,0 +1,372 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Command line of the VISTA3D pipeline: ``python -m monai.apps.vista3d {segment,benchmark} ...``.
+
+``segment`` writes ``DIR/<name>/<name>_trans.nii.gz`` (the bundle's naming) for each input image;
+``benchmark`` segments a synthetic CT phantom with random weights and prints where the time goes.
+Exit status: 0 on success, 1 when an image failed, 2 for bad arguments; failures print one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["main", "build_parser"]
+
+_STAGES = ("load", "preprocess", "inference", "postprocess", "invert", "save")
+_SUBSTAGES = ("prepare", "forward", "stitch", "finalize", "other")
+
+
+class _UsageError(Exception):
+    """Bad command-line arguments (exit status 2)."""
+
+
+def _ints(text: str, n: int | None = None, what: str = "value") -> tuple[int, ...]:
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise _UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if n is not None and len(vals) == 1:
+        vals = vals * n
+    if not vals or (n is not None and len(vals) != n) or min(vals) < 1:
+        raise _UsageError(f"{what} must be {n or 'one or more'} positive integers, got {text!r}")
+    return vals
+
+
+def _floats(text: str, n: int, what: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise _UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    vals = vals * n if len(vals) == 1 else vals
+    if len(vals) != n or min(vals) <= 0:
+        raise _UsageError(f"{what} must be {n} positive numbers, got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``python -m monai.apps.vista3d``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m monai.apps.vista3d",
+        description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark}")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+        p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                       help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
+        p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
+        p.add_argument("--classes", default="everything",
+                       help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
+        p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
+        p.add_argument("--roi-size", default=None,
+                       help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
+        p.add_argument("--embed-dim", type=int, default=None,
+                       help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
+        p.add_argument("--output-dtype", choices=("float32", "uint8", "int16"), default="float32",
+                       help="voxel type of the saved label maps (default float32, like the bundle)")
+        p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
+
+    seg = sub.add_parser("segment", help="segment NIfTI CT images", description="Segment NIfTI CT images.")
+    seg.add_argument("images", nargs="*", help=".nii / .nii.gz files")
+    seg.add_argument("--input-list", default=None, help="a text file with one image path per line, or a folder")
+    seg.add_argument("--output-dir", default=None, help="writes OUTPUT_DIR/<name>/<name>_trans.nii.gz")
+    seg.add_argument("-o", "--output", default=None, help="exact output file (one input image only)")
+    seg.add_argument("--weights", default=None, help="VISTA3D checkpoint (the bundle's models/model.pt)")
+    seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
+    seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
+    seg.add_argument("--sw-batch-size", default="1",
+                     help="windows per network call, or 'auto' (the inferer sizes it from GPU memory; default 1)")
+    seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
+    seg.add_argument("--volume-index", type=int, default=None, help="volume of a 4D image to segment")
+    seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    common(seg)
+
+    bench = sub.add_parser("benchmark", help="time the pipeline on a synthetic CT phantom (random weights)",
+                           description="Write a CT-like phantom, segment it with random weights, print "
+                           "per-stage times and latency vs sw_batch_size.")
+    bench.add_argument("--size", default=None,
+                       help="phantom shape X,Y,Z (default 256,256,176 on CUDA, 160,160,96 on CPU)")
+    bench.add_argument("--spacing", default="1.0,1.0,1.5", help="phantom voxel size in mm (default 1,1,1.5)")
+    bench.add_argument("--sw-batch-sizes", default=None, help="default 1,4,14 on CUDA, 1,2,4 on CPU; 'auto' is allowed")
+    bench.add_argument("--repeats", type=int, default=1, help="timed runs per sw_batch_size (best is kept)")
+    bench.add_argument("--json", default=None, help="also write the results to this JSON file")
+    bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
+    common(bench)
+    return parser
+
+
+def _collect_images(args: argparse.Namespace) -> list[Path]:
+    images = [Path(p) for p in args.images]
+    if args.input_list:
+        src = Path(args.input_list)
+        if src.is_dir():
+            images += sorted(p for p in src.iterdir() if p.name.lower().endswith((".nii", ".nii.gz")))
+        elif src.is_file():
+            lines = [ln.strip() for ln in src.read_text().splitlines()]
+            images += [Path(ln) for ln in lines if ln and not ln.startswith("#")]
+        else:
+            raise _UsageError(f"--input-list {str(src)!r} is neither a file nor a folder")
+    if not images:
+        raise _UsageError("no input images: give IMAGE paths or --input-list")
+    return images
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise _UsageError(f"--device must be cuda or cpu, got {name!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise _UsageError("--device cuda asked for, but CUDA is not available here; use --device cpu")
+    if dev.type not in ("cuda", "cpu"):
+        raise _UsageError(f"--device must be cuda or cpu, got {name!r}")
+    return dev
+
+
+def _stage_table(timings: dict[str, float]) -> str:
+    total = sum(timings.get(s, 0.0) for s in _STAGES)
+    rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
+    for s in _STAGES:
+        if s not in timings:
+            continue
+        rows.append(f"{s:<28}{timings[s]:>10.3f}{100 * timings[s] / max(total, 1e-12):>7.1f}%")
+        if s == "inference":
+            for k in _SUBSTAGES:
+                v = timings.get(f"inference/{k}")
+                if v is not None:
+                    rows.append(f"  {'sliding-window ' + k:<26}{v:>10.3f}")
+    rows.append(f"{'total':<28}{total:>10.3f}")
+    return "\n".join(rows)
+
+
+def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ...], embed_dim: int,
+              sw_batch_size: Any, progress: bool) -> Any:
+    from .pipeline import RANDOM_WEIGHTS_WARNING, Vista3DPipeline
+
+    torch.manual_seed(args.seed)
+    if args.weights is None:
+        print(RANDOM_WEIGHTS_WARNING, file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the warning above was printed already
+        return Vista3DPipeline(
+            weights=args.weights, device=device, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size,
+            amp=args.amp, progress=progress, timing=True, network_kwargs={"encoder_embed_dim": embed_dim},
+            output_dtype=args.output_dtype,
+        )
+
+
+def _segment(args: argparse.Namespace) -> int:
+    from .labels import parse_classes
+    from .pipeline import parse_points
+
+    images = _collect_images(args)
+    if args.output is None and args.output_dir is None:
+        raise _UsageError("give --output-dir DIR (or --output FILE for one image)")
+    if args.output is not None and len(images) != 1:
+        raise _UsageError("--output names one file: use --output-dir for several images")
+    sw = args.sw_batch_size
+    if sw != "auto":
+        sw = _ints(sw, what="--sw-batch-size")[0]
+    if not 0.0 <= args.overlap < 1.0:
+        raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
+    device = _device(args.device)
+    roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else (128, 128, 128)
+    # Prompt errors are found before the (slow) network build.
+    points, labels = parse_points(args.points, args.point_labels)
+    classes: Any = args.classes
+    if points is not None and classes.strip().lower() == "everything":
+        classes = None
+    if points is None:
+        parse_classes(classes)
+    pipe = _pipeline(args, device, roi, args.embed_dim or 48, sw, progress=not args.quiet and sys.stderr.isatty())
+    failed = 0
+    t0 = time.perf_counter()
+    if args.output is not None:
+        results = [_segment_to(pipe, images[0], Path(args.output), classes, points, labels, args)]
+    else:
+        # the next image loads and the previous one saves while this one is segmented
+        results = pipe.segment_files(images, args.output_dir, classes=classes, points=points, point_labels=labels,
+                                     volume_index=args.volume_index, overwrite=args.overwrite)
+    for image, out, timings in results:
+        if isinstance(out, Exception):
+            failed += 1
+            print(f"error: {image}: {_one_line(out)}", file=sys.stderr)
+            continue
+        if not args.quiet:
+            print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
+        t0 = time.perf_counter()
+        if args.timing:
+            print(_stage_table(timings))
+    if failed:
+        print(f"error: {failed} of {len(images)} image(s) failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _segment_to(pipe: Any, image: Path, out: Path, classes: Any, points: Any, labels: Any,
+                args: argparse.Namespace) -> tuple[Path, Path | Exception, dict]:
+    from .pipeline import OutputPathError, _check_output
+
+    if not str(out).endswith((".nii", ".nii.gz")):
+        raise OutputPathError(f"{out}: --output must end with .nii or .nii.gz")
+    pipe.timings = {}
+    try:
+        _check_output(image, out, args.overwrite)
+        img, geometry = pipe.load(image, volume_index=args.volume_index)
+        result = pipe.run(img, geometry.affine, classes, points, labels)
+        return image, pipe.save(result, geometry, out), pipe.timings
+    except (ValueError, OSError) as e:
+        return image, e, pipe.timings
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from .phantom import write_phantom
+    from .labels import parse_classes
+
+    device = _device(args.device)
+    cuda = device.type == "cuda"
+    size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
+    spacing = _floats(args.spacing, 3, "--spacing")
+    sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
+    if args.sw_batch_sizes:
+        sws = tuple("auto" if t.strip() == "auto" else _ints(t, what="--sw-batch-sizes")[0]
+                    for t in args.sw_batch_sizes.split(",") if t.strip())
+    roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
+    embed_dim = args.embed_dim or (48 if cuda else 8)
+    if args.repeats < 1:
+        raise _UsageError("--repeats must be >= 1")
+    n_classes = len(parse_classes(args.classes))
+    reduced = roi != (128, 128, 128) or embed_dim != 48
+    amp = (cuda if args.amp is None else args.amp) and cuda
+    print(f"VISTA3D pipeline benchmark on {device} ({torch.get_num_threads()} CPU threads, torch {torch.__version__},"
+          f" {platform.machine()})")
+    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {spacing} mm; {n_classes} classes; "
+          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {args.overlap}, amp {'on' if amp else 'off'}")
+    if reduced:
+        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={embed_dim}), roi {roi[0]}^3) so that the CPU "
+              "default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
+    progress = not args.quiet and sys.stderr.isatty()
+    pipe = _pipeline(args, device, roi, embed_dim, sws[0], progress)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
+        src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=size, spacing=spacing, seed=args.seed)
+        out_dir = Path(tmp) / "out"
+        if cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
+            pipe.sw_batch_size = sws[0]
+            pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
+        for sw in sws:
+            pipe.sw_batch_size = sw
+            _warm_up(pipe, 1 if sw == "auto" else sw, parse_classes(args.classes))
+            best: dict[str, float] | None = None
+            peak = None
+            for _ in range(args.repeats):
+                if cuda:
+                    torch.cuda.reset_peak_memory_stats(device)
+                pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
+                t = dict(pipe.timings)
+                t["total"] = sum(t.get(s, 0.0) for s in _STAGES)
+                if best is None or t["total"] < best["total"]:
+                    best = t
+                if cuda:
+                    peak = torch.cuda.max_memory_allocated(device) / 2**30
+            runs.append({"sw_batch_size": sw, "used": pipe.last_sw_batch_size, "windows": pipe.n_windows,
+                         "timings": best, "peak_gpu_gib": peak})
+            if not args.quiet:
+                print(f"  sw_batch_size {sw}: {best['total']:.2f} s", file=sys.stderr)
+        shape_pre = tuple(pipe.record.final_shape)
+    print(f"network input after preprocessing: {shape_pre[0]}x{shape_pre[1]}x{shape_pre[2]} voxels, "
+          f"{runs[0]['windows']} windows")
+    print()
+    print(f"per-stage times (sw_batch_size {runs[0]['sw_batch_size']}):")
+    print(_stage_table(runs[0]["timings"]))
+    print()
+    print("latency vs sw_batch_size:")
+    header = f"{'sw_batch_size':>13}{'windows':>9}{'inference s':>13}{'forward s':>11}{'total s':>10}{'win/s':>8}"
+    print(header + (f"{'peak GiB':>10}" if cuda else ""))
+    for r in runs:
+        t = r["timings"]
+        sw_text = str(r["sw_batch_size"]) if r["sw_batch_size"] != "auto" else f"auto ({r['used']})"
+        line = (f"{sw_text:>13}{r['windows']:>9}{t['inference']:>13.3f}"
+                f"{t.get('inference/forward', float('nan')):>11.3f}{t['total']:>10.3f}"
+                f"{r['windows'] / max(t['inference'], 1e-12):>8.2f}")
+        print(line + (f"{r['peak_gpu_gib']:>10.2f}" if cuda else ""))
+    if args.json:
+        result = {
+            "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "phantom_shape": size, "spacing": spacing, "roi_size": roi, "encoder_embed_dim": embed_dim,
+            "overlap": args.overlap, "amp": amp, "n_classes": n_classes, "network_input_shape": shape_pre,
+            "reduced": reduced, "runs": runs,
+        }
+        Path(args.json).write_text(json.dumps(result, indent=2))
+        if not args.quiet:
+            print(f"wrote {args.json}")
+    return 0
+
+
+def _warm_up(pipe: Any, sw: int, label_ids: list[int]) -> None:
+    """One network call on a batch of ``sw`` blank windows: backends pick their kernels per input shape."""
+    x = torch.zeros((sw, 1, *pipe.roi_size), device=pipe.device)
+    cv = torch.as_tensor(label_ids, device=pipe.device).view(-1, 1)
+    coords = [(slice(None), slice(None), *(slice(0, r) for r in pipe.roi_size))] * sw
+    with torch.no_grad(), pipe._autocast():
+        pipe.network(x, patch_coords=coords, class_vector=cv, prompt_class=cv, transpose=True)
+    if pipe.device.type == "cuda":
+        torch.cuda.synchronize(pipe.device)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        if args.command == "segment":
+            return _segment(args)
+        return _benchmark(args)
+    except _UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except torch.cuda.OutOfMemoryError:
+        print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,144 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The VISTA3D label list and the settings of the bundle's ``configs/inference.json``.
+
+The values ship with the package in ``vista3d_labels.json`` (recorded from the VISTA3D bundle 0.5.4), so
+nothing is read from the test tree or downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .io import Vista3DInputError
+
+__all__ = [
+    "bundle_config",
+    "label_names",
+    "everything_labels",
+    "subclass_map",
+    "special_point_labels",
+    "LAST_SUPPORTED",
+    "parse_classes",
+    "label_name",
+    "ClassPromptError",
+]
+
+_DATA = Path(__file__).with_name("vista3d_labels.json")
+
+
+class ClassPromptError(Vista3DInputError):
+    """A class prompt names a label that VISTA3D does not know."""
+
+
+@lru_cache(maxsize=1)
+def bundle_config() -> dict[str, Any]:
+    """The parsed ``vista3d_labels.json``: label names, the "everything" set, subclasses and bundle settings."""
+    with open(_DATA, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def label_names() -> dict[int, str]:
+    """Label id -> name (0 is background), the 133 names of the bundle's metadata."""
+    return {int(k): v for k, v in bundle_config()["label_names"].items()}
+
+
+def everything_labels() -> list[int]:
+    """The 117 label ids that the bundle segments when asked for "everything"."""
+    return list(bundle_config()["everything_labels"])
+
+
+def subclass_map() -> dict[int, list[int]]:
+    """Group labels that the bundle expands into their parts, e.g. 2 ("kidney") -> [14, 5]."""
+    return {int(k): list(v) for k, v in bundle_config()["subclass"].items()}
+
+
+def special_point_labels() -> list[int]:
+    """Classes (vessels, tumours) whose point labels 0/1 the bundle shifts to 2/3."""
+    return list(bundle_config()["special_index_point_labels"])
+
+
+LAST_SUPPORTED: int = int(bundle_config()["last_supported"])
+
+
+def label_name(label_id: int) -> str:
+    """Name of ``label_id``, or ``"label <id>"`` for ids without a name."""
+    return label_names().get(int(label_id), f"label {int(label_id)}")
+
+
+def _one_class(token: Any, names_to_ids: dict[str, int]) -> int:
+    if isinstance(token, bool):
+        raise ClassPromptError(f"class prompt {token!r} is not a label id or name")
+    if isinstance(token, int):
+        label_id = token
+    else:
+        text = str(token).strip()
+        if not text:
+            raise ClassPromptError("empty class name in the class list (check for a doubled or trailing comma)")
+        if text.lstrip("+-").isdigit():
+            label_id = int(text)
+        elif text.lower() in names_to_ids:
+            label_id = names_to_ids[text.lower()]
+        else:
+            close = difflib.get_close_matches(text.lower(), names_to_ids, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ClassPromptError(
+                f"unknown class name {text!r}{hint} (names are those of the VISTA3D label list, "
+                "e.g. 'liver', 'left kidney'; or give label ids)"
+            )
+    if not 1 <= label_id <= LAST_SUPPORTED:
+        raise ClassPromptError(
+            f"class id {label_id} is out of range: VISTA3D segments label ids 1..{LAST_SUPPORTED} "
+            "(0 is background)"
+        )
+    return label_id
+
+
+def parse_classes(spec: str | int | Iterable[str | int] | None, expand_subclasses: bool = True) -> list[int]:
+    """Turn a class prompt into label ids, as the bundle's pre-transform does.
+
+    Args:
+        spec: ``"everything"`` (or None) for the bundle's 117 labels; a comma-separated string such as
+            ``"3,14,liver"``; or a sequence of ids and names. Names are matched case-insensitively.
+        expand_subclasses: replace group labels by their parts, e.g. "kidney" (2) by 14 and 5,
+            "lung" (20) and "bone" (21) by theirs, like the bundle.
+
+    Returns:
+        label ids in prompt order, duplicates removed (first occurrence kept).
+
+    Raises:
+        ClassPromptError: for an unknown name or an id outside 1..132.
+    """
+    if spec is None:
+        return everything_labels()
+    if isinstance(spec, str):
+        if spec.strip().lower() == "everything":
+            return everything_labels()
+        tokens: Sequence[Any] = spec.split(",")
+    elif isinstance(spec, int):
+        tokens = [spec]
+    else:
+        tokens = list(spec)
+        if len(tokens) == 1 and isinstance(tokens[0], str) and tokens[0].strip().lower() == "everything":
+            return everything_labels()
+    if len(tokens) == 0:
+        raise ClassPromptError("the class list is empty: give label ids or names, or 'everything'")
+    names_to_ids = {v.lower(): k for k, v in label_names().items() if k != 0}
+    ids = [_one_class(t, names_to_ids) for t in tokens]
+    if expand_subclasses:
+        groups = subclass_map()
+        ids = [part for i in ids for part in (groups.get(i, [i]))]
+    return list(dict.fromkeys(ids))

@@ -1,0 +1,195 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``sw_batch_size="auto"``: how many windows go into one predictor call.
+
+On CUDA the batch is the largest that fits the free GPU memory (``torch.cuda.mem_get_info`` plus the blocks
+PyTorch's allocator holds unused), with a per-window cost measured on a first one-window probe batch (the
+growth of ``torch.cuda.max_memory_allocated`` during that forward call, times a safety factor), never more
+windows than remain, and split evenly: 18 windows that fit 14 at a time run as two batches of 9, not 14 + 4.
+On other devices the batch is ``CPU_AUTO_BATCH`` windows (split evenly in the same way): batching more
+windows brings little on a CPU and only raises the peak memory.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+__all__ = ["choose_sw_batch_size", "even_batch_size", "AutoBatchSize", "CPU_AUTO_BATCH", "check_sw_batch_size"]
+
+# Windows per predictor call with sw_batch_size="auto" off CUDA.
+CPU_AUTO_BATCH = 4
+# The measured per-window memory is multiplied by this (allocator fragmentation, stitching temporaries).
+SAFETY_FACTOR = 1.25
+# Fraction of the available GPU memory left unused.
+RESERVE_FRACTION = 0.1
+
+
+def check_sw_batch_size(sw_batch_size: Any) -> int | str:
+    """A positive int, or ``"auto"``.
+
+    Raises:
+        ValueError: for anything else.
+    """
+    if isinstance(sw_batch_size, str) and sw_batch_size.strip().lower() == "auto":
+        return "auto"
+    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
+        raise ValueError(f"sw_batch_size must be a positive int or 'auto', got {sw_batch_size!r}.")
+    return sw_batch_size
+
+
+def even_batch_size(num_windows: int, max_batch: int) -> int:
+    """The smallest batch that needs as few calls as batches of ``max_batch`` would: ``(18, 14) -> 9``."""
+    if num_windows <= 0:
+        return 1
+    max_batch = max(1, min(int(max_batch), num_windows))
+    calls = math.ceil(num_windows / max_batch)
+    return math.ceil(num_windows / calls)
+
+
+def choose_sw_batch_size(
+    num_windows: int,
+    window_bytes: float,
+    free_bytes: float,
+    reserve_bytes: float = 0.0,
+    max_batch: int | None = None,
+) -> int:
+    """Windows per call that fit ``free_bytes``, split evenly over ``num_windows``.
+
+    Args:
+        num_windows: windows still to run.
+        window_bytes: memory one window needs during the forward call (activations and output).
+        free_bytes: memory available for the forward call.
+        reserve_bytes: memory to leave unused.
+        max_batch: upper bound, if any.
+
+    Returns:
+        a batch size in ``[1, num_windows]`` (1 when not even one window seems to fit: the call may still run).
+    """
+    budget = max(float(free_bytes) - float(reserve_bytes), 0.0)
+    fit = int(budget // window_bytes) if window_bytes > 0 else num_windows
+    fit = max(1, fit)
+    if max_batch is not None:
+        fit = min(fit, int(max_batch))
+    return even_batch_size(num_windows, fit)
+
+
+class _CudaMemory:
+    """The CUDA memory queries ``AutoBatchSize`` needs (replaced by a fake in CPU tests)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def available(self) -> tuple[int, int]:
+        """``(available bytes, total bytes)``: free device memory plus what PyTorch caches unused."""
+        free, total = torch.cuda.mem_get_info(self.device)
+        cached = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return int(free + max(cached, 0)), int(total)
+
+    def start_peak(self) -> int:
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return int(torch.cuda.memory_allocated(self.device))
+
+    def peak(self) -> int:
+        return int(torch.cuda.max_memory_allocated(self.device))
+
+
+def _is_cuda(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_available()
+
+
+class AutoBatchSize:
+    """Chooses the size of each window batch of one sliding-window pass with ``sw_batch_size="auto"``.
+
+    The window loop calls :meth:`next` before each batch, :meth:`before_forward` / :meth:`after_forward` around
+    the predictor call, and :meth:`after_stitch` after stitching it.
+
+    Args:
+        device: the device the predictor runs on (``sw_device``).
+        cache: a dict kept across calls (e.g. by an inferer): the measured costs are stored under ``key`` so that
+            later calls skip the probe.
+        key: what the per-window cost depends on (predictor, window size, channels, dtype, prompts).
+        result_voxels: voxels of the padded result per output channel (to reserve room for the result when it is
+            stitched on ``device`` and not allocated yet).
+        stitch_on_device: whether the result is stitched in ``device`` memory.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        cache: dict | None = None,
+        key: Any = None,
+        result_voxels: int = 0,
+        stitch_on_device: bool = True,
+    ):
+        self.device = torch.device(device)
+        self.cuda = _is_cuda(self.device)
+        self.memory = _CudaMemory(self.device) if self.cuda else None
+        self.cache = cache if cache is not None else {}
+        self.key = key
+        self.result_voxels = result_voxels
+        self.stitch_on_device = stitch_on_device
+        self.max_batch: int | None = None
+        self.info: dict[str, Any] = {"rule": "gpu memory"}
+        if not self.cuda:
+            self.info = {"rule": "cpu", "max_batch": CPU_AUTO_BATCH}
+        self._probing = False
+        self._base = 0
+        self._batch_windows = 0
+        self._result_bytes = 0
+
+    @property
+    def _costs(self) -> dict | None:
+        return self.cache.get(self.key)
+
+    def next(self, remaining: int) -> int:
+        """Windows in the next batch, ``remaining`` windows (of the current band) still to run."""
+        if not self.cuda:
+            return even_batch_size(remaining, CPU_AUTO_BATCH)
+        if self.max_batch is None:
+            costs = self._costs
+            if costs is None:
+                self._probing = True
+                self.info["probe"] = True
+                return 1
+            reserve = 0.0
+            if self.stitch_on_device and not self._result_bytes:
+                reserve = costs.get("result_bytes_per_voxel", 0.0) * self.result_voxels
+            self._choose(costs["window_bytes"], reserve)
+        return even_batch_size(remaining, self.max_batch)  # type: ignore[arg-type]
+
+    def _choose(self, window_bytes: float, extra_reserve: float = 0.0) -> None:
+        available, total = self.memory.available()  # type: ignore[union-attr]
+        reserve = RESERVE_FRACTION * total + extra_reserve
+        fit = choose_sw_batch_size(1 << 30, window_bytes, available, reserve)  # largest fit, not yet evened
+        self.max_batch = max(1, fit)
+        self.info.update(window_bytes=int(window_bytes), available_bytes=int(available), max_batch=self.max_batch)
+
+    def before_forward(self, num_windows: int) -> None:
+        if self._probing:
+            self._batch_windows = num_windows
+            self._base = self.memory.start_peak()  # type: ignore[union-attr]
+
+    def after_forward(self) -> None:
+        if self._probing:
+            used = max(self.memory.peak() - self._base, 0)  # type: ignore[union-attr]
+            self._window_bytes = SAFETY_FACTOR * used / max(self._batch_windows, 1)
+
+    def after_stitch(self, result_bytes: int = 0) -> None:
+        """After a batch is stitched; ``result_bytes``: bytes of the allocated results and weight sums."""
+        self._result_bytes = result_bytes
+        if self._probing:
+            self._probing = False
+            per_voxel = result_bytes / self.result_voxels if self.result_voxels else 0.0
+            self.cache[self.key] = {"window_bytes": self._window_bytes, "result_bytes_per_voxel": per_voxel}
+            self._choose(self._window_bytes)  # results are allocated now: the free memory accounts for them

@@ -1,0 +1,302 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""End-to-end VISTA3D pipeline with a stub network whose logits are known: labels land where they should."""
+
+from __future__ import annotations
+
+import tempfile
+import unittest
+from pathlib import Path
+
+import nibabel as nib
+import numpy as np
+import torch
+from parameterized import parameterized
+
+from monai.apps.vista3d.io import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.pipeline import CheckpointError, PromptError, Vista3DPipeline, count_windows, load_checkpoint
+from monai.apps.vista3d.preprocess import EmptyForegroundError
+
+A_MIN, A_MAX = -963.8247715525971, 1053.678477684517
+HU = {1: 300.0, 3: 600.0}  # liver and spleen in the test phantom; the body is 40 HU, air -1000 HU
+LIVER = ((-14.0, -1.0), (-10.0, 6.0), (-8.0, 9.0))  # boxes in world (RAS mm)
+SPLEEN = ((3.0, 15.0), (-8.0, 5.0), (-7.0, 9.0))
+LIVER_2 = ((-14.0, -3.0), (10.0, 16.0), (-5.0, 6.0))  # a second, disjoint liver-like region
+
+
+class StubVista(torch.nn.Module):
+    """VISTA3D's call signature; logit of a class = 20 HU - |intensity - its HU| (in the scaled units).
+
+    So a class is predicted exactly where the preprocessed image shows its Hounsfield value, and the
+    labels can be checked against the phantom after the pipeline has undone its preprocessing.
+    """
+
+    def __init__(self, levels: dict[int, float], point_level: float = 300.0):
+        super().__init__()
+        self.levels, self.point_level = levels, point_level
+        self.calls = 0
+
+    def _scaled(self, hu: float) -> float:
+        return (hu - A_MIN) / (A_MAX - A_MIN)
+
+    def forward(self, input_images, patch_coords=None, point_coords=None, point_labels=None, class_vector=None,
+                prompt_class=None, transpose=False, **kwargs):
+        self.calls += 1
+        if class_vector is not None:
+            hu = [self.levels.get(int(c), 5000.0) for c in class_vector.flatten()]
+        elif prompt_class is not None:
+            hu = [self.levels[int(c)] for c in prompt_class.flatten()]
+        else:
+            hu = [self.point_level]
+        lv = torch.tensor([self._scaled(h) for h in hu], device=input_images.device).view(1, -1, 1, 1, 1)
+        logits = 20.0 / (A_MAX - A_MIN) - (input_images - lv).abs()  # [B, C, ...]
+        return logits if transpose else logits.transpose(0, 1)
+
+
+def _rotation(a, b):
+    ca, sa, cb, sb = np.cos(a), np.sin(a), np.cos(b), np.sin(b)
+    rz = np.array([[ca, -sa, 0], [sa, ca, 0], [0, 0, 1]])
+    rx = np.array([[1, 0, 0], [0, cb, -sb], [0, sb, cb]])
+    return rz @ rx
+
+
+def phantom(shape, direction, spacing, boxes=(LIVER, SPLEEN), values=(300.0, 600.0)):
+    """A volume on the grid of ``affine`` (centred on the world origin) with organ boxes given in world mm."""
+    aff = np.eye(4)
+    aff[:3, :3] = np.asarray(direction) @ np.diag(spacing)
+    aff[:3, 3] = -aff[:3, :3] @ ((np.asarray(shape) - 1) / 2.0)
+    idx = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1).reshape(-1, 3)
+    world = (aff[:3, :3] @ idx.T).T + aff[:3, 3]
+    img = np.full(len(idx), -1000.0)
+    img[(np.abs(world) < 18).all(1)] = 40.0  # body
+    for box, v in zip(boxes, values):
+        img[_inside(world, box, 0.0)] = v
+    return img.reshape(shape).astype(np.float32), aff, world.reshape(*shape, 3)
+
+
+def _inside(world, box, grow):
+    lo = np.array([b[0] for b in box]) - grow
+    hi = np.array([b[1] for b in box]) + grow
+    return ((world >= lo) & (world <= hi)).all(-1)
+
+
+def _pipe(network, **kw):
+    kw.setdefault("roi_size", (32, 32, 32))
+    return Vista3DPipeline(network=network, device="cpu", **kw)
+
+
+ORIENTATIONS = [
+    ("ras_1mm", np.eye(3), (1.0, 1.0, 1.0), (40, 40, 36)),
+    ("las_aniso", np.diag([-1.0, 1.0, 1.0]), (0.8, 0.9, 2.5), (46, 40, 15)),
+    ("oblique", _rotation(0.35, 0.2), (1.1, 1.0, 1.3), (36, 38, 30)),
+    ("pir", np.array([[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]]), (1.2, 0.9, 1.0), (40, 40, 36)),
+]
+
+
+class TestPipelineStub(unittest.TestCase):
+    @parameterized.expand(ORIENTATIONS)
+    def test_labels_land_on_the_organs(self, _, direction, spacing, shape):
+        img, aff, world = phantom(shape, direction, spacing)
+        pipe = _pipe(StubVista(HU), sw_batch_size=2)
+        out = pipe(torch.from_numpy(img), aff, classes="liver,spleen")
+        self.assertEqual(tuple(out.shape), shape)
+        self.assertEqual(out.dtype, torch.int16)
+        out = out.numpy()
+        grow = 1.5 + max(spacing)  # nearest-neighbour round trip through the 1.5 mm grid
+        for label_id, box in ((1, LIVER), (3, SPLEEN)):
+            inner = _inside(world, box, -grow)
+            self.assertGreater(inner.sum(), 10)
+            self.assertTrue((out[inner] == label_id).all(), f"label {label_id} missing inside its box")
+        outer = ~_inside(world, LIVER, grow) & ~_inside(world, SPLEEN, grow)
+        self.assertTrue((out[outer] == 0).all(), "labels outside the organ boxes")
+        self.assertEqual(set(np.unique(out).tolist()), {0, 1, 3})
+        for stage in ("preprocess", "inference", "postprocess", "invert"):
+            self.assertIn(stage, pipe.timings)
+        self.assertIn("inference/forward", pipe.timings)
+        self.assertEqual(pipe.network.calls, -(-count_windows(pipe.record.final_shape, (32,) * 3, 0.25) // 2))
+
+    def test_everything_prompt_and_sequential_ids(self):
+        img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
+        out = _pipe(StubVista(HU))(torch.from_numpy(img), aff).numpy()  # default: the 117 labels
+        self.assertEqual(set(np.unique(out).tolist()), {0, 1, 3})
+
+    def test_point_prompt_keeps_the_clicked_component(self):
+        img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0), boxes=(LIVER, LIVER_2),
+                                  values=(300.0, 300.0))
+        centre = np.array([np.mean(b) for b in LIVER])
+        click = np.linalg.solve(aff, np.append(centre, 1.0))[:3]
+        pipe = _pipe(StubVista(HU, point_level=300.0))
+        out = pipe(torch.from_numpy(img), aff, points=[click.tolist()], point_labels=[1]).numpy()
+        grow = 2.5
+        self.assertTrue((out[_inside(world, LIVER, -grow)] == 1).all())
+        self.assertTrue((out[_inside(world, LIVER_2, grow)] == 0).all(), "the unclicked region was kept")
+        # with a class, the label is the class id
+        out = pipe(torch.from_numpy(img), aff, classes="spleen", points=[click.tolist()], point_labels=[1]).numpy()
+        self.assertEqual(set(np.unique(out).tolist()) - {0, 255}, set())  # stub spleen level absent: background
+        out = pipe(torch.from_numpy(img), aff, classes="liver", points=[click.tolist()], point_labels="1").numpy()
+        self.assertTrue((out[_inside(world, LIVER, -grow)] == 1).all())
+
+    def test_voxels_outside_the_point_window_are_255(self):
+        img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
+        centre = np.array([np.mean(b) for b in LIVER])
+        click = np.linalg.solve(aff, np.append(centre, 1.0))[:3]
+        out = _pipe(StubVista(HU), roi_size=(8, 8, 8))(torch.from_numpy(img), aff, points=[click], point_labels=[1])
+        out = out.numpy()
+        near = (np.abs(world - centre) < 4).all(-1)
+        far = (np.abs(world - centre) > 12).any(-1)
+        self.assertTrue((out[near] == 1).all())
+        self.assertTrue((out[far] == 255).all())
+
+    def test_segment_file_round_trip(self):
+        for dtype in (np.int16, np.float32):
+            img, aff, world = phantom((38, 36, 20), np.diag([-1.0, -1.0, 1.0]), (0.9, 1.0, 2.0))
+            with tempfile.TemporaryDirectory() as tmp:
+                src = Path(tmp) / "ct scan.nii.gz"
+                nimg = nib.Nifti1Image(img.astype(dtype), aff)
+                nimg.header.set_qform(aff, code=1)
+                nimg.header.set_sform(aff, code=2)
+                nib.save(nimg, src)
+                before = src.read_bytes()
+                pipe = _pipe(StubVista(HU))
+                out = pipe.segment_file(src, Path(tmp) / "out", classes=[1, "spleen"])
+                self.assertEqual(out, Path(tmp) / "out" / "ct scan" / "ct scan_trans.nii.gz")
+                res = nib.load(out)
+                self.assertEqual(res.shape, img.shape)
+                np.testing.assert_allclose(res.affine, nib.load(src).affine, atol=1e-6)
+                self.assertEqual(int(res.header["sform_code"]), 2)
+                self.assertEqual(res.get_data_dtype(), np.float32)
+                lab = np.asarray(res.dataobj)
+                self.assertTrue((lab[_inside(world, LIVER, -3.5)] == 1).all())
+                self.assertTrue((lab[_inside(world, SPLEEN, -3.5)] == 3).all())
+                self.assertEqual(src.read_bytes(), before, "the input file changed")
+                for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
+                    self.assertIn(key, pipe.timings)
+                with self.assertRaisesRegex(Vista3DOutputError, "--overwrite"):
+                    pipe.segment_file(src, Path(tmp) / "out", classes=[1])
+                u8 = _pipe(StubVista(HU), output_dtype="uint8").segment_file(
+                    src, Path(tmp) / "out", classes=[1], overwrite=True)
+                self.assertEqual(nib.load(u8).get_data_dtype(), np.uint8)
+
+    def test_segment_files_overlaps_io_and_keeps_order(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            srcs = []
+            for i, (direction, spacing) in enumerate([(np.eye(3), (1.0, 1.0, 1.5)), (np.diag([-1.0, 1, 1]), (0.9,) * 3)]):
+                img, aff, _ = phantom((34, 32, 22), direction, spacing)
+                srcs.append(Path(tmp) / f"ct{i}.nii.gz")
+                nib.save(nib.Nifti1Image(img, aff), srcs[-1])
+            paths = [srcs[0], Path(tmp) / "missing.nii.gz", srcs[1]]
+            pipe = _pipe(StubVista(HU))
+            results = list(pipe.segment_files(paths, Path(tmp) / "batch", classes="1,3"))
+            self.assertEqual([r[0] for r in results], paths)
+            self.assertIsInstance(results[1][1], Vista3DInputError)
+            for src, (_, out, timings) in zip(srcs, (results[0], results[2])):
+                self.assertEqual(out, Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz")
+                for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
+                    self.assertIn(key, timings)
+                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3")
+                np.testing.assert_array_equal(np.asarray(nib.load(out).dataobj), np.asarray(nib.load(one).dataobj))
+
+
+NIB_DATA = Path(nib.__file__).parent / "tests" / "data"
+
+
+@unittest.skipUnless((NIB_DATA / "anatomical.nii").is_file(), "nibabel's test data is not installed")
+class TestNibabelFiles(unittest.TestCase):
+    """Real NIfTI files that nobody here wrote: big-endian int16 LAS, big-endian float RAS, a 4D series."""
+
+    @parameterized.expand([("anatomical.nii", None), ("reoriented_anat_moved.nii", None), ("example4d.nii.gz", 1)])
+    def test_round_trip_geometry(self, name, volume_index):
+        src = NIB_DATA / name
+        ref = nib.load(src)
+        with tempfile.TemporaryDirectory() as tmp:
+            # the stub sees MR intensities: any label is fine, the grid and the header are what is checked
+            pipe = _pipe(StubVista({1: 200.0, 3: 1000.0}), roi_size=(64, 64, 64))
+            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index)
+            res = nib.load(out)
+            self.assertEqual(res.shape, ref.shape[:3])
+            np.testing.assert_allclose(res.affine, ref.affine, atol=1e-5)
+            for key in ("qform_code", "sform_code"):
+                self.assertEqual(int(res.header[key]), int(ref.header[key]))
+            np.testing.assert_allclose(res.header["pixdim"][1:4], ref.header["pixdim"][1:4])
+            lab = np.asarray(res.dataobj)
+            self.assertTrue(set(np.unique(lab).tolist()) <= {0.0, 1.0, 3.0})
+            self.assertGreater((lab > 0).sum(), 0)
+
+
+class TestPipelineErrors(unittest.TestCase):
+    def setUp(self):
+        self.img, self.aff, _ = phantom((32, 32, 24), np.eye(3), (1.0, 1.0, 1.0))
+        self.pipe = _pipe(StubVista(HU))
+
+    @parameterized.expand([
+        ("unknown_name", dict(classes="livr"), "did you mean 'liver'"),
+        ("id_out_of_range", dict(classes="1,200"), "out of range"),
+        ("point_outside", dict(points=[[40, 3, 3]], point_labels=[1]), "outside the image"),
+        ("points_without_labels", dict(points="3,3,3"), "without labels"),
+        ("labels_without_points", dict(point_labels="1"), "without points"),
+        ("label_count", dict(points="3,3,3;4,4,4", point_labels="1"), "2 points but 1 point labels"),
+        ("bad_label", dict(points="3,3,3", point_labels="5"), "1 \\(positive\\) or 0"),
+        ("two_classes_with_points", dict(points="16,16,12", point_labels="1", classes="1,3"), "at most one class"),
+    ])
+    def test_prompt_errors(self, _, kwargs, msg):
+        with self.assertRaisesRegex(Vista3DInputError, msg):
+            self.pipe(torch.from_numpy(self.img), self.aff, **kwargs)
+
+    def test_point_in_the_air(self):
+        img, aff, _ = phantom((80, 80, 24), np.eye(3), (1.0, 1.0, 1.0))  # air beyond the crop margin
+        with self.assertRaisesRegex(PromptError, "outside the body"):
+            self.pipe(torch.from_numpy(img), aff, points="0,0,5", point_labels="1")
+
+    def test_constant_image(self):
+        with self.assertRaisesRegex(EmptyForegroundError, "nothing to segment"):
+            self.pipe(torch.full((20, 20, 20), -1000.0), np.eye(4))
+
+    def test_checkpoint_mismatch(self):
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.manual_seed(0)
+            small = vista3d132(encoder_embed_dim=8)
+            sd = small.state_dict()
+            path = Path(tmp) / "model.pt"
+            torch.save(sd, path)
+            other = vista3d132(encoder_embed_dim=16)
+            with self.assertRaisesRegex(CheckpointError, r"shape mismatches: .*\(8, 1, 3, 3, 3\)"):
+                load_checkpoint(other, path)
+            sd.pop(next(iter(sd)))
+            sd["extra.weight"] = torch.zeros(1)
+            torch.save(sd, path)
+            with self.assertRaisesRegex(CheckpointError, "1 missing keys: .*1 unexpected keys: extra.weight"):
+                load_checkpoint(vista3d132(encoder_embed_dim=8), path)
+            # the DataParallel prefix and a {"state_dict": ...} wrapper are accepted
+            torch.save({"state_dict": {f"module.{k}": v for k, v in small.state_dict().items()}}, path)
+            net = load_checkpoint(vista3d132(encoder_embed_dim=8), path)
+            torch.testing.assert_close(net.state_dict(), small.state_dict())
+            path.write_bytes(b"not a checkpoint")
+            with self.assertRaisesRegex(CheckpointError, "cannot read checkpoint"):
+                load_checkpoint(net, path)
+
+    def test_output_equal_to_input_and_unwritable(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            blocker = Path(tmp) / "a_file"
+            blocker.write_text("x")
+            src = Path(tmp) / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(self.img, self.aff), src)
+            with self.assertRaisesRegex(Vista3DOutputError, "cannot create the output folder"):
+                self.pipe.segment_file(src, blocker / "sub")
+            with self.assertRaisesRegex(Vista3DInputError, "no such file"):
+                self.pipe.segment_file(Path(tmp) / "missing.nii.gz", tmp)
+        with self.assertRaisesRegex(ValueError, "sw_batch_size"):
+            _pipe(StubVista(HU), sw_batch_size=0)
+
+
+if __name__ == "__main__":
+    unittest.main()
