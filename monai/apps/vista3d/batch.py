@@ -170,7 +170,7 @@ def _default_segment_fn(device: torch.device, pipeline_kwargs: dict | None) -> S
 
     def segment(image: torch.Tensor, geometry: ImageGeometry) -> Any:
         labels = pipe(image, geometry.affine, classes=classes, points=points, point_labels=point_labels)
-        return labels, {"windows": getattr(pipe, "last_windows", None)}
+        return labels, {"windows": int(pipe.n_windows), "timings": dict(pipe.timings)}
 
     return segment
 
@@ -209,7 +209,7 @@ def run_batch(
         overwrite: redo images whose output exists (by default they are skipped, so a run can be restarted).
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``).
         volume_index: for 4D inputs.
-        output_dtype: label map dtype on disk.
+        output_dtype: label map dtype on disk (``pipeline_kwargs["output_dtype"]`` wins when given).
         postfix: output name postfix.
         prefetch: images loaded ahead of the one being segmented.
         device: default ``cuda:LOCAL_RANK`` when CUDA is available, else cpu.
@@ -217,6 +217,7 @@ def run_batch(
         quiet: no per-image line on stdout.
     """
     paths = collect_inputs(inputs)
+    output_dtype = (pipeline_kwargs or {}).get("output_dtype", output_dtype)
     out_dir = Path(output_dir)
     summary = Path(summary_path) if summary_path is not None else out_dir / "summary.json"
     t_start = time.perf_counter()
@@ -261,6 +262,8 @@ def run_batch(
                     if isinstance(result, tuple):
                         result, info = result
                         rec["windows"] = (info or {}).get("windows")
+                        if (info or {}).get("timings"):
+                            rec["stages"] = {k: round(float(v), 4) for k, v in info["timings"].items()}
                     if dev.type == "cuda":
                         torch.cuda.synchronize(dev)
                     rec["segment_seconds"] = round(time.perf_counter() - t0, 4)

@@ -135,6 +135,23 @@ class TestBatchSingleProcess(unittest.TestCase):
         self.assertEqual([r["status"] for r in per], ["failed", "done", "done", "failed", "done"])
         self.assertIn("RuntimeError: CUDA out of memory", per[0]["error"])
 
+    def test_default_is_the_pipeline(self):
+        from monai.apps.vista3d.pipeline import Vista3DPipeline
+        from tests.apps.vista3d.test_pipeline import StubVista
+
+        good = [p for p in self.inputs if "broken" not in p.name][:2]
+        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}
+        code = run_batch(good, self.tmp / "p", pipeline_kwargs={**kw, "classes": [1, 20]}, device="cpu")
+        self.assertEqual(code, 0)
+        per = json.loads((self.tmp / "p" / "summary.json").read_text())["per_image"]
+        direct = Vista3DPipeline(device="cpu", **kw)
+        for r, p in zip(per, good):
+            self.assertGreater(r["windows"], 0)
+            self.assertIn("inference", r["stages"])
+            saved = nib.load(r["output"])
+            self.assertEqual(saved.get_data_dtype(), np.uint8)
+            np.testing.assert_array_equal(np.asanyarray(saved.dataobj), direct(str(p), classes=[1, 20]).numpy())
+
 
 @pytest.mark.slow
 class TestBatchTwoProcesses(unittest.TestCase):
