@@ -1,0 +1,180 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import tempfile
+import unittest
+
+import nibabel as nib
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from parameterized import parameterized
+
+from monai.apps.vista3d.batch import collect_inputs, output_path, run_batch, shard_by_size
+from monai.apps.vista3d.phantom import write_phantom
+
+SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
+
+
+def tiny_segment(image, geometry):
+    """A stand-in network: label 1 for soft tissue, 21 for bone, 20 for lung; 'windows' = Z slices."""
+    x = image[0]
+    labels = torch.zeros_like(x, dtype=torch.uint8)
+    labels[(x > 0) & (x < 200)] = 1
+    labels[x >= 200] = 21
+    labels[(x < -500) & (x > -950)] = 20
+    return labels, {"windows": int(x.shape[2])}
+
+
+def _make_inputs(folder: pathlib.Path, corrupt: bool = True) -> list[pathlib.Path]:
+    paths = [write_phantom(folder / f"ct{i}.nii.gz", s, seed=i) for i, s in enumerate(SHAPES)]
+    if corrupt:
+        raw = paths[0].read_bytes()
+        bad = folder / "broken.nii.gz"
+        bad.write_bytes(raw[: len(raw) // 2])
+        paths.insert(2, bad)
+    return paths
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, inputs: list[str], out: str, codes: dict) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    torch.set_num_threads(1)
+    codes[rank] = run_batch(inputs, out, tiny_segment, backend="gloo", device="cpu")
+
+
+class TestShard(unittest.TestCase):
+    @parameterized.expand([([5, 1, 1, 1, 1, 1], 2), ([3, 3, 2, 2, 2], 2), (list(range(1, 20)), 4), ([7], 3)])
+    def test_balanced_once(self, sizes, world):
+        plan = shard_by_size(sizes, world)
+        self.assertEqual(plan, shard_by_size(sizes, world))  # deterministic
+        self.assertEqual(sorted(i for p in plan for i in p), list(range(len(sizes))))
+        loads = [sum(sizes[i] for i in p) for p in plan]
+        # greedy largest-first: no rank exceeds the best possible by more than the largest single item
+        self.assertLessEqual(max(loads) - min(loads), max(sizes))
+        if sizes == [5, 1, 1, 1, 1, 1]:
+            self.assertEqual(loads, [5, 5])  # by volume, not by count
+
+    def test_inputs_and_names(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            paths = _make_inputs(d, corrupt=False)
+            (d / "list.txt").write_text("# two images\nct0.nii.gz\n\n" + str(paths[1]) + "\n")
+            self.assertEqual(collect_inputs(d / "list.txt"), paths[:2])
+            self.assertEqual(collect_inputs(d), paths)
+        self.assertEqual(output_path("/a/b/ct_7.nii.gz", "/o"), pathlib.Path("/o/ct_7/ct_7_trans.nii.gz"))
+
+
+class TestBatchSingleProcess(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = pathlib.Path(self._tmp.name)
+        self.inputs = _make_inputs(self.tmp)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def test_failure_isolated_and_restart(self):
+        out = self.tmp / "out"
+        code = run_batch(self.inputs, out, tiny_segment)
+        self.assertEqual(code, 1)
+        summary = json.loads((out / "summary.json").read_text())
+        status = {pathlib.Path(r["image"]).name: r["status"] for r in summary["per_image"]}
+        self.assertEqual(status.pop("broken.nii.gz"), "failed")
+        self.assertEqual(set(status.values()), {"done"})
+        bad = [r for r in summary["per_image"] if r["status"] == "failed"][0]
+        self.assertIn("truncated", bad["error"])
+        self.assertEqual((summary["images"], summary["done"], summary["failed"]), (6, 5, 1))
+        for p, shape in zip([p for p in self.inputs if "broken" not in p.name], SHAPES):
+            result = nib.load(output_path(p, out))
+            self.assertEqual(result.shape, shape)
+            np.testing.assert_array_equal(result.affine, nib.load(p).affine)
+            expected, _ = tiny_segment(torch.from_numpy(nib.load(p).get_fdata().astype(np.float32))[None], None)
+            np.testing.assert_array_equal(result.get_fdata(), expected.numpy())
+        # restart after a partial run: only what is missing is redone
+        output_path(self.inputs[1], out).unlink()
+        self.assertEqual(run_batch(self.inputs, out, tiny_segment), 1)
+        status = {pathlib.Path(r["image"]).name: r["status"] for r in json.loads((out / "summary.json").read_text())["per_image"]}
+        self.assertEqual(status, {"ct0.nii.gz": "skipped", "ct1.nii.gz": "done", "broken.nii.gz": "failed",
+                                  "ct2.nii.gz": "skipped", "ct3.nii.gz": "skipped", "ct4.nii.gz": "skipped"})
+        good = [p for p in self.inputs if "broken" not in p.name]
+        self.assertEqual(run_batch(good, out, tiny_segment, overwrite=True, summary_path=self.tmp / "s.json"), 0)
+        self.assertEqual(json.loads((self.tmp / "s.json").read_text())["done"], 5)
+
+    def test_segment_errors_isolated(self):
+        def flaky(image, geometry):
+            if image.shape[-1] == 24:
+                raise RuntimeError("CUDA out of memory (simulated)")
+            return tiny_segment(image, geometry)[0]
+
+        good = [p for p in self.inputs if "broken" not in p.name]
+        self.assertEqual(run_batch(good, self.tmp / "o", flaky), 1)
+        per = json.loads((self.tmp / "o" / "summary.json").read_text())["per_image"]
+        self.assertEqual([r["status"] for r in per], ["failed", "done", "done", "failed", "done"])
+        self.assertIn("RuntimeError: CUDA out of memory", per[0]["error"])
+
+    def test_default_is_the_pipeline(self):
+        from monai.apps.vista3d.pipeline import Vista3DPipeline
+        from tests.apps.vista3d.test_pipeline import StubVista
+
+        good = [p for p in self.inputs if "broken" not in p.name][:2]
+        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}
+        code = run_batch(good, self.tmp / "p", pipeline_kwargs={**kw, "classes": [1, 20]}, device="cpu")
+        self.assertEqual(code, 0)
+        per = json.loads((self.tmp / "p" / "summary.json").read_text())["per_image"]
+        direct = Vista3DPipeline(device="cpu", **kw)
+        for r, p in zip(per, good):
+            self.assertGreater(r["windows"], 0)
+            self.assertIn("inference", r["stages"])
+            saved = nib.load(r["output"])
+            self.assertEqual(saved.get_data_dtype(), np.uint8)
+            np.testing.assert_array_equal(np.asanyarray(saved.dataobj), direct(str(p), classes=[1, 20]).numpy())
+
+
+@pytest.mark.slow
+class TestBatchTwoProcesses(unittest.TestCase):
+    def test_gloo_two_ranks_equal_single(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            inputs = [str(p) for p in _make_inputs(d)]
+            self.assertEqual(run_batch(inputs, d / "single", tiny_segment), 1)
+            codes = mp.Manager().dict()
+            mp.spawn(_worker, args=(2, _free_port(), inputs, str(d / "multi"), codes), nprocs=2, join=True)
+            self.assertEqual(dict(codes), {0: 1, 1: 1})  # every rank knows one image failed
+            summary = json.loads((d / "multi" / "summary.json").read_text())
+            self.assertEqual(summary["world_size"], 2)
+            per = summary["per_image"]
+            self.assertEqual(sorted(r["image"] for r in per), sorted(inputs))  # each image exactly once
+            self.assertEqual({r["rank"] for r in per}, {0, 1})
+            for r in per:
+                if r["status"] == "done":
+                    single = output_path(r["image"], d / "single")
+                    self.assertEqual(pathlib.Path(r["output"]).read_bytes(), single.read_bytes())
+            self.assertEqual([r["status"] for r in per].count("failed"), 1)
+            self.assertEqual(sum(1 for _ in (d / "multi").glob("*/*_trans.nii.gz")), 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
