@@ -177,10 +177,14 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="vista3d_everything_")
     results = {}
     impls = [("fork", repo)] + ([("upstream", os.path.abspath(args.upstream))] if args.upstream else [])
-    base = [a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("--json")]
+    base = list(argv if argv is not None else sys.argv[1:])
+    if "--json" in base:  # the workers print their results; only this process writes the file
+        i = base.index("--json")
+        del base[i:i + 2]
+    base = [a for a in base if not a.startswith("--json=")]
     for name, path in impls:
         save = os.path.join(tmp, f"{name}.pt")
-        env = dict(os.environ, PYTHONPATH=path)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p))
         cmd = [sys.executable, os.path.abspath(__file__), *base, "--worker", "--save", save]
         if args.tiny and "--tiny" not in cmd:
             cmd.append("--tiny")

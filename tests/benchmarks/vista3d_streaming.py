@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         save = os.path.join(tmp, f"{name}.pt")
         cmd = [sys.executable, os.path.abspath(__file__), *base, "--worker", "--save", save] + (["--tiny"] if a.tiny else [])
         print(f"[{name}] running", flush=True)
-        proc = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=path), stdout=subprocess.PIPE, text=True, cwd=tmp)
+        proc = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p)), stdout=subprocess.PIPE, text=True, cwd=tmp)
         if proc.returncode:
             print(f"[{name}] failed ({proc.returncode})", file=sys.stderr)
             return proc.returncode

@@ -50,7 +50,7 @@ class TestSlidingWindowTiming(unittest.TestCase):
         for key in ("windows", "batches", "sw_batch_size"):
             self.assertIsInstance(t[key], int, key)
         self.assertEqual(t["stitch_device"], "cpu")
-        self.assertFalse(t["synchronized"])  # no CUDA here
+        self.assertEqual(t["synchronized"], torch.cuda.is_available())  # CUDA work may be in flight whenever CUDA is up
 
     def test_off_by_default(self):
         inferer = SlidingWindowInferer(4, 2)

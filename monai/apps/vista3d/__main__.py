@@ -202,7 +202,19 @@ def _segment(args: argparse.Namespace) -> int:
         classes = None
     if points is None:
         parse_classes(classes)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per rank
     pipe = _pipeline(args, device, roi, args.embed_dim or 48, sw, progress=not args.quiet and sys.stderr.isatty())
+    if world > 1:
+        if args.output is not None:
+            raise _UsageError("--output names one file: under torchrun use --output-dir")
+        from .batch import pipeline_segment_fn, run_batch
+
+        # images are sharded over the ranks by size; rank 0 writes output_dir/summary.json
+        return run_batch(images, args.output_dir, pipeline_segment_fn(pipe, classes, points, labels),
+                         overwrite=args.overwrite, volume_index=args.volume_index, output_dtype=args.output_dtype,
+                         device=device, quiet=args.quiet)
     failed = 0
     t0 = time.perf_counter()
     if args.output is not None:

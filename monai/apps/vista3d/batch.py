@@ -166,7 +166,11 @@ def _default_segment_fn(device: torch.device, pipeline_kwargs: dict | None) -> S
     kwargs = dict(pipeline_kwargs or {})
     classes = kwargs.pop("classes", "everything")
     points, point_labels = kwargs.pop("points", None), kwargs.pop("point_labels", None)
-    pipe = Vista3DPipeline(device=device, **kwargs)
+    return pipeline_segment_fn(Vista3DPipeline(device=device, **kwargs), classes, points, point_labels)
+
+
+def pipeline_segment_fn(pipe: Any, classes: Any = "everything", points: Any = None, point_labels: Any = None) -> SegmentFn:
+    """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline`` with these prompts."""
 
     def segment(image: torch.Tensor, geometry: ImageGeometry) -> Any:
         labels = pipe(image, geometry.affine, classes=classes, points=points, point_labels=point_labels)

@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -211,6 +212,12 @@ class TestBenchmarkCli(unittest.TestCase):
             self.assertGreaterEqual(r["windows"], 1)
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 @pytest.mark.slow
 class TestCliSubprocess(unittest.TestCase):
     def _run(self, *args):
@@ -233,6 +240,34 @@ class TestCliSubprocess(unittest.TestCase):
         res = self._run("--help")
         self.assertEqual(res.returncode, 0)
         self.assertIn("benchmark", res.stdout)
+
+    def test_torchrun_two_ranks_equal_single_process(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            for i, shape in enumerate([(30, 30, 20), (24, 26, 18), (34, 28, 20)]):
+                img, aff, _ = phantom(shape, np.eye(3), (1.0, 1.0, 1.5))
+                nib.save(nib.Nifti1Image(np.round(img).astype(np.int16), aff), tmp / f"ct{i}.nii.gz")
+            nib.save(nib.Nifti1Image(np.zeros((8, 8), np.int16), np.eye(4)), tmp / "flat.nii.gz")  # a 2D image fails
+            single = self._run("segment", "--input-list", tmp, "--output-dir", tmp / "single", *TINY)
+            self.assertEqual(single.returncode, 1, single.stderr)  # the 2D image
+            env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+            multi = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+                 "-m", "monai.apps.vista3d", "segment", "--input-list", str(tmp), "--output-dir", str(tmp / "multi"),
+                 *TINY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            self.assertNotEqual(multi.returncode, 0, multi.stderr)  # the failure is reported in the exit code
+            summary = json.loads((tmp / "multi" / "summary.json").read_text())
+            records = summary["per_image"]
+            self.assertEqual((summary["world_size"], summary["done"], summary["failed"]), (2, 3, 1))
+            status = {Path(r["image"]).name: r["status"] for r in records}
+            self.assertEqual(sorted(status), ["ct0.nii.gz", "ct1.nii.gz", "ct2.nii.gz", "flat.nii.gz"])
+            self.assertEqual(sum(s == "done" for s in status.values()), 3, status)
+            self.assertEqual(len({r.get("rank") for r in records}), 2, records)  # both ranks worked
+            for i in range(3):
+                a = nib.load(tmp / "single" / f"ct{i}" / f"ct{i}_trans.nii.gz")
+                b = nib.load(tmp / "multi" / f"ct{i}" / f"ct{i}_trans.nii.gz")
+                np.testing.assert_array_equal(np.asanyarray(a.dataobj), np.asanyarray(b.dataobj))
+                np.testing.assert_array_equal(a.affine, b.affine)
 
 
 if __name__ == "__main__":
