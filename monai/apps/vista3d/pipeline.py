@@ -282,6 +282,9 @@ class Vista3DPipeline:
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
         output_dtype: ``"float32"`` (the bundle's), ``"uint8"`` or ``"int16"`` for saved label maps.
+        streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
+            holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
+            out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
 
     Attributes:
         timings: seconds per stage of the last run (``load``, ``preprocess``, ``inference`` with
@@ -305,6 +308,7 @@ class Vista3DPipeline:
         resample_dtype: torch.dtype = torch.float32,
         output_dtype: str = "float32",
         warn_random: bool = True,
+        streaming: bool = True,
     ) -> None:
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -334,6 +338,7 @@ class Vista3DPipeline:
         if output_dtype not in ("float32", "uint8", "int16"):
             raise ValueError(f"output_dtype must be float32, uint8 or int16, got {output_dtype!r}")
         self.output_dtype = output_dtype
+        self.streaming = streaming
         self.timings: dict[str, float] = {}
         self.record: PreprocessRecord | None = None
         self.n_windows = 0
@@ -513,6 +518,46 @@ class Vista3DPipeline:
         self.timings.update(sub)
         return logits
 
+    def infer_labels(self, x: torch.Tensor, label_ids: Sequence[int]) -> torch.Tensor:
+        """Class prompts straight to the label map on the network grid, never holding every class's logits.
+
+        The streamed path of :func:`monai.apps.vista3d.sliding_window_label_inference`: the same labels as
+        :meth:`infer` followed by :meth:`postprocess`, with memory bounded by a slab of the volume. It has no
+        out-of-memory fallback and no per-stage split; ``sw_batch_size="auto"`` splits the windows evenly into
+        calls of at most 14 (the latency study's best) on CUDA, 4 on the CPU.
+
+        Returns:
+            ``[X, Y, Z]`` int16 label map on the pipeline's device.
+        """
+        from monai.inferers.batch_size import even_batch_size
+
+        from .streaming import sliding_window_label_inference
+
+        if not label_ids:
+            raise PromptError("no classes to segment")
+        t0 = time.perf_counter()
+        inp = x[None] if x.ndim == 4 else x
+        n_win = count_windows(inp.shape[2:], self.roi_size, self.overlap)
+        bs = self.sw_batch_size
+        if bs == "auto":
+            bs = even_batch_size(n_win, 14 if self.device.type == "cuda" else 4)
+        progress = _Progress(n_win, self.progress)
+        cv = torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
+        try:
+            with torch.no_grad(), self._autocast():
+                labels = sliding_window_label_inference(
+                    inp, self.roi_size, int(bs), self._predictor(progress), overlap=self.overlap, with_coord=True,
+                    label_ids=torch.as_tensor(list(label_ids)), transpose=True, class_vector=cv, prompt_class=cv,
+                )[0, 0]
+        finally:
+            progress.close()
+        labels = labels.to(device=self.device, dtype=torch.int16)
+        _sync(self.device)
+        self.n_windows, self.last_sw_batch_size = n_win, int(bs)
+        self.timings["inference"] = time.perf_counter() - t0
+        self.timings["postprocess"] = 0.0  # done inside the streamed inference
+        return labels
+
     def postprocess(
         self,
         logits: torch.Tensor,
@@ -582,6 +627,8 @@ class Vista3DPipeline:
             classes = None
         x, record = self.preprocess(image, affine)
         prompts = self.prompts(classes, pts, labs, record)
+        if self.streaming and prompts["point_coords"] is None:
+            return self.invert(self.infer_labels(x, prompts["label_ids"]), record)
         logits = self.infer(x, prompts["label_ids"], prompts["point_coords"], prompts["point_labels"])
         labels = self.postprocess(logits, prompts["label_ids"], prompts["point_coords"], prompts["point_labels"])
         del logits

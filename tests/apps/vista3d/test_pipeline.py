@@ -120,8 +120,12 @@ class TestPipelineStub(unittest.TestCase):
         self.assertEqual(set(np.unique(out).tolist()), {0, 1, 3})
         for stage in ("preprocess", "inference", "postprocess", "invert"):
             self.assertIn(stage, pipe.timings)
-        self.assertIn("inference/forward", pipe.timings)
         self.assertEqual(pipe.network.calls, -(-count_windows(pipe.record.final_shape, (32,) * 3, 0.25) // 2))
+        # the full-logits path (upstream's) gives the same label map, with the inferer's stage split
+        full = _pipe(StubVista(HU), sw_batch_size=2)
+        full.streaming = False
+        torch.testing.assert_close(full(torch.from_numpy(img), aff, classes="liver,spleen").numpy(), out, rtol=0, atol=0)
+        self.assertIn("inference/forward", full.timings)
 
     def test_everything_prompt_and_sequential_ids(self):
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
