@@ -331,6 +331,35 @@ def plan_sliding_windows(
     return SlidingWindowPlan(image_size, padded, roi, steps, pad_size, slices, int(batch_size))
 
 
+def pad_and_weight(
+    inputs: torch.Tensor,
+    condition: torch.Tensor | None,
+    plan: SlidingWindowPlan,
+    padding_mode: PytorchPadMode,
+    cval: float,
+    roi_weight_map: torch.Tensor | None,
+    mode: BlendMode | str,
+    sigma_scale: Sequence[float] | float,
+    sw_device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Pad ``inputs`` (and a ``condition`` tensor shaped like it) to ``plan``'s padded size; build the window weight.
+
+    Returns:
+        ``(padded inputs, padded condition or None, weight of one window as [*roi_size] or the given map)``.
+    """
+    if plan.padded:
+        pad_kw = {"value": cval} if padding_mode == PytorchPadMode.CONSTANT else {}  # cval only for constant
+        inputs = F.pad(inputs, plan.pad_size, mode=padding_mode.value, **pad_kw)
+        if condition is not None:
+            condition = F.pad(condition, plan.pad_size, mode=padding_mode.value, **pad_kw)
+    if roi_weight_map is not None:
+        weight = torch.as_tensor(roi_weight_map).to(device=sw_device, dtype=dtype)
+    else:
+        weight = compute_importance_map(plan.roi_size, mode, sigma_scale, device=sw_device, dtype=dtype)
+    return inputs, condition, weight
+
+
 @dataclass
 class _Buffer:
     """A band of buffered stitching: windows ``[first, stop)`` (over the batch) covering ``[start, end)`` along
@@ -851,16 +880,9 @@ def _window_loop(
         condition = kwargs.pop("condition", None)
 
         plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, inputs.shape[0], pad_mode)
-        if plan.padded:
-            pad_kw = {"value": cval} if pad_mode == PytorchPadMode.CONSTANT else {}
-            inputs = F.pad(inputs, plan.pad_size, mode=pad_mode.value, **pad_kw)
-            if condition is not None:
-                condition = F.pad(condition, plan.pad_size, mode=pad_mode.value, **pad_kw)
-
-        if roi_weight_map is not None:
-            weight = torch.as_tensor(roi_weight_map).to(device=sw_device, dtype=dtype)
-        else:
-            weight = compute_importance_map(plan.roi_size, mode, sigma_scale, device=sw_device, dtype=dtype)
+        inputs, condition, weight = pad_and_weight(
+            inputs, condition, plan, pad_mode, cval, roi_weight_map, mode, sigma_scale, sw_device, dtype
+        )
 
         if buffered:
             segments = [(b, b.first, b.stop) for b in _buffered_bands(plan, int(buffer_steps), buffer_dim)]

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.utils import compute_importance_map, plan_sliding_windows
+from monai.inferers.utils import pad_and_weight, plan_sliding_windows
 from monai.utils import BlendMode, PytorchPadMode, look_up_option
 from .postprocess import logits_to_labels
 
@@ -151,15 +151,9 @@ def sliding_window_label_inference(
     condition = kwargs.pop("condition", None)
 
     plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, pad_mode)
-    if plan.padded:
-        pad_kw = {"value": cval} if pad_mode == PytorchPadMode.CONSTANT else {}
-        inputs = F.pad(inputs, plan.pad_size, mode=pad_mode.value, **pad_kw)
-        if condition is not None:
-            condition = F.pad(condition, plan.pad_size, mode=pad_mode.value, **pad_kw)
-    if roi_weight_map is not None:
-        weight = torch.as_tensor(roi_weight_map).to(device=sw_device, dtype=dtype)
-    else:
-        weight = compute_importance_map(plan.roi_size, mode, sigma_scale, device=sw_device, dtype=dtype)
+    inputs, condition, weight = pad_and_weight(
+        inputs, condition, plan, pad_mode, cval, roi_weight_map, mode, sigma_scale, sw_device, dtype
+    )
     while weight.ndim < ndim + 2:
         weight = weight[None]
 
