@@ -121,16 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _collect_images(args: argparse.Namespace) -> list[Path]:
+    from .batch import collect_inputs
+
     images = [Path(p) for p in args.images]
     if args.input_list:
-        src = Path(args.input_list)
-        if src.is_dir():
-            images += sorted(p for p in src.iterdir() if p.name.lower().endswith((".nii", ".nii.gz")))
-        elif src.is_file():
-            lines = [ln.strip() for ln in src.read_text().splitlines()]
-            images += [Path(ln) for ln in lines if ln and not ln.startswith("#")]
-        else:
-            raise _UsageError(f"--input-list {str(src)!r} is neither a file nor a folder")
+        if not Path(args.input_list).exists():
+            raise _UsageError(f"--input-list {args.input_list!r} is neither a file nor a folder")
+        images += collect_inputs(args.input_list)
     if not images:
         raise _UsageError("no input images: give IMAGE paths or --input-list")
     return images

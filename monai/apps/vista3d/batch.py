@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .io import AsyncSaver, ImageGeometry, Vista3DInputError, load_image
+from .io import AsyncSaver, ImageGeometry, Vista3DInputError, load_image, output_path
 
 __all__ = ["run_batch", "collect_inputs", "shard_by_size", "output_path", "dist_context"]
 
@@ -58,16 +58,6 @@ def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> l
             return [Path(ln) if Path(ln).is_absolute() else base / ln for ln in lines if ln and not ln.startswith("#")]
         return [src]
     return [Path(p) for p in inputs]
-
-
-def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> Path:
-    """The bundle's naming: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
-    name = Path(image).name
-    for ext in (".nii.gz", ".nii"):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-            break
-    return Path(output_dir) / name / f"{name}_{postfix}.nii.gz"
 
 
 def _voxels(path: Path) -> int:

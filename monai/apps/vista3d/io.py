@@ -53,6 +53,7 @@ __all__ = [
     "AsyncSaver",
     "gzip_codec",
     "DEFAULT_COMPRESSLEVEL",
+    "output_path",
 ]
 
 #: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
@@ -773,3 +774,13 @@ class AsyncSaver:
         self._closed = True
         for e in errors:
             print(f"vista3d: a background save failed: {e}", file=sys.stderr)
+
+
+def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:
+    """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
+    name = pathlib.Path(image).name
+    for ext in (".nii.gz", ".nii", ".gz"):
+        if name.lower().endswith(ext):
+            name = name[: -len(ext)]
+            break
+    return pathlib.Path(output_dir) / name / f"{name}_{postfix}.nii.gz"

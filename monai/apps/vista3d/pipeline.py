@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .io import Vista3DInputError, Vista3DOutputError
+from .io import Vista3DInputError, Vista3DOutputError, output_path
 from .labels import bundle_config, parse_classes, special_point_labels
 from .postprocess import logits_to_labels
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
@@ -239,14 +239,8 @@ class _CountingPredictor:
         return out
 
 
-def output_path_for(input_path: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> Path:
-    """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
-    name = Path(input_path).name
-    for ext in (".nii.gz", ".nii", ".gz"):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-            break
-    return Path(output_dir) / name / f"{name}_{postfix}.nii.gz"
+#: the bundle's output naming (``output_dir/<name>/<name>_trans.nii.gz``), as in ``monai.apps.vista3d.io``
+output_path_for = output_path
 
 
 def _check_output(input_path: Path | None, out_path: Path, overwrite: bool) -> None:
