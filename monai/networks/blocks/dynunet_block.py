@@ -35,7 +35,10 @@ def get_padding(kernel_size: Sequence[int] | int, stride: Sequence[int] | int) -
     ks, st = _per_dim(kernel_size, stride)
     padding = tuple(int((k - s + 1) / 2) for k, s in zip(ks, st))
     if min((k - s + 1) / 2 for k, s in zip(ks, st)) < 0:
-        raise AssertionError("padding value should not be negative, please change the kernel size and/or stride.")
+        raise AssertionError(
+            f"kernel_size {kernel_size} with stride {stride} needs a negative padding: use a kernel of at least "
+            "stride - 1."
+        )
     return padding if len(padding) > 1 else padding[0]
 
 
@@ -46,7 +49,10 @@ def get_output_padding(
     ks, st, pad = _per_dim(kernel_size, stride, padding)
     out = tuple(2 * p + s - k for k, s, p in zip(ks, st, pad))
     if min(out) < 0:
-        raise AssertionError("out_padding value should not be negative, please change the kernel size and/or stride.")
+        raise AssertionError(
+            f"kernel_size {kernel_size}, stride {stride} and padding {padding} need a negative output padding of "
+            "the transposed convolution: change the kernel size or the stride."
+        )
     return out if len(out) > 1 else out[0]
 
 

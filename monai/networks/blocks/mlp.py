@@ -46,7 +46,7 @@ class MLPBlock(nn.Module):
     ) -> None:
         super().__init__()
         if not 0 <= dropout_rate <= 1:
-            raise ValueError(f"dropout_rate should be between 0 and 1, got {dropout_rate}.")
+            raise ValueError(f"dropout_rate must be in [0, 1], got {dropout_rate}.")
         mode = look_up_option(dropout_mode, SUPPORTED_DROPOUT_MODE)
         mlp_dim = mlp_dim or hidden_size
         act_name, _ = split_args(act)

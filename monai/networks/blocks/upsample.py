@@ -75,7 +75,7 @@ class UpSample(nn.Sequential):
 
         if up_mode in (UpsampleMode.DECONV, UpsampleMode.DECONVGROUP):
             if not in_channels:
-                raise ValueError(f"in_channels needs to be specified in the '{mode}' mode.")
+                raise ValueError(f"UpSample mode '{mode}' needs in_channels.")
             out_channels = out_channels or in_channels
             groups = 1
             if up_mode == UpsampleMode.DECONVGROUP and in_channels % out_channels == 0:
@@ -98,7 +98,7 @@ class UpSample(nn.Sequential):
             if pre_conv == "default":
                 if out_channels != in_channels:
                     if not in_channels:
-                        raise ValueError(f"in_channels needs to be specified in the '{mode}' mode.")
+                        raise ValueError(f"UpSample mode '{mode}' needs in_channels.")
                     self.add_module(
                         "preconv",
                         Conv[Conv.CONV, spatial_dims](in_channels, out_channels or in_channels, kernel_size=1, bias=bias),

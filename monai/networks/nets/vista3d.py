@@ -156,7 +156,7 @@ class VISTA3D(nn.Module):
         if class_vector is not None:
             return class_vector.shape[0]
         if point_coords is None:
-            raise ValueError("class_vector and point_coords cannot be both None.")
+            raise ValueError("no prompt: give class_vector, or point_coords with point_labels.")
         return point_coords.shape[0]
 
     def convert_point_label(
