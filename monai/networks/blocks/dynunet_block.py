@@ -92,54 +92,6 @@ def get_conv_layer(
 _LEAKY = ("leakyrelu", {"inplace": True, "negative_slope": 0.01})
 
 
-class UnetResBlock(nn.Module):
-    """Two convolutions with normalization and a residual connection (nnU-Net style).
-
-    ``conv1 -> norm1 -> act -> conv2 -> norm2 (+ residual) -> act``; the residual goes through a 1x1 convolution
-    ``conv3`` and ``norm3`` when the channel count or the stride changes.
-
-    Args:
-        spatial_dims: number of spatial dimensions.
-        in_channels: number of input channels.
-        out_channels: number of output channels.
-        kernel_size: convolution kernel size.
-        stride: stride of the first convolution.
-        norm_name: normalization name or ``(name, kwargs)``.
-        act_name: activation name or ``(name, kwargs)``.
-        dropout: dropout probability or ``(name, kwargs)``.
-    """
-
-    def __init__(
-        self,
-        spatial_dims: int,
-        in_channels: int,
-        out_channels: int,
-        kernel_size: Sequence[int] | int,
-        stride: Sequence[int] | int,
-        norm_name: tuple | str,
-        act_name: tuple | str = _LEAKY,
-        dropout: tuple | str | float | None = None,
-    ):
-        super().__init__()
-        common = dict(dropout=dropout, act=None, norm=None, conv_only=False)
-        self.conv1 = get_conv_layer(spatial_dims, in_channels, out_channels, kernel_size, stride, **common)
-        self.conv2 = get_conv_layer(spatial_dims, out_channels, out_channels, kernel_size, 1, **common)
-        self.lrelu = get_act_layer(act_name)
-        self.norm1 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
-        self.norm2 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
-        strides = stride if isinstance(stride, Sequence) else [stride]
-        self.downsample = in_channels != out_channels or any(s != 1 for s in strides)
-        if self.downsample:
-            self.conv3 = get_conv_layer(spatial_dims, in_channels, out_channels, 1, stride, **common)
-            self.norm3 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
-
-    def forward(self, inp: torch.Tensor) -> torch.Tensor:
-        out = self.norm2(self.conv2(self.lrelu(self.norm1(self.conv1(inp)))))
-        residual = self.norm3(self.conv3(inp)) if self.downsample else inp
-        out += residual
-        return self.lrelu(out)
-
-
 class UnetBasicBlock(nn.Module):
     """Two convolutions, each followed by normalization and activation.
 
@@ -176,3 +128,49 @@ class UnetBasicBlock(nn.Module):
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         out = self.lrelu(self.norm1(self.conv1(inp)))
         return self.lrelu(self.norm2(self.conv2(out)))
+
+
+
+class UnetResBlock(UnetBasicBlock):
+    """Two convolutions with normalization and a residual connection (nnU-Net style).
+
+    ``conv1 -> norm1 -> act -> conv2 -> norm2 (+ residual) -> act``; the residual goes through a 1x1 convolution
+    ``conv3`` and ``norm3`` when the channel count or the stride changes.
+
+    Args:
+        spatial_dims: number of spatial dimensions.
+        in_channels: number of input channels.
+        out_channels: number of output channels.
+        kernel_size: convolution kernel size.
+        stride: stride of the first convolution.
+        norm_name: normalization name or ``(name, kwargs)``.
+        act_name: activation name or ``(name, kwargs)``.
+        dropout: dropout probability or ``(name, kwargs)``.
+    """
+
+    def __init__(
+        self,
+        spatial_dims: int,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: Sequence[int] | int,
+        stride: Sequence[int] | int,
+        norm_name: tuple | str,
+        act_name: tuple | str = _LEAKY,
+        dropout: tuple | str | float | None = None,
+    ):
+        # the same two convolutions, norms and activation as UnetBasicBlock (and the same checkpoint keys)
+        super().__init__(spatial_dims, in_channels, out_channels, kernel_size, stride, norm_name, act_name, dropout)
+        strides = stride if isinstance(stride, Sequence) else [stride]
+        self.downsample = in_channels != out_channels or any(s != 1 for s in strides)
+        if self.downsample:
+            self.conv3 = get_conv_layer(
+                spatial_dims, in_channels, out_channels, 1, stride, dropout=dropout, act=None, norm=None, conv_only=False
+            )
+            self.norm3 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
+
+    def forward(self, inp: torch.Tensor) -> torch.Tensor:
+        out = self.norm2(self.conv2(self.lrelu(self.norm1(self.conv1(inp)))))
+        residual = self.norm3(self.conv3(inp)) if self.downsample else inp
+        out += residual
+        return self.lrelu(out)
