@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from typing import Any
+
 import torch
 
 
@@ -50,6 +52,49 @@ def label_map(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.where(fg, labels.to(best.device)[best], torch.zeros_like(best)).to(torch.uint8)
 
 
+def build_net(tiny: bool, dev: torch.device):
+    """``vista3d132`` (or, with ``tiny``, an 8-channel VISTA3D for the CPU) with seed-0 random weights, in eval mode."""
+    from monai.networks.nets import vista3d132
+
+    torch.manual_seed(0)
+    if not tiny:
+        return vista3d132().to(dev).eval()
+    from monai.networks.nets.segresnet_ds import SegResNetDS2
+    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+
+    enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
+    return VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True),
+                   PointMappingSAM(feature_size=8, n_classes=512, last_supported=132)).to(dev).eval()
+
+
+def measure(fn, repeats: int, dev: torch.device) -> tuple[dict, Any]:
+    """Time ``fn`` ``repeats`` times after one warm-up; returns the statistics and the last output.
+
+    Only one output is alive while ``fn`` runs; the peak GPU memory covers the warm-up and the timed runs.
+    """
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    times = []
+    for _ in range(repeats):
+        del out
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = sorted(times)
+    p50 = s[len(s) // 2]
+    p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
+    peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
+    return {"median_s": p50, "p90_over_p50": p90 / p50, "max_over_min": s[-1] / s[0], "peak_gib": peak,
+            "times_s": times}, out
+
+
 def _parse_shape(s: str) -> tuple[int, ...]:
     return tuple(int(v) for v in s.lower().replace("x", ",").split(","))
 
@@ -58,19 +103,9 @@ def worker(args) -> dict:
     """Measure one implementation (whatever ``monai`` is importable) and save its best outputs."""
     import monai
     from monai.inferers import SlidingWindowInfererAdapt
-    from monai.networks.nets import vista3d132
 
     dev = torch.device(args.device)
-    torch.manual_seed(0)
-    if args.tiny:
-        from monai.networks.nets.vista3d import ClassMappingClassify, PointMappingSAM, VISTA3D
-        from monai.networks.nets.segresnet_ds import SegResNetDS2
-
-        enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
-        net = VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True), PointMappingSAM(feature_size=8, n_classes=512, last_supported=132))
-    else:
-        net = vista3d132()
-    net = net.to(dev).eval()
+    net = build_net(args.tiny, dev)
     labels = everything_labels()[: args.classes]
     cv = torch.tensor(labels, device=dev).view(-1, 1)
     is_fork = "+vista3d" in monai.__version__
@@ -92,23 +127,8 @@ def worker(args) -> dict:
                     return inferer(image, net, transpose=True, class_vector=cv, prompt_class=cv, point_coords=None,
                                    point_labels=None, labels=None, label_set=None, prev_mask=None)
 
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-            run()  # warm-up
-            times = []
-            for _ in range(args.repeats):
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                out = run()
-                if dev.type == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - t0)
-                if _ < args.repeats - 1:
-                    del out
-            med = sorted(times)[len(times) // 2]
-            peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
+            stats, out = measure(run, args.repeats, dev)
+            med, times, peak = stats["median_s"], stats["times_s"], stats["peak_gib"]
             row = {"impl": "fork" if is_fork else "upstream", "shape": list(shape), "sw_batch_size": bs,
                    "median_s": med, "times_s": times, "peak_gib": peak}
             if is_fork and getattr(inferer, "timings", None):

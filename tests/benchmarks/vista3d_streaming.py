@@ -27,50 +27,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vista3d_everything import everything_labels, label_map  # noqa: E402
-
-
-def build_net(tiny: bool, dev: torch.device):
-    from monai.networks.nets import vista3d132
-
-    torch.manual_seed(0)
-    if not tiny:
-        return vista3d132().to(dev).eval()
-    from monai.networks.nets.segresnet_ds import SegResNetDS2
-    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
-
-    enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
-    return VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True),
-                   PointMappingSAM(feature_size=8, n_classes=512, last_supported=132)).to(dev).eval()
-
-
-def measure(fn, repeats: int, dev: torch.device) -> dict:
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-    out = fn()
-    times = []
-    for _ in range(repeats):
-        del out
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        out = fn()
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    s = sorted(times)
-    p50 = s[len(s) // 2]
-    p90 = s[min(len(s) - 1, int(round(0.9 * (len(s) - 1))))]
-    peak = torch.cuda.max_memory_allocated() / 2**30 if dev.type == "cuda" else float("nan")
-    return {"median_s": p50, "p90_over_p50": p90 / p50, "max_over_min": s[-1] / s[0], "peak_gib": peak,
-            "times_s": times}, out
+from vista3d_everything import build_net, everything_labels, label_map, measure  # noqa: E402
 
 
 def worker(a) -> dict:
