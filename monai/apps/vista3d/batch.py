@@ -176,6 +176,20 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
+def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.device:
+    """The device of this rank: ``cuda:LOCAL_RANK`` for ``None`` (when CUDA is available) and for a bare ``"cuda"``.
+
+    ``torch.cuda.set_device`` needs an index, and under ``torchrun`` a bare ``"cuda"`` should still mean one GPU
+    per rank rather than every rank on GPU 0.
+    """
+    if device is None:
+        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", local_rank)
+    return dev
+
+
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike,
@@ -216,10 +230,7 @@ def run_batch(
     summary = Path(summary_path) if summary_path is not None else out_dir / "summary.json"
     t_start = time.perf_counter()
     with dist_context(backend) as (rank, world, local_rank):
-        if device is None:
-            dev = torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-        else:
-            dev = torch.device(device)
+        dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         sizes = [_voxels(p) for p in paths]
