@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The H200 measurements recorded in docs/benchmarks.md, in the order they were run.
-# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B OUTDIR
+# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B|C|D|E OUTDIR
+# A and B: the first session; C, D and E: the second (streaming at small window batches, an 80 GiB card).
 # Expects the wheels of upstream MONAI 1.6.1, nibabel and parameterized in .wheels/ (no registry there).
 set -u
 part=$1; out=${2:-/tmp/h200}; mkdir -p "$out"
@@ -9,7 +10,18 @@ pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wh
 export PYTHONPATH=$PWD:/tmp/deps
 step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt"; s=$(date +%s)
   timeout "$lim" "$@" > "$out/$name.txt" 2>&1; echo "rc=$? $(( $(date +%s) - s )) s" | tee -a "$out/log.txt"; tail -n 25 "$out/$name.txt"; }
-if [ "$part" = A ]; then
+S512="--sizes 512x512x512 --acc-dtypes float16 --full-repeats 1 --full-sw-batch-size 14"
+if [ "$part" = C ]; then
+  step forward_batch 90 python3 tests/benchmarks/vista3d_forward_batch.py --device cuda --sw-batch-sizes 1,2,4,8,14 --profile 1,4 --json "$out/forward_batch.json"
+  step streaming512_117 480 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 2,4,14 --repeats 20 --json "$out/streaming512_117.json"
+elif [ "$part" = D ]; then
+  step streaming512_1 280 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 1 --sw-batch-size 2,14 --repeats 20 --json "$out/streaming512_1.json"
+  step streaming256_bs2 120 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up --sizes 256x256x256 --classes 117,1 --acc-dtypes float16 --sw-batch-size 2 --full-sw-batch-size 14 --repeats 20 --json "$out/streaming256_bs2.json"
+  step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json"
+elif [ "$part" = E ]; then
+  step streaming512_cap80 400 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 2 --repeats 3 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80.json"
+  step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json"
+elif [ "$part" = A ]; then
   step everything 240 python3 tests/benchmarks/vista3d_everything.py --device cuda --upstream /tmp/up --sw-batch-sizes 1,4,14,auto --compare-logits --json "$out/everything.json"
   step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json"
   step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json"

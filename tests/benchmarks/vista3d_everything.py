@@ -71,13 +71,17 @@ def measure(fn, repeats: int, dev: torch.device) -> tuple[dict, Any]:
     """Time ``fn`` ``repeats`` times after one warm-up; returns the statistics and the last output.
 
     Only one output is alive while ``fn`` runs; the peak GPU memory covers the warm-up and the timed runs.
+    ``repeats=0`` times the warm-up itself (one cold run, for paths too slow to run twice).
     """
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
     out = fn()
-    times = []
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    times = [] if repeats else [time.perf_counter() - t0]
     for _ in range(repeats):
         del out
         if dev.type == "cuda":

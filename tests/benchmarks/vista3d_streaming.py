@@ -40,6 +40,9 @@ def worker(a) -> dict:
 
     is_fork = "+vista3d" in monai.__version__
     dev = torch.device(a.device)
+    if a.memory_cap_gib and dev.type == "cuda":  # emulate a smaller card: a per-process allocator limit
+        total = torch.cuda.get_device_properties(dev).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.memory_cap_gib * 2**30 / total), dev)
     net = build_net(a.tiny, dev)
     rows, saved = [], {}
     amp = dict(device_type=dev.type, dtype=torch.float16, enabled=dev.type == "cuda")
@@ -55,25 +58,28 @@ def worker(a) -> dict:
             if is_fork:
                 from monai.apps.vista3d.streaming import sliding_window_label_inference
 
-                for acc in a.acc_dtypes:
+                for acc, bs in ((acc, bs) for acc in a.acc_dtypes for bs in a.sw_batch_size):
                     acc_dt = getattr(torch, acc)
 
-                    def streamed(acc_dt=acc_dt):
+                    def streamed(acc_dt=acc_dt, bs=bs):
                         with torch.no_grad(), torch.autocast(**amp):
                             return sliding_window_label_inference(
-                                image.to(acc_dt), (a.roi,) * 3, a.sw_batch_size, net, overlap=0.25, with_coord=True,
+                                image.to(acc_dt), (a.roi,) * 3, bs, net, overlap=0.25, with_coord=True,
                                 label_ids=ids, **kw)[0, 0]
 
-                    variants.append((f"fork streamed ({acc} accumulators)", streamed, a.repeats))
-            inferer = SlidingWindowInfererAdapt(roi_size=(a.roi,) * 3, sw_batch_size=a.sw_batch_size, overlap=0.25,
-                                                with_coord=True)
+                    if a.repeats > 0:
+                        variants.append((f"fork streamed, {acc} acc, bs {bs}", streamed, a.repeats))
+            inferer = SlidingWindowInfererAdapt(roi_size=(a.roi,) * 3, sw_batch_size=a.full_sw_batch_size,
+                                                overlap=0.25, with_coord=True)
 
             def full():
                 with torch.no_grad(), torch.autocast(**amp):
                     logits = inferer(image, net, **kw)[0]
                 return label_map(logits, ids)
 
-            variants.append(("fork full logits" if is_fork else "upstream full logits", full, a.full_repeats))
+            side = "fork" if is_fork else "upstream"
+            if not (is_fork and a.no_fork_full):
+                variants.append((f"{side} full logits, bs {a.full_sw_batch_size}", full, a.full_repeats))
             for name, fn, reps in variants:
                 try:
                     stats, out = measure(fn, reps, dev)
@@ -95,12 +101,17 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--sizes", default=None, help="e.g. 256x256x256,512x512x512")
     p.add_argument("--classes", default="117,1", help="class counts: 117 = everything, 1 = spleen")
-    p.add_argument("--sw-batch-size", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=None, help="timed runs of the streamed path")
-    p.add_argument("--full-repeats", type=int, default=3, help="timed runs of the full-logits paths")
+    p.add_argument("--sw-batch-size", default=None, help="window batch sizes of the streamed path, e.g. 2,14")
+    p.add_argument("--full-sw-batch-size", type=int, default=None, help="window batch size of the full-logits paths")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs of the streamed path (0: skip it)")
+    p.add_argument("--full-repeats", type=int, default=3,
+                   help="timed runs of the full-logits paths (0: one cold run, no warm-up)")
+    p.add_argument("--no-fork-full", action="store_true", help="skip the fork's full-logits path")
     p.add_argument("--acc-dtypes", default=None, help="accumulator dtypes of the streamed path, e.g. float32,float16")
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--tiny", action="store_true")
+    p.add_argument("--memory-cap-gib", type=float, default=None,
+                   help="limit each process's CUDA allocator to this many GiB (emulates a smaller GPU)")
     p.add_argument("--upstream", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--save", default=None, help=argparse.SUPPRESS)
@@ -111,8 +122,9 @@ def main(argv=None) -> int:
     a.roi = a.roi or (32 if cpu else 128)
     a.sizes = [tuple(int(v) for v in s.split("x")) for s in (a.sizes or ("48x48x48" if cpu else "256x256x256,512x512x512")).split(",")]
     a.classes = [int(c) for c in a.classes.split(",")]
-    a.sw_batch_size = a.sw_batch_size or (4 if cpu else 14)
-    a.repeats = a.repeats or (3 if cpu else 20)
+    a.sw_batch_size = [int(b) for b in str(a.sw_batch_size or (4 if cpu else 14)).split(",")]
+    a.full_sw_batch_size = a.full_sw_batch_size or a.sw_batch_size[-1]
+    a.repeats = (3 if cpu else 20) if a.repeats is None else a.repeats
     a.acc_dtypes = (a.acc_dtypes or ("float32" if cpu else "float32,float16")).split(",")
     if a.worker:
         json.dump(worker(a), sys.stdout)
