@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 measurements recorded in docs/benchmarks.md, in the order they were run.
-# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B|C|D|E OUTDIR
-# A and B: the first session; C, D and E: the second (streaming at small window batches, an 80 GiB card).
+# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B|C|D|E|F|G|H|I OUTDIR
+# A and B: the first session; C to I: the second (streaming at small window batches, batch throughput, an 80 GiB card).
 # Expects the wheels of upstream MONAI 1.6.1, nibabel and parameterized in .wheels/ (no registry there).
 set -u
 part=$1; out=${2:-/tmp/h200}; mkdir -p "$out"
@@ -19,8 +19,15 @@ elif [ "$part" = D ]; then
   step streaming256_bs2 120 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up --sizes 256x256x256 --classes 117,1 --acc-dtypes float16 --sw-batch-size 2 --full-sw-batch-size 14 --repeats 20 --json "$out/streaming256_bs2.json"
   step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json"
 elif [ "$part" = E ]; then
-  step streaming512_cap80 400 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 2 --repeats 3 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80.json"
   step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json"
+elif [ "$part" = F ]; then
+  step streaming512_cap80 400 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 2 --repeats 3 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80.json"
+elif [ "$part" = G ]; then
+  step streaming512_cap80_acc 400 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 2 --repeats 1 --acc-dtypes float32,float16 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80_acc.json"
+elif [ "$part" = H ]; then
+  step streaming512_fp32 480 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 1,2 --repeats 20 --acc-dtypes float32 --no-fork-full --json "$out/streaming512_fp32.json"
+elif [ "$part" = I ]; then  # not run yet (the session ran out of device time)
+  PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json"
 elif [ "$part" = A ]; then
   step everything 240 python3 tests/benchmarks/vista3d_everything.py --device cuda --upstream /tmp/up --sw-batch-sizes 1,4,14,auto --compare-logits --json "$out/everything.json"
   step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json"

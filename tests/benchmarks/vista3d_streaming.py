@@ -42,7 +42,8 @@ def worker(a) -> dict:
     dev = torch.device(a.device)
     if a.memory_cap_gib and dev.type == "cuda":  # emulate a smaller card: a per-process allocator limit
         total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, a.memory_cap_gib * 2**30 / total), dev)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.memory_cap_gib * 2**30 / total),
+                                                 torch.cuda.current_device() if dev.index is None else dev.index)
     net = build_net(a.tiny, dev)
     rows, saved = [], {}
     amp = dict(device_type=dev.type, dtype=torch.float16, enabled=dev.type == "cuda")

@@ -23,6 +23,17 @@ depend on the other windows of its batch). With ``slab_dim=0`` the visiting orde
 every tile is accumulated directly. For another ``slab_dim`` a voxel covered by windows of two slabs would be
 summed in another order, so such tiles keep the weighted-out parts of their windows and sum them in the
 reference order when complete (more memory for those overlap tiles, still bounded by the slab size).
+
+Accumulators take the dtype of ``inputs``, as in :func:`sliding_window_inference`: pass a float32 image for the
+exact labels, a float16 one to halve the held tiles (sums rounded to fp16, so labels can flip where two classes
+are within fp16 rounding of each other). On CUDA under fp16 autocast the labels also depend on the window batch
+size, for both paths alike: cuDNN picks other kernels for other batch shapes, and the last bits of the logits
+move. Compare with the full-logits path at the same ``sw_batch_size``.
+
+Memory: besides the input, the peak is the held tiles (at 512^3 with 128^3 windows and overlap 0.25, about
+11 M voxels x classes x accumulator bytes) plus the network's working set for one window batch (about 1.4 GiB per
+window for ``vista3d132`` in fp16). 512^3 with all 117 classes peaks at 7.6 GiB with float32 accumulators at
+``sw_batch_size=1`` and 6.8 GiB with float16 ones at 2, against 84 GiB for the full logits (docs/benchmarks.md).
 """
 
 from __future__ import annotations
