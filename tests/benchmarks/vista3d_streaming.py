@@ -22,7 +22,9 @@ max/min over ``--repeats`` runs after a warm-up, peak GPU memory, and label agre
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,6 +34,23 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vista3d_everything import build_net, everything_labels, label_map, measure  # noqa: E402
+
+
+def held_tile_voxels(size: tuple[int, ...], roi: int, overlap: float = 0.25) -> int:
+    """Most voxels of tiles held at once by the streamed path (``slab_dim=0``), replaying its window order."""
+    from monai.apps.vista3d.streaming import _Tiling
+    from monai.inferers.utils import plan_sliding_windows
+
+    plan = plan_sliding_windows(size, (roi,) * len(size), overlap)
+    order = sorted(range(len(plan.slices)), key=lambda i: (plan.slices[i][0].start, i))
+    tiling = _Tiling(plan.slices, plan.padded_size, order)
+    held: set[tuple[int, ...]] = set()
+    peak = 0
+    for w in order:
+        held.update(tiling.window_tiles[w])
+        peak = max(peak, sum(math.prod(e - a for a, e in tiling.box(t)) for t in held))
+        held.difference_update(t for t in tiling.window_tiles[w] if tiling.last[t] == w)
+    return peak
 
 
 def worker(a) -> dict:
@@ -56,10 +75,10 @@ def worker(a) -> dict:
             key = f"{'x'.join(map(str, shape))}_{ncls}"
             kw = dict(transpose=True, class_vector=cv, prompt_class=cv)
             variants = []
-            if is_fork:
+            if is_fork and a.repeats > 0:
                 from monai.apps.vista3d.streaming import sliding_window_label_inference
 
-                for acc, bs in ((acc, bs) for acc in a.acc_dtypes for bs in a.sw_batch_size):
+                for acc, bs in itertools.product(a.acc_dtypes, a.sw_batch_size):
                     acc_dt = getattr(torch, acc)
 
                     def streamed(acc_dt=acc_dt, bs=bs):
@@ -68,8 +87,7 @@ def worker(a) -> dict:
                                 image.to(acc_dt), (a.roi,) * 3, bs, net, overlap=0.25, with_coord=True,
                                 label_ids=ids, **kw)[0, 0]
 
-                    if a.repeats > 0:
-                        variants.append((f"fork streamed, {acc} acc, bs {bs}", streamed, a.repeats))
+                    variants.append((f"fork streamed, {acc} acc, bs {bs}", streamed, a.repeats))
             inferer = SlidingWindowInfererAdapt(roi_size=(a.roi,) * 3, sw_batch_size=a.full_sw_batch_size,
                                                 overlap=0.25, with_coord=True)
 
@@ -78,8 +96,8 @@ def worker(a) -> dict:
                     logits = inferer(image, net, **kw)[0]
                 return label_map(logits, ids)
 
-            side = "fork" if is_fork else "upstream"
             if not (is_fork and a.no_fork_full):
+                side = "fork" if is_fork else "upstream"
                 variants.append((f"{side} full logits, bs {a.full_sw_batch_size}", full, a.full_repeats))
             for name, fn, reps in variants:
                 try:
@@ -113,6 +131,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--memory-cap-gib", type=float, default=None,
                    help="limit each process's CUDA allocator to this many GiB (emulates a smaller GPU)")
+    p.add_argument("--held-tiles", action="store_true",
+                   help="only print the most tile voxels the streamed path holds at once for --sizes and --roi")
     p.add_argument("--upstream", default=None)
     p.add_argument("--json", default=None)
     p.add_argument("--save", default=None, help=argparse.SUPPRESS)
@@ -127,6 +147,13 @@ def main(argv=None) -> int:
     a.full_sw_batch_size = a.full_sw_batch_size or a.sw_batch_size[-1]
     a.repeats = (3 if cpu else 20) if a.repeats is None else a.repeats
     a.acc_dtypes = (a.acc_dtypes or ("float32" if cpu else "float32,float16")).split(",")
+    if a.held_tiles:
+        for size in a.sizes:
+            n = held_tile_voxels(size, a.roi)
+            gib = ", ".join(f"{c} classes {n * c * 2 / 2**30:.2f} / {n * c * 4 / 2**30:.2f} GiB" for c in a.classes)
+            print(f"{'x'.join(map(str, size))}, roi {a.roi}: at most {n / 1e6:.2f} M voxels of tiles held "
+                  f"(fp16 / float32 sums: {gib})")
+        return 0
     if a.worker:
         json.dump(worker(a), sys.stdout)
         return 0

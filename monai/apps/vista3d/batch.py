@@ -183,11 +183,9 @@ def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.
     per rank rather than every rank on GPU 0.
     """
     if device is None:
-        return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        return torch.device("cuda", local_rank)
-    return dev
+    return torch.device("cuda", local_rank) if dev.type == "cuda" and dev.index is None else dev
 
 
 def run_batch(

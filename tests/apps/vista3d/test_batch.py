@@ -86,13 +86,13 @@ class TestShard(unittest.TestCase):
             self.assertEqual(collect_inputs(d), paths)
         self.assertEqual(output_path("/a/b/ct_7.nii.gz", "/o"), pathlib.Path("/o/ct_7/ct_7_trans.nii.gz"))
 
-
     @parameterized.expand([("cuda", 1, "cuda:1"), ("cuda:0", 1, "cuda:0"), ("cpu", 3, "cpu"),
                            (torch.device("cuda"), 2, "cuda:2")])
     def test_device_of_rank(self, device, local_rank, expected):
         # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
         self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
         self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
 
 class TestBatchSingleProcess(unittest.TestCase):
     def setUp(self):
