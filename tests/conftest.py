@@ -8,6 +8,10 @@ import torch
 # Keep the suite fast and repeatable on the 2-core CI machines.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# Without a GPU the Triton kernels run in Triton's CPU interpreter; it must be chosen before they are first imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: builds full-size networks or runs subprocesses")

@@ -12,7 +12,8 @@
 
 Runs ``vista3d132`` (random weights, seed 0) with the 117 "everything" classes through
 ``SlidingWindowInfererAdapt`` (roi 128³, overlap 0.25, ``with_coord=True``, ``transpose=True``, fp16 autocast)
-on random volumes, for each ``sw_batch_size``; median of ``--repeats`` after a warm-up. With ``--upstream PATH``
+on random volumes, for each ``sw_batch_size``, the fork through its fused channels-last path (``--no-fuse``: its
+module path); median of ``--repeats`` after a warm-up. With ``--upstream PATH``
 (a ``pip install --target PATH monai==1.6.1`` folder) the same measurement runs for upstream in a separate
 process on the same device, and the label maps (argmax over classes, background where no class is > 0) and
 logits of both are compared at each side's best setting.
@@ -113,6 +114,8 @@ def worker(args) -> dict:
     labels = everything_labels()[: args.classes]
     cv = torch.tensor(labels, device=dev).view(-1, 1)
     is_fork = "+vista3d" in monai.__version__
+    if is_fork and not args.no_fuse:
+        net.fuse()  # the fused channels-last path where it applies (CUDA, Hopper, Triton); logs a line where not
     rows, outputs = [], {}
     for shape in args.sizes:
         g = torch.Generator().manual_seed(1)
@@ -179,6 +182,7 @@ def main(argv=None) -> int:
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--tiny", action="store_true", help="a tiny network (the CPU default)")
+    p.add_argument("--no-fuse", action="store_true", help="run the fork's module path, not the fused one")
     p.add_argument("--upstream", default=None, help="folder where upstream MONAI is pip-installed with --target")
     p.add_argument("--compare-logits", action="store_true", help="also compare logits (costs host memory)")
     p.add_argument("--compare-logits-max-voxels", type=int, default=16_000_000,

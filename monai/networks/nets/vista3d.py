@@ -18,6 +18,7 @@ of MONAI 1.6.1, so its checkpoints (e.g. the VISTA3D bundle's ``model.pt``) load
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,6 +30,8 @@ from torch import nn
 from monai.networks.blocks import MLPBlock, UnetrBasicBlock
 from monai.networks.nets.segresnet_ds import SegResNetDS2
 from monai.utils import unsqueeze_left, unsqueeze_right
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "VISTA3D",
@@ -110,6 +113,47 @@ class VISTA3D(nn.Module):
         self.NINF_VALUE = -9999
         self.PINF_VALUE = 9999
         self.release_cached_memory = release_cached_memory
+        self._fused: Any = None  # a FusedClassBranch once fuse() is called; not a submodule, so no state-dict keys
+        self._fused_reasons_logged: set[str] = set()
+
+    def fuse(self, enable: bool = True, kernels: str = "triton") -> VISTA3D:
+        """Run class-prompt inference through the fused channels-last path (:py:mod:`monai.networks.nets.vista3d_fused`).
+
+        The fused path serves forwards with class prompts and no clicks, in eval mode without autograd, on a GPU the
+        kernels support (compute capability 9.x with Triton). It computes in the dtype the module path would (fp16
+        under fp16 autocast, else the input's); it is built and measured for fp16. Any other call runs the module
+        path as before; where the fused path was asked for but cannot run, the reason is logged once. Parameters and
+        state-dict keys are unchanged, and changed weights (``load_state_dict``) are picked up.
+
+        Args:
+            enable: ``False`` returns to the module path.
+            kernels: ``"triton"`` (the fused kernels) or ``"torch"`` (their PyTorch reference, any device and dtype).
+
+        Returns:
+            this network.
+        """
+        if not enable:
+            self._fused = None
+            return self
+        from monai.networks.nets.vista3d_fused import FusedClassBranch
+
+        self._fused = FusedClassBranch(self, kernels=kernels)
+        self._fused_reasons_logged = set()
+        return self
+
+    @property
+    def fused(self) -> bool:
+        """Whether :py:meth:`fuse` has turned the fused path on."""
+        return self._fused is not None
+
+    def _use_fused(self, image: torch.Tensor) -> bool:
+        if self._fused is None:
+            return False
+        reason = self._fused.unavailable_reason(image)
+        if reason is not None and reason not in self._fused_reasons_logged:
+            self._fused_reasons_logged.add(reason)
+            logger.warning("VISTA3D: the module path runs instead of the fused one: %s.", reason)
+        return reason is None
 
     @property
     def release_cached_memory(self) -> bool:
@@ -500,6 +544,10 @@ class VISTA3D(nn.Module):
 
         if point_coords is None and class_vector is None:
             logits = self.NINF_VALUE + torch.zeros([bs, 1, *image_size], device=device)
+            return logits.transpose(1, 0) if transpose else logits
+
+        if class_vector is not None and point_coords is None and self._use_fused(input_images):
+            logits = self._fused(input_images, class_vector)
             return logits.transpose(1, 0) if transpose else logits
 
         if self.image_embeddings is not None and keep_cache and class_vector is None:

@@ -1,0 +1,207 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The class branch of VISTA3D (image encoder, class decoder, class head) on the fused channels-last path.
+
+Same modules, same parameters, another data flow: activations stay channels-last (NDHWC) from the first
+convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128), the
+layout in which cuDNN's convolutions run fastest; every instance norm runs as one fused kernel with its affine map,
+residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), and no layout conversion runs inside
+the forward. Padding channels hold zeros throughout, so the logits are those of the module path up to fp16
+rounding.
+
+:py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from monai.networks.blocks.dynunet_block import UnetResBlock
+from monai.networks.blocks.unetr_block import UnetrBasicBlock
+from monai.networks.kernels.instance_norm import NormAct, norm_act, norm_act_reference
+from monai.networks.kernels.triton_support import unavailable_reason
+from monai.networks.kernels.padded_weights import PaddedWeights, pad_channels, padded_channels
+from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
+
+__all__ = ["FusedClassBranch", "check_supported"]
+
+
+KERNELS = ("triton", "torch")
+
+
+def _only_child(module: nn.Module, kind: type) -> nn.Module:
+    """The single submodule of ``module`` (a ``Convolution`` or ``UpSample`` wrapper), which must be a ``kind``."""
+    children = list(module.children())
+    if len(children) != 1 or not isinstance(children[0], kind):
+        raise NotImplementedError(f"the fused path supports a wrapper of one {kind.__name__} here, found {module}.")
+    return children[0]
+
+
+def _res_block(block: nn.Module) -> nn.Module:
+    """The ``UnetResBlock`` of a class-head block (``UnetrBasicBlock`` wraps one as ``layer``)."""
+    inner = block.layer if isinstance(block, UnetrBasicBlock) else block
+    if not isinstance(inner, UnetResBlock) or inner.downsample:
+        raise NotImplementedError("the fused path runs a class head of UnetResBlocks without downsampling.")
+    return inner
+
+
+def _norm_spec(norm: nn.Module, act: nn.Module) -> NormAct:
+    if not isinstance(norm, nn.InstanceNorm3d) or norm.track_running_stats:
+        raise NotImplementedError(f"the fused path supports InstanceNorm3d without running stats, found {norm}.")
+    if isinstance(act, nn.LeakyReLU):
+        return NormAct(eps=norm.eps, act="leakyrelu", negative_slope=act.negative_slope)
+    if isinstance(act, nn.ReLU):
+        return NormAct(eps=norm.eps, act="relu")
+    raise NotImplementedError(f"the fused path supports ReLU and LeakyReLU activations, found {act}.")
+
+
+def check_supported(net: nn.Module) -> None:
+    """Raise ``NotImplementedError`` (saying what) unless ``net``'s class branch has the layout this path runs."""
+    encoder = net.image_encoder
+    if not isinstance(encoder, SegResNetDS2) or encoder.spatial_dims != 3:
+        raise NotImplementedError("the fused path runs a 3D SegResNetDS2 image encoder.")
+    if encoder.preprocess is not None or encoder.anisotropic_scales is not None or encoder.dsdepth != 1:
+        raise NotImplementedError("the fused path runs SegResNetDS2 without preprocess, resolution or deep supervision.")
+    for level in encoder.encoder.layers:
+        for block in level["blocks"]:
+            _norm_spec(block.norm1, block.act1)
+    for level in encoder.up_layers_auto:
+        _only_child(level["upsample"], nn.ConvTranspose3d)
+    head = net.class_head
+    for block in map(_res_block, head.image_post_mapping):
+        _only_child(block.conv1, nn.Conv3d)
+        _only_child(block.conv2, nn.Conv3d)
+        _norm_spec(block.norm1, block.lrelu)
+
+
+class FusedClassBranch:
+    """Class logits of a VISTA3D through the fused channels-last path (see the module docstring).
+
+    Not an ``nn.Module``: it holds no parameters of its own and reads the network's on every call (through
+    :py:class:`PaddedWeights`, which notices a changed parameter), so the network's state dict is unchanged.
+
+    Args:
+        net: a :py:class:`~monai.networks.nets.VISTA3D` whose layout :py:func:`check_supported` accepts.
+        kernels: ``"triton"`` for the fused norm kernels (on a supported GPU), ``"torch"`` for their PyTorch
+            reference (any device; for tests and for checking the kernels).
+    """
+
+    def __init__(self, net: nn.Module, kernels: str = "triton"):
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}.")
+        check_supported(net)
+        self.net = net
+        self.kernels = kernels
+        self.weights = PaddedWeights()
+
+    def compute_dtype(self, image: torch.Tensor) -> torch.dtype:
+        """The dtype the branch runs ``image`` in: fp16 under fp16 autocast, else the image's own dtype."""
+        device_type = image.device.type
+        if torch.is_autocast_enabled(device_type) and torch.get_autocast_dtype(device_type) == torch.float16:
+            return torch.float16
+        return image.dtype
+
+    def unavailable_reason(self, image: torch.Tensor) -> str | None:
+        """``None`` when this call can take the fused path, else why not (in a few words)."""
+        if self.net.training or torch.is_grad_enabled():
+            return "the fused path has no backward pass: it runs in eval mode under torch.no_grad() or inference_mode()"
+        return None if self.kernels == "torch" else unavailable_reason(image.device)
+
+    # ---- the operations ----------------------------------------------------------------------------------------
+    def _conv(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.weights(conv, x.dtype)
+        if isinstance(conv, nn.ConvTranspose3d):
+            y = F.conv_transpose3d(x, w, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
+        else:
+            y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+        return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
+
+    def _norm_act(
+        self, x: torch.Tensor, norm: nn.Module, act: nn.Module, residual: torch.Tensor | None, in_place: bool
+    ) -> torch.Tensor:
+        spec = _norm_spec(norm, act)
+        weight = bias = None
+        if norm.affine:
+            n = x.shape[1]
+            weight = F.pad(norm.weight.detach().float(), (0, n - norm.num_features))
+            bias = F.pad(norm.bias.detach().float(), (0, n - norm.num_features))
+        if self.kernels == "torch":
+            return norm_act_reference(x, weight, bias, spec, residual, norm.num_features)
+        return norm_act(x, weight, bias, spec, residual, norm.num_features, out=x if in_place else None)
+
+    # ---- the blocks ---------------------------------------------------------------------------------------------
+    def _segres_block(self, block: SegResBlock, x: torch.Tensor) -> torch.Tensor:
+        y = self._norm_act(x, block.norm1, block.act1, None, in_place=False)
+        y = self._conv(block.conv1, y)
+        y = self._norm_act(y, block.norm2, block.act2, None, in_place=True)
+        y = self._conv(block.conv2, y)
+        return y.add_(x)
+
+    def _unet_res_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        block = _res_block(block)
+        y = self._conv(block.conv1.conv, x)
+        y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True)
+        y = self._conv(block.conv2.conv, y)
+        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True)
+
+    def _blocks(self, blocks: nn.Module, x: torch.Tensor, run: Callable) -> torch.Tensor:
+        for block in blocks:
+            x = run(block, x)
+        return x
+
+    # ---- the branch ---------------------------------------------------------------------------------------------
+    def features(self, image: torch.Tensor) -> torch.Tensor:
+        """Class features after the class head's post-mapping: ``[W, C_pad, *spatial]`` channels-last."""
+        segresnet = self.net.image_encoder
+        if not segresnet.is_valid_shape(image):
+            raise ValueError(
+                f"Input spatial dims {tuple(image.shape)} must be divisible by {segresnet.shape_factor()}; "
+                "pad or crop the input."
+            )
+        x = pad_channels(image.to(self.compute_dtype(image)), padded_channels(image.shape[1]))
+        encoder = segresnet.encoder
+        x = self._conv(encoder.conv_init, x)
+        skips = []
+        for level in encoder.layers:
+            x = self._blocks(level["blocks"], x, self._segres_block)
+            skips.append(x)
+            if isinstance(level["downsample"], nn.Conv3d):
+                x = self._conv(level["downsample"], x)
+        skips.pop()  # the bottleneck is x itself
+        for level in segresnet.up_layers_auto:
+            x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
+            x = x.add_(skips.pop())
+            x = self._blocks(level["blocks"], x, self._segres_block)
+        x = self._conv(segresnet.up_layers_auto[-1]["head"], x)
+        return self._blocks(self.net.class_head.image_post_mapping, x, self._unet_res_block)
+
+    def __call__(self, image: torch.Tensor, class_vector: torch.Tensor) -> torch.Tensor:
+        """Class logits ``[K, W, *spatial]`` (a transposed view of a contiguous ``[W, K, *spatial]``), as the class
+        head returns them.
+
+        Args:
+            image: ``[W, C, *spatial]`` windows.
+            class_vector: ``[K, 1]`` class indices.
+        """
+        src = self.features(image)
+        head = self.net.class_head
+        embedding = head.class_embeddings(class_vector)
+        if head.use_mlp:
+            embedding = head.mlp(embedding)
+        n_win, n_chan = src.shape[:2]
+        embedding = F.pad(embedding.reshape(-1, embedding.shape[-1]), (0, n_chan - embedding.shape[-1]))
+        # [K, C] @ [W, C, N] -> [W, K, N]: the features are [W, N, C] in memory, a transposed operand for the GEMM
+        rows = src.permute(0, 2, 3, 4, 1).reshape(n_win, -1, n_chan)
+        logits = torch.matmul(embedding.to(src.dtype), rows.transpose(1, 2))
+        return logits.view(n_win, -1, *src.shape[2:]).transpose(0, 1)

@@ -1,0 +1,313 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fused channels-last VISTA3D forward against the module path, and its kernels against PyTorch's.
+
+Three parts, each optional:
+
+* ``--kernels``: one full-resolution 3x3x3 convolution (48 channels) and one instance norm + ReLU of a window batch,
+  as PyTorch/cuDNN run them in the module path and as the fused path runs them (channels-last, 64 padded
+  channels, the Triton norm kernel): ms, TFLOP/s or GB/s, and the relative error of each against a float64
+  reference computed on the first window.
+* ``--conv``: the Triton implicit-GEMM convolution (:py:mod:`monai.networks.kernels.conv3d`) in several launch
+  configurations, with and without its statistics epilogue, beside cuDNN on the same padded tensors.
+* ``--forward``: ``vista3d132`` (random weights, 117 classes, fp16 autocast) on window batches of each size, module
+  path and fused path: ms per window, peak GiB, and the agreement of their logits (max / mean abs difference) and
+  labels (argmax over classes, background where no logit is > 0).
+* ``--profile B``: the CUDA kernels of one fused forward of batch ``B``, grouped by kind, with their share.
+
+    python tests/benchmarks/vista3d_fused.py --device cuda --kernels --conv --forward --sw-batch-sizes 1,2,14 --profile 14
+    python tests/benchmarks/vista3d_fused.py --forward     # CPU: the tiny network, the PyTorch reference kernels
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vista3d_everything import build_net, everything_labels, label_map  # noqa: E402
+
+
+def bench(fn, cuda: bool, repeats: int = 10) -> float:
+    """Median milliseconds of ``fn`` after two warm-up calls (CUDA events on the GPU)."""
+    fn()
+    fn()
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return sorted(times)[len(times) // 2]
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
+    from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act
+    from monai.networks.kernels.padded_weights import pad_channels
+
+    cuda = dev.type == "cuda"
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 48, size, size, size, generator=g).to(dev, torch.float16)
+    w = (torch.randn(48, 48, 3, 3, 3, generator=g) / 36).to(dev, torch.float16)
+    x_cl, w_cl = x.contiguous(memory_format=torch.channels_last_3d), w.contiguous(memory_format=torch.channels_last_3d)
+    x_pad = pad_channels(x, 64)
+    w_pad = F.pad(w, (0, 0, 0, 0, 0, 0, 0, 16, 0, 16)).contiguous(memory_format=torch.channels_last_3d)  # [64, 64, 3, 3, 3]
+    ref = F.conv3d(x[:1].double(), w.double(), padding=1)
+    flop = 2 * 48 * 48 * 27 * batch * size**3
+    rows = []
+    for name, fn in [
+        ("conv 48->48, cuDNN NCDHW", lambda: F.conv3d(x, w, padding=1)),
+        ("conv 48->48, cuDNN NDHWC", lambda: F.conv3d(x_cl, w_cl, padding=1)),
+        ("conv 48->48, cuDNN NDHWC padded to 64", lambda: F.conv3d(x_pad, w_pad, padding=1)),
+    ]:
+        ms = bench(fn, cuda)
+        err = rel_error(fn()[:1, :48], ref)
+        rows.append({"op": name, "ms": ms, "tflops": flop / ms / 1e9, "rel_err": err})
+    y = F.conv3d(x, w, padding=1)
+    y_pad = pad_channels(y, 64)
+    gamma, beta = torch.randn(48, generator=g).to(dev), torch.randn(48, generator=g).to(dev)
+    gamma_p, beta_p = F.pad(gamma, (0, 16)), F.pad(beta, (0, 16))
+    yd = y[:1].double()
+    var, mean = torch.var_mean(yd, dim=(2, 3, 4), unbiased=False, keepdim=True)
+    ref = torch.relu((yd - mean) / torch.sqrt(var + 1e-5) * gamma.double().view(1, -1, 1, 1, 1) + beta.double().view(1, -1, 1, 1, 1))
+    moved = 2 * y.numel() * 2  # one read and one write of fp16 (the fused kernel also reads once for statistics)
+    spec = NormAct(act="relu")
+    variants = [
+        ("instance norm + ReLU, PyTorch NCDHW", lambda: torch.relu(F.instance_norm(y, weight=gamma, bias=beta))),
+        ("instance norm + ReLU, PyTorch NDHWC", lambda: torch.relu(F.instance_norm(y.contiguous(memory_format=torch.channels_last_3d), weight=gamma, bias=beta))),
+        ("instance norm + ReLU, fused kernel NDHWC padded to 64", lambda: norm_act(y_pad, gamma_p, beta_p, spec, real_channels=48)),
+    ]
+    for block_s, warps in ((64, 4), (128, 4), (128, 8), (256, 8)):
+        variants.append((f"norm statistics alone, block {block_s}, {warps} warps",
+                         lambda b=block_s, nw=warps: instance_stats(y_pad, 1e-5, block_s=b, num_warps=nw)[0].view(-1, 64, 1, 1, 1)))
+    moved_stats = y_pad.numel() * 2
+    for name, fn in variants:
+        ms = bench(fn, cuda)
+        if name.startswith("norm statistics"):
+            rows.append({"op": name, "ms": ms, "gbps": moved_stats / ms / 1e6, "rel_err": rel_error(fn()[:1, :48], mean.view(1, 48, 1, 1, 1))})
+            continue
+        err = rel_error(fn()[:1, :48], ref)
+        rows.append({"op": name, "ms": ms, "gbps": moved / ms / 1e6, "rel_err": err})
+    for r in rows:
+        rate = f"{r['tflops']:7.1f} TFLOP/s" if "tflops" in r else f"{r['gbps']:7.1f} GB/s  "
+        print(f"{r['op']:58s} {r['ms']:8.3f} ms {rate} rel. err {r['rel_err']:.2e}", flush=True)
+    return rows
+
+
+def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> list[dict]:
+    """The Triton implicit-GEMM convolution (padded channels) in several launch configurations, beside cuDNN's."""
+    from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_weights
+    from monai.networks.kernels.padded_weights import pad_channels, padded_channels
+
+    cuda = dev.type == "cuda"
+    g = torch.Generator().manual_seed(0)
+    cp = padded_channels(channels)
+    x = pad_channels(torch.randn(batch, channels, size, size, size, generator=g).to(dev, torch.float16), cp)
+    w = torch.zeros(cp, cp, 3, 3, 3)
+    w[:channels, :channels] = torch.randn(channels, channels, 3, 3, 3, generator=g) / (channels * 27) ** 0.5
+    w = w.to(dev, torch.float16)
+    w_cl, w_gemm = w.contiguous(memory_format=torch.channels_last_3d), conv3x3x3_weights(w)
+    ref = F.conv3d(x[:1, :channels].double(), w[:channels, :channels].double(), padding=1)
+    flop = 2 * channels * channels * 27 * batch * size**3  # the real channels' work
+    variants = [(f"cuDNN NDHWC padded to {cp}", lambda: F.conv3d(x, w_cl, padding=1))]
+    for bh, bw, warps, stages in ((8, 16, 4, 3), (8, 16, 4, 4), (8, 16, 8, 3), (16, 16, 8, 3), (8, 32, 8, 3), (16, 16, 4, 3)):
+        for stats in (False, True):
+            name = f"Triton {bh}x{bw} voxels, {warps} warps, {stages} stages{', +stats' if stats else ''}"
+            variants.append((name, lambda bh=bh, bw=bw, nw=warps, ns=stages, st=stats: conv3x3x3(
+                x, w_gemm, stats=st, block_h=bh, block_w=bw, num_warps=nw, num_stages=ns)[0]))
+    rows = []
+    for name, fn in variants:
+        try:
+            ms = bench(fn, cuda)
+            err = rel_error(fn()[:1, :channels], ref)
+        except Exception as e:  # a launch configuration the compiler rejects is reported, not fatal
+            print(f"{channels} ch, {name:50s} failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        rows.append({"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9, "rel_err": err})
+        print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
+    return rows
+
+
+def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int, repeats: int) -> list[dict]:
+    cuda = dev.type == "cuda"
+    net = build_net(not cuda, dev)
+    labels = torch.tensor(everything_labels()[:n_classes])
+    cv = labels.view(-1, 1).to(dev)
+
+    def run(x):
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.float16, enabled=cuda):
+            return net(x, class_vector=cv, transpose=True)
+
+    rows = []
+    for bs in batch_sizes:
+        x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(bs)).to(dev)
+        row = {"sw_batch_size": bs}
+        outputs = {}
+        for path in ("modules", "fused"):
+            net.fuse(path == "fused", kernels="triton" if cuda else "torch")
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+            ms = bench(lambda: run(x), cuda, repeats)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**30 if cuda else float("nan")
+            outputs[path] = run(x)
+            row[path] = {"ms_per_window": ms / bs, "peak_gib": peak}
+        a, b = outputs["modules"].float(), outputs["fused"].float()
+        diff = (a - b).abs()
+        la = torch.stack([label_map(a[i], labels) for i in range(bs)])
+        lb = torch.stack([label_map(b[i], labels) for i in range(bs)])
+        row.update({"logit_max_abs_diff": diff.max().item(), "logit_mean_abs_diff": diff.mean().item(),
+                    "label_agreement": (la == lb).double().mean().item()})
+        if cuda and bs <= 2:  # how far each fp16 path is from the float32 module path (TF32 off)
+            net.fuse(False)
+            tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+            with torch.no_grad():
+                ref = net(x, class_vector=cv, transpose=True).float()
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+            lr = torch.stack([label_map(ref[i], labels) for i in range(bs)])
+            for path, out_, lab in (("modules", a, la), ("fused", b, lb)):
+                row[path].update({"rel_err_vs_fp32": ((out_ - ref).norm() / ref.norm()).item(),
+                                  "labels_equal_fp32": (lab == lr).double().mean().item()})
+            print(f"         vs float32: modules rel. err {row['modules']['rel_err_vs_fp32']:.2e} labels "
+                  f"{100 * row['modules']['labels_equal_fp32']:.4f} % | fused rel. err {row['fused']['rel_err_vs_fp32']:.2e} "
+                  f"labels {100 * row['fused']['labels_equal_fp32']:.4f} %")
+            del ref
+        m, f = row["modules"], row["fused"]
+        print(f"bs {bs:3d}: modules {m['ms_per_window']:7.2f} ms/window {m['peak_gib']:6.2f} GiB | fused "
+              f"{f['ms_per_window']:7.2f} ms/window {f['peak_gib']:6.2f} GiB | speed-up "
+              f"{m['ms_per_window'] / f['ms_per_window']:.2f} | logits max {row['logit_max_abs_diff']:.4g} mean "
+              f"{row['logit_mean_abs_diff']:.3g} | labels equal {100 * row['label_agreement']:.4f} %", flush=True)
+        rows.append(row)
+        del outputs, a, b, x
+    net.fuse(False)
+    return rows
+
+
+_KINDS = [
+    ("norm statistics (Triton)", ("_stats_kernel",)),
+    ("norm apply (Triton)", ("_apply_kernel",)),
+    ("transposed convolution", ("dgrad", "convTranspose", "conv_transpose")),
+    ("convolution", ("conv", "xmma", "implicit", "sm90_", "cudnn", "fprop")),
+    ("matmul", ("gemm", "cutlass", "ampere_", "sm80_")),
+    ("elementwise / copy", ("elementwise", "vectorized", "copy", "fill", "reduce", "Memcpy", "Memset")),
+]
+
+
+def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    net = build_net(False, dev).fuse()
+    cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
+    x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
+
+    def run():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+            return net(x, class_vector=cv, transpose=True)
+
+    import monai.networks.nets.vista3d_fused as fused_module
+
+    real_f = fused_module.F
+
+    class LayoutSpy:  # reports convolutions whose output cuDNN did not leave channels-last
+        def __getattr__(self, name):
+            fn = getattr(real_f, name)
+            if name not in ("conv3d", "conv_transpose3d"):
+                return fn
+
+            def spy(x, w, *args):
+                y = fn(x, w, *args)
+                if not y.is_contiguous(memory_format=torch.channels_last_3d):
+                    print(f"  layout copy after {name}: in {tuple(x.shape)} -> out {tuple(y.shape)} strides {y.stride()}")
+                return y
+
+            return spy
+
+    fused_module.F = LayoutSpy()
+    run()
+    fused_module.F = real_f
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    names: dict[str, set] = {}
+    for evt in prof.key_averages():
+        us = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0.0)
+        if not us:
+            continue
+        kind = next((k for k, keys in _KINDS if any(s.lower() in evt.key.lower() for s in keys)), "other")
+        totals[kind] = totals.get(kind, 0.0) + us / 1e3
+        names.setdefault(kind, set()).add(evt.key[:60])
+    total = sum(totals.values())
+    rows = [{"kind": k, "ms": v, "ms_per_window": v / bs, "share": v / total} for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]
+    print(f"--- CUDA kernels of one fused forward of {bs} windows: {total:.1f} ms ({total / bs:.2f} ms / window)")
+    for r in rows:
+        print(f"  {r['kind']:28s} {r['ms']:8.2f} ms {r['ms_per_window']:7.2f} ms/window {100 * r['share']:5.1f} %")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--kernels", action="store_true", help="time single convolutions and norms")
+    p.add_argument("--kernel-batch", type=int, default=14)
+    p.add_argument("--conv", action="store_true", help="time the Triton convolution against cuDNN (48 and 96 channels)")
+    p.add_argument("--forward", action="store_true", help="time the module and the fused forward")
+    p.add_argument("--sw-batch-sizes", default="1,2,14")
+    p.add_argument("--roi", type=int, default=None)
+    p.add_argument("--classes", type=int, default=117)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--profile", type=int, default=0, help="profile one fused forward of this many windows")
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    roi = a.roi or (128 if cuda else 32)
+    out: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
+    if a.kernels:
+        out["kernels"] = kernels(dev, a.kernel_batch if cuda else 1, roi)
+    if a.conv:
+        batch = a.kernel_batch if cuda else 1
+        out["conv"] = conv_variants(dev, batch, roi, 48) + conv_variants(dev, batch, roi // 2, 96)
+    if a.forward:
+        out["forward"] = forward(dev, [int(b) for b in a.sw_batch_sizes.split(",")], roi, a.classes, a.repeats)
+    if a.profile and cuda:
+        out["profile"] = profile(dev, a.profile, roi, a.classes)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

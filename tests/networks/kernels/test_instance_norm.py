@@ -1,0 +1,156 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fused instance norm: its PyTorch reference against the modules, the Triton kernels against float64."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+import torch.nn as nn
+from parameterized import parameterized
+
+from monai.networks.kernels import NormAct, instance_stats, merge_parts, norm_act, norm_act_reference, unavailable_reason
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+KERNELS_RUN = unavailable_reason(DEVICE) is None
+WHY_NOT = f"the fused kernels do not run here: {unavailable_reason(DEVICE)}"
+
+# (affine, act, residual, channels_last)
+REFERENCE_CASES = [
+    (True, "relu", False, False),
+    (True, "relu", False, True),
+    (False, "leakyrelu", True, False),
+    (False, "leakyrelu", True, True),
+    (True, "none", True, True),
+]
+
+
+def _module_path(x, affine, act, residual, weight=None, bias=None):
+    norm = nn.InstanceNorm3d(x.shape[1], affine=affine).double()
+    if affine:
+        norm.weight.data.copy_(weight)
+        norm.bias.data.copy_(bias)
+    y = norm(x.double())
+    if residual is not None:
+        y = y + residual.double()
+    return {"relu": nn.ReLU(), "leakyrelu": nn.LeakyReLU(0.01), "none": nn.Identity()}[act](y)
+
+
+def _float64_norm_act(x, weight, bias, spec, residual, real):
+    xd = x.double()
+    var, mean = torch.var_mean(xd, dim=(2, 3, 4), unbiased=False, keepdim=True)
+    y = (xd - mean) / torch.sqrt(var + spec.eps)
+    if weight is not None:
+        y = y * weight.double().view(1, -1, 1, 1, 1) + bias.double().view(1, -1, 1, 1, 1)
+    if residual is not None:
+        y = y + residual.double()
+    y = {"relu": torch.relu, "leakyrelu": lambda t: nn.functional.leaky_relu(t, spec.negative_slope), "none": lambda t: t}[spec.act](y)
+    y[:, real:] = 0
+    return y
+
+
+class TestNormActReference(unittest.TestCase):
+    @parameterized.expand(REFERENCE_CASES)
+    def test_equals_modules(self, affine, act, with_residual, channels_last):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 5, 4, 6, 3, generator=g, dtype=torch.float64) * 2 + 1
+        weight, bias = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+        residual = torch.randn(x.shape, generator=g, dtype=torch.float64) if with_residual else None
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last_3d)
+        out = norm_act_reference(x, weight if affine else None, bias if affine else None, NormAct(act=act), residual)
+        expected = _module_path(x, affine, act, residual, weight, bias)
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+        self.assertEqual(out.is_contiguous(memory_format=torch.channels_last_3d), channels_last)
+
+    def test_padding_channels_are_zero(self):
+        x = torch.randn(1, 8, 3, 3, 3)
+        out = norm_act_reference(x, None, None, NormAct(act="none"), real_channels=5)
+        self.assertTrue(torch.equal(out[:, 5:], torch.zeros_like(out[:, 5:])))
+        self.assertGreater(out[:, :5].abs().sum().item(), 0)
+
+    def test_bad_activation(self):
+        with self.assertRaisesRegex(ValueError, "act must be one of"):
+            NormAct(act="gelu")
+
+
+@unittest.skipUnless(KERNELS_RUN, WHY_NOT)
+class TestNormActKernel(unittest.TestCase):
+    # (batch, channels, real channels, spatial, act, affine, residual): spatial sizes that no tile divides
+    @parameterized.expand([
+        (1, 64, 48, (5, 7, 9), "relu", True, False),
+        (3, 64, 64, (17, 1, 3), "none", True, True),
+        (2, 128, 96, (3, 11, 13), "leakyrelu", False, True),
+        (1, 64, 48, (2, 3, 2), "leakyrelu", False, False),
+    ])
+    def test_against_float64(self, batch, channels, real, spatial, act, affine, with_residual):
+        g = torch.Generator().manual_seed(batch + channels)
+        x = torch.randn(batch, channels, *spatial, generator=g) * 3 + 2
+        x[:, real:] = 0
+        x = x.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        weight = bias = None
+        if affine:
+            weight, bias = torch.randn(channels, generator=g), torch.randn(channels, generator=g)
+            weight[real:], bias[real:] = 0, 0
+            weight, bias = weight.to(DEVICE), bias.to(DEVICE)
+        residual = torch.randn(x.shape, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d) if with_residual else None
+        spec = NormAct(act=act)
+        out = norm_act(x, weight, bias, spec, residual, real_channels=real)
+        expected = _float64_norm_act(x, weight, bias, spec, residual, real)
+        self.assertEqual(out.dtype, torch.float16)
+        self.assertTrue(out.is_contiguous(memory_format=torch.channels_last_3d))
+        # fp16 output: within one rounding step of the float64 result
+        torch.testing.assert_close(out.double(), expected, rtol=2e-3, atol=2e-3)
+        self.assertTrue(torch.equal(out[:, real:], torch.zeros_like(out[:, real:])))
+
+    def test_in_place(self):
+        x = torch.randn(2, 64, 4, 5, 6).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        expected = norm_act(x, None, None, NormAct())
+        out = norm_act(x, None, None, NormAct(), out=x)
+        self.assertIs(out, x)
+        self.assertTrue(torch.equal(out, expected))
+
+    def test_statistics_with_a_large_mean(self):
+        # values around 1000 with spread 1: a plain sum of squares in float32 would lose the variance
+        g = torch.Generator().manual_seed(3)
+        x = (torch.randn(2, 64, 9, 10, 11, generator=g, dtype=torch.float64) + 1000).half()
+        mean, rstd = instance_stats(x.to(DEVICE).contiguous(memory_format=torch.channels_last_3d), 1e-5)
+        var, ref_mean = torch.var_mean(x.double(), dim=(2, 3, 4), unbiased=False)
+        torch.testing.assert_close(mean.double().cpu(), ref_mean, rtol=1e-6, atol=0)
+        torch.testing.assert_close(rstd.double().cpu(), 1 / torch.sqrt(var + 1e-5), rtol=1e-4, atol=0)
+
+    def test_rejects_bad_inputs(self):
+        x = torch.randn(1, 64, 2, 2, 2).half().to(DEVICE)
+        with self.assertRaisesRegex(ValueError, "channels-last"):
+            norm_act(x, None, None, NormAct())
+        with self.assertRaisesRegex(ValueError, "multiple of 64"):
+            norm_act(x[:, :48].contiguous(memory_format=torch.channels_last_3d), None, None, NormAct())
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+        with self.assertRaisesRegex(ValueError, "weight and bias"):
+            norm_act(x, torch.ones(64, device=DEVICE), None, NormAct())
+
+
+class TestMergeParts(unittest.TestCase):
+    def test_equals_whole(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 10, 3, generator=g, dtype=torch.float64) * 5 + 50  # [B, S, C]
+        sizes = [4, 4, 2]
+        parts = torch.split(x, sizes, dim=1)
+        mean = torch.stack([p.mean(1) for p in parts], 1)
+        m2 = torch.stack([((p - p.mean(1, keepdim=True)) ** 2).sum(1) for p in parts], 1)
+        merged_mean, rstd = merge_parts(mean, m2, torch.tensor(sizes, dtype=torch.float64), 1e-5)
+        torch.testing.assert_close(merged_mean, x.mean(1))
+        torch.testing.assert_close(rstd, 1 / torch.sqrt(x.var(1, unbiased=False) + 1e-5))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,65 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Channel padding of activations and convolution weights."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from parameterized import parameterized
+
+from monai.networks.kernels import PaddedWeights, pad_channels, padded_channels
+
+
+class TestPaddedWeights(unittest.TestCase):
+    @parameterized.expand([(1, 8), (3, 8), (8, 8), (16, 64), (48, 64), (64, 64), (96, 128), (192, 192), (384, 384)])
+    def test_padded_channels(self, channels, expected):
+        self.assertEqual(padded_channels(channels), expected)
+
+    def test_padded_conv_equals_conv(self):
+        g = torch.Generator().manual_seed(0)
+        conv = nn.Conv3d(5, 20, 3, padding=1, bias=True)
+        x = torch.randn(2, 5, 4, 5, 6, generator=g)
+        w, b = PaddedWeights()(conv, torch.float32)
+        self.assertEqual(tuple(w.shape), (64, 8, 3, 3, 3))
+        self.assertTrue(w.is_contiguous(memory_format=torch.channels_last_3d))
+        y = F.conv3d(pad_channels(x, 8), w, b, padding=1)
+        torch.testing.assert_close(y[:, :20], conv(x), rtol=1e-5, atol=1e-5)
+        self.assertTrue(torch.equal(y[:, 20:], torch.zeros_like(y[:, 20:])))
+
+    def test_transposed_weights(self):
+        conv = nn.ConvTranspose3d(96, 48, 3, stride=2, padding=1, output_padding=1, bias=False)
+        x = torch.randn(1, 96, 3, 3, 3)
+        w, b = PaddedWeights()(conv, torch.float32)
+        self.assertEqual(tuple(w.shape), (128, 64, 3, 3, 3))
+        self.assertIsNone(b)
+        y = F.conv_transpose3d(pad_channels(x, 128), w, None, 2, 1, 1)
+        torch.testing.assert_close(y[:, :48], conv(x), rtol=1e-5, atol=1e-5)
+
+    def test_cache_follows_the_parameters(self):
+        conv = nn.Conv3d(16, 16, 3, bias=False)
+        weights = PaddedWeights()
+        first, _ = weights(conv, torch.float16)
+        self.assertIs(weights(conv, torch.float16)[0], first)  # unchanged parameter: the cached copy
+        conv.load_state_dict({"weight": torch.randn(16, 16, 3, 3, 3)})
+        second, _ = weights(conv, torch.float16)
+        self.assertTrue(torch.equal(second[:16, :16], conv.weight.half()))
+        with torch.no_grad():
+            conv.weight.mul_(2)
+        self.assertTrue(torch.equal(weights(conv, torch.float16)[0][:16, :16], conv.weight.half()))
+        self.assertEqual(weights(conv, torch.float32)[0].dtype, torch.float32)
+
+
+if __name__ == "__main__":
+    unittest.main()

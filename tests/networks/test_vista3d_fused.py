@@ -1,0 +1,136 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""VISTA3D.fuse(): the fused channels-last class branch against the module path."""
+
+from __future__ import annotations
+
+import unittest
+
+import torch
+from parameterized import parameterized
+
+from monai.networks.kernels import unavailable_reason
+from monai.networks.nets import vista3d132
+from monai.networks.nets.segresnet_ds import SegResNetDS2
+from tests.networks.tiny_vista3d import build_tiny_vista3d
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+CLASSES = torch.tensor([[1], [5], [7]])
+
+
+def _logits(net, x, **kw):
+    with torch.no_grad():
+        return net(x, class_vector=CLASSES.to(x.device), transpose=True, **kw)
+
+
+class TestFusedReference(unittest.TestCase):
+    """The fused data flow with the PyTorch reference norms, float32 on the CPU: the same function as the modules."""
+
+    @parameterized.expand([
+        (dict(), 32, 2),
+        (dict(feature_size=48, blocks_down=(1, 2, 1)), 24, 1),  # 48 channels padded to 64, 96 to 128
+        (dict(feature_size=8, blocks_down=(1, 1)), 16, 3),
+    ])
+    def test_equals_module_path(self, config, size, batch):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d(**config).eval()
+        x = torch.randn(batch, 1, size, size, size)
+        expected = _logits(net, x)
+        self.assertIs(net.fuse(kernels="torch"), net)
+        self.assertTrue(net.fused)
+        out = _logits(net, x)
+        self.assertEqual(out.shape, expected.shape)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        net.fuse(False)
+        self.assertFalse(net.fused)
+        self.assertTrue(torch.equal(_logits(net, x), expected))
+
+    def test_state_dict_and_new_weights(self):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval()
+        keys = list(net.state_dict())
+        net.fuse(kernels="torch")
+        self.assertEqual(list(net.state_dict()), keys)
+        x = torch.randn(1, 1, 16, 16, 16)
+        _logits(net, x)  # fills the padded-weight cache
+        torch.manual_seed(1)
+        other = build_tiny_vista3d().eval()
+        net.load_state_dict(other.state_dict())
+        torch.testing.assert_close(_logits(net, x), _logits(other, x), rtol=1e-4, atol=1e-4)
+
+    def test_point_prompts_take_the_module_path(self):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval()
+        x = torch.randn(1, 1, 16, 16, 16)
+        points = dict(point_coords=torch.tensor([[[4, 5, 6]]]), point_labels=torch.tensor([[1]]))
+        with torch.no_grad():
+            expected = net(x, **points)
+            net.fuse(kernels="torch")
+            self.assertTrue(torch.equal(net(x, **points), expected))
+
+    def test_autograd_falls_back_with_one_log_line(self):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        x = torch.randn(1, 1, 16, 16, 16)
+        with self.assertLogs("monai.networks.nets.vista3d", level="WARNING") as logs:
+            out = net(x, class_vector=CLASSES, transpose=True)
+            net(x, class_vector=CLASSES, transpose=True)
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("no backward pass", logs.output[0])
+        self.assertTrue(out.requires_grad)
+        net.fuse(False)
+        torch.testing.assert_close(out, net(x, class_vector=CLASSES, transpose=True), rtol=0, atol=0)
+
+    def test_unsupported_layouts(self):
+        net = build_tiny_vista3d(norm="batch")
+        with self.assertRaisesRegex(NotImplementedError, "InstanceNorm3d"):
+            net.fuse()
+        net = build_tiny_vista3d()
+        net.image_encoder = SegResNetDS2(init_filters=16, out_channels=16, blocks_down=(1, 1, 1), norm="instance", resolution=(1, 1, 3))
+        with self.assertRaisesRegex(NotImplementedError, "resolution"):
+            net.fuse()
+        with self.assertRaisesRegex(ValueError, "kernels must be one of"):
+            build_tiny_vista3d().fuse(kernels="cuda")
+
+    def test_shape_check(self):
+        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        with self.assertRaisesRegex(ValueError, "divisible"):
+            _logits(net, torch.randn(1, 1, 16, 16, 15))
+
+
+@unittest.skipUnless(unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}")
+class TestFusedKernels(unittest.TestCase):
+    """The fused path with the Triton kernels (on the GPU, or in Triton's CPU interpreter)."""
+
+    def test_tiny_network(self):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval().to(DEVICE)
+        x = torch.randn(2, 1, 16, 16, 16, device=DEVICE)
+        expected = _logits(net, x)
+        out = _logits(net.fuse(), x)
+        torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
+
+    @unittest.skipUnless(torch.cuda.is_available(), "vista3d132 in fp16 needs a GPU")
+    def test_vista3d132_fp16(self):
+        torch.manual_seed(0)
+        net = vista3d132().eval().to(DEVICE)
+        x = torch.rand(2, 1, 96, 96, 96, device=DEVICE)
+        with torch.autocast("cuda", dtype=torch.float16):
+            expected = _logits(net, x).float()
+            out = _logits(net.fuse(), x).float()
+        rel = ((out - expected).norm() / expected.norm()).item()
+        self.assertLess(rel, 5e-3)  # fp16 rounding through ~40 layers of a random network
+        same = (out.argmax(1) == expected.argmax(1)).double().mean().item()
+        self.assertGreater(same, 0.99)
+
+
+if __name__ == "__main__":
+    unittest.main()
