@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -21,7 +22,8 @@ from typing import Any
 
 import torch
 
-from monai.inferers.utils import _sliding_window, compute_importance_map
+from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
+from monai.inferers.windows import compute_importance_map
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple
 from monai.utils.profiling import StageTimer, log_timings
 
@@ -145,6 +147,25 @@ class SlidingWindowInferer(Inferer):
                     "the weight map is computed at each call instead."
                 )
 
+    def _settings(self) -> SlidingWindowSettings:
+        """This inferer's current settings as one object (the attributes may be changed between calls)."""
+        return SlidingWindowSettings(
+            roi_size=self.roi_size,
+            sw_batch_size=self.sw_batch_size,
+            overlap=self.overlap,
+            mode=self.mode,
+            sigma_scale=self.sigma_scale,
+            padding_mode=self.padding_mode,
+            cval=self.cval,
+            sw_device=self.sw_device,
+            device=self.device,
+            progress=self.progress,
+            roi_weight_map=self.roi_weight_map,
+            buffer_steps=self.buffer_steps,
+            buffer_dim=self.buffer_dim,
+            with_coord=self.with_coord,
+        )
+
     def __call__(
         self,
         inputs: torch.Tensor,
@@ -184,29 +205,10 @@ class SlidingWindowInferer(Inferer):
         """One sliding-window pass with this inferer's settings (the hook the adaptive inferer retries)."""
         timer = StageTimer() if self.timing else None
         self.timings = {}
-        out = _sliding_window(
-            inputs,
-            self.roi_size,
-            self.sw_batch_size,
-            network,
-            self.overlap,
-            self.mode,
-            self.sigma_scale,
-            self.padding_mode,
-            self.cval,
-            self.sw_device,
-            device,
-            self.progress,
-            self.roi_weight_map,
-            None,
-            buffer_steps,
-            buffer_dim,
-            self.with_coord,
-            args,
-            kwargs,
-            timer,
-            self._auto_cache,
+        settings = dataclasses.replace(
+            self._settings(), device=device, buffer_steps=buffer_steps, buffer_dim=buffer_dim
         )
+        out = run_sliding_window(inputs, network, settings, args, kwargs, timer, self._auto_cache)
         if timer is not None:
             self.timings = dict(timer.timings)
             self.timings["stitch_device"] = str(device if device is not None else inputs.device)

@@ -45,8 +45,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.utils import pad_and_weight, plan_sliding_windows
-from monai.utils import BlendMode, PytorchPadMode, look_up_option
+from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight
+from monai.inferers.windows import plan_sliding_windows
+from monai.utils import BlendMode, PytorchPadMode
 from .postprocess import logits_to_labels
 
 __all__ = ["sliding_window_label_inference", "logits_to_labels"]  # the post-transform is re-exported
@@ -154,17 +155,26 @@ def sliding_window_label_inference(
     if not -ndim <= slab_dim < ndim:
         raise ValueError(f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}.")
     slab_dim %= ndim
-    pad_mode = look_up_option(padding_mode, PytorchPadMode)
-    device = torch.device(device) if device is not None else inputs.device
-    sw_device = torch.device(sw_device) if sw_device is not None else inputs.device
+    settings = SlidingWindowSettings(
+        roi_size=roi_size,
+        sw_batch_size=sw_batch_size,
+        overlap=overlap,
+        mode=mode,
+        sigma_scale=sigma_scale,
+        padding_mode=padding_mode,
+        cval=cval,
+        sw_device=sw_device,
+        device=device,
+        roi_weight_map=roi_weight_map,
+        with_coord=with_coord,
+    )
+    device, sw_device = settings.result_device(inputs), settings.window_device(inputs)
     dtype = inputs.dtype
     kwargs = dict(kwargs)
     condition = kwargs.pop("condition", None)
 
-    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, pad_mode)
-    inputs, condition, weight = pad_and_weight(
-        inputs, condition, plan, pad_mode, cval, roi_weight_map, mode, sigma_scale, sw_device, dtype
-    )
+    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, padding_mode)
+    inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
     while weight.ndim < ndim + 2:
         weight = weight[None]
 
