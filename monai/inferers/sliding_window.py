@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.batch_size import AutoBatchSize, check_sw_batch_size
+from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
 from monai.inferers.stitcher import WindowStitcher, flatten_outputs, pack_outputs
 from monai.inferers.windows import (
     SlidingWindowPlan,
@@ -40,7 +40,7 @@ from monai.inferers.windows import (
     schedule_batches,
 )
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple, look_up_option, optional_import
-from monai.utils.profiling import StageTimer
+from monai.utils.profiling import WINDOW_STAGES, StageTimer
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
 
@@ -145,28 +145,6 @@ def _progress(items: Iterable, enabled: bool):
     return _TextProgress(items)
 
 
-def _identity(predictor: Any) -> tuple:
-    """Same for every access to one bound method (``obj.method`` builds a new object each time)."""
-    owner, func = getattr(predictor, "__self__", None), getattr(predictor, "__func__", None)
-    return (id(owner), id(func)) if owner is not None and func is not None else (id(predictor),)
-
-
-def _signature(args: tuple, kwargs: dict) -> tuple:
-    """What of the predictor's extra arguments can change its memory use: tensor shapes, sequence lengths."""
-
-    def sig(v):
-        if isinstance(v, torch.Tensor):
-            return ("tensor", tuple(v.shape), str(v.dtype))
-        if isinstance(v, (list, tuple)):
-            return ("seq", len(v))
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        return type(v).__name__
-
-    return tuple(sig(a) for a in args) + tuple((k, sig(v)) for k, v in sorted(kwargs.items()))
-
-
-
 def run_sliding_window(
     inputs: torch.Tensor,
     predictor: Callable,
@@ -198,7 +176,7 @@ def run_sliding_window(
         result = _window_loop(inputs, predictor, settings, tuple(args), dict(kwargs or {}), timer, auto_cache)
     if timer.enabled:
         t = timer.timings
-        t["other"] = max(t["total"] - sum(t.get(k, 0.0) for k in ("prepare", "forward", "stitch", "finalize")), 0.0)
+        t["other"] = max(t["total"] - sum(t.get(k, 0.0) for k in WINDOW_STAGES), 0.0)
     return result
 
 
@@ -248,8 +226,7 @@ def _window_loop(
         auto = None
         if sw_batch_size == "auto":
             voxels = plan.batch_size * math.prod(plan.padded_size)
-            key = (_identity(predictor), plan.roi_size, inputs.shape[1], str(dtype), str(sw_device))
-            key += _signature(args, kwargs)
+            key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
             auto = AutoBatchSize(sw_device, auto_cache, key, voxels, stitch_on_device=device == sw_device)
             steps: Any = schedule_batches(segments, auto.next)
         else:

@@ -30,7 +30,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d import batch
 from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, resolve_device, run_batch, shard_by_size
-from monai.apps.vista3d.errors import Vista3DOutputError
+from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
 
@@ -96,8 +96,19 @@ class TestShard(unittest.TestCase):
                            (torch.device("cuda"), 2, "cuda:2")])
     def test_device_of_rank(self, device, local_rank, expected):
         # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
-        self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
+        with mock.patch("torch.cuda.is_available", lambda: True):
+            self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
         self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
+    @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
+    def test_unsupported_device(self, device):
+        with self.assertRaisesRegex(Vista3DInputError, "use 'cuda', 'cuda:N' or 'cpu'"):
+            resolve_device(device)
+
+    def test_cuda_missing(self):
+        with mock.patch("torch.cuda.is_available", lambda: False):
+            with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
+                resolve_device("cuda")
 
 
 class TestBatchSingleProcess(unittest.TestCase):

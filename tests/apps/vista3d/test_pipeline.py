@@ -22,7 +22,9 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.errors import CheckpointError, EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.pipeline import Vista3DPipeline, count_windows, load_checkpoint
+from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
+from monai.apps.vista3d.pipeline import Vista3DPipeline, load_checkpoint
+from monai.inferers import plan_sliding_windows
 
 A_MIN, A_MAX = -963.8247715525971, 1053.678477684517
 HU = {1: 300.0, 3: 600.0}  # liver and spleen in the test phantom; the body is 40 HU, air -1000 HU
@@ -105,7 +107,8 @@ class TestPipelineStub(unittest.TestCase):
     def test_labels_land_on_the_organs(self, _, direction, spacing, shape):
         img, aff, world = phantom(shape, direction, spacing)
         pipe = _pipe(StubVista(HU), sw_batch_size=2)
-        out = pipe(torch.from_numpy(img), aff, classes="liver,spleen")
+        result = pipe.segment(torch.from_numpy(img), aff, classes="liver,spleen")
+        out = result.labels
         self.assertEqual(tuple(out.shape), shape)
         self.assertEqual(out.dtype, torch.int16)
         out = out.numpy()
@@ -118,13 +121,17 @@ class TestPipelineStub(unittest.TestCase):
         self.assertTrue((out[outer] == 0).all(), "labels outside the organ boxes")
         self.assertEqual(set(np.unique(out).tolist()), {0, 1, 3})
         for stage in ("preprocess", "inference", "postprocess", "invert"):
-            self.assertIn(stage, pipe.timings)
-        self.assertEqual(pipe.network.calls, -(-count_windows(pipe.record.final_shape, (32,) * 3, 0.25) // 2))
+            self.assertIn(stage, result.timings)
+        windows = plan_sliding_windows(result.record.final_shape, (32,) * 3, 0.25).num_windows
+        self.assertEqual(pipe.network.calls, -(-windows // 2))
+        self.assertEqual((result.windows, result.sw_batch_size), (windows, min(2, windows)))
         # the full-logits path (upstream's) gives the same label map, with the inferer's stage split
-        full = _pipe(StubVista(HU), sw_batch_size=2)
-        full.streaming = False
-        torch.testing.assert_close(full(torch.from_numpy(img), aff, classes="liver,spleen").numpy(), out, rtol=0, atol=0)
+        full = _pipe(StubVista(HU), sw_batch_size=2, streaming=False).segment(
+            torch.from_numpy(img), aff, classes="liver,spleen"
+        )
+        torch.testing.assert_close(full.labels.numpy(), out, rtol=0, atol=0)
         self.assertIn("inference/forward", full.timings)
+        self.assertEqual((full.windows, full.sw_batch_size), (windows, min(2, windows)))
 
     def test_everything_prompt_and_sequential_ids(self):
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
@@ -169,7 +176,8 @@ class TestPipelineStub(unittest.TestCase):
                 nib.save(nimg, src)
                 before = src.read_bytes()
                 pipe = _pipe(StubVista(HU))
-                out = pipe.segment_file(src, Path(tmp) / "out", classes=[1, "spleen"])
+                result = pipe.segment_file(src, Path(tmp) / "out", classes=[1, "spleen"])
+                out = result.output
                 self.assertEqual(out, Path(tmp) / "out" / "ct scan" / "ct scan_trans.nii.gz")
                 res = nib.load(out)
                 self.assertEqual(res.shape, img.shape)
@@ -181,14 +189,14 @@ class TestPipelineStub(unittest.TestCase):
                 self.assertTrue((lab[_inside(world, SPLEEN, -3.5)] == 3).all())
                 self.assertEqual(src.read_bytes(), before, "the input file changed")
                 for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
-                    self.assertIn(key, pipe.timings)
-                with self.assertRaisesRegex(Vista3DOutputError, "--overwrite"):
+                    self.assertIn(key, result.timings)
+                with self.assertRaisesRegex(Vista3DOutputError, "overwrite=True"):
                     pipe.segment_file(src, Path(tmp) / "out", classes=[1])
                 u8 = _pipe(StubVista(HU), output_dtype="uint8").segment_file(
                     src, Path(tmp) / "out", classes=[1], overwrite=True)
-                self.assertEqual(nib.load(u8).get_data_dtype(), np.uint8)
+                self.assertEqual(nib.load(u8.output).get_data_dtype(), np.uint8)
 
-    def test_segment_files_overlaps_io_and_keeps_order(self):
+    def test_batch_driver_runs_the_pipeline(self):
         with tempfile.TemporaryDirectory() as tmp:
             srcs = []
             for i, (direction, spacing) in enumerate([(np.eye(3), (1.0, 1.0, 1.5)), (np.diag([-1.0, 1, 1]), (0.9,) * 3)]):
@@ -197,14 +205,20 @@ class TestPipelineStub(unittest.TestCase):
                 nib.save(nib.Nifti1Image(img, aff), srcs[-1])
             paths = [srcs[0], Path(tmp) / "missing.nii.gz", srcs[1]]
             pipe = _pipe(StubVista(HU))
-            results = list(pipe.segment_files(paths, Path(tmp) / "batch", classes="1,3"))
-            self.assertEqual([r[0] for r in results], paths)
-            self.assertIsInstance(results[1][1], Vista3DInputError)
-            for src, (_, out, timings) in zip(srcs, (results[0], results[2])):
-                self.assertEqual(out, Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz")
+            seen = []
+            code = run_batch(paths, Path(tmp) / "batch", pipeline_segment_fn(pipe, "1,3"), on_image=seen.append)
+            self.assertEqual(code, 1)
+            self.assertEqual(sorted(r["image"] for r in seen), sorted(map(str, paths)))
+            by_name = {Path(r["image"]).name: r for r in seen}
+            self.assertEqual(by_name["missing.nii.gz"]["status"], "failed")
+            self.assertIn("no such file", by_name["missing.nii.gz"]["error"])
+            for src in srcs:
+                rec = by_name[src.name]
+                out = Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz"
+                self.assertEqual((rec["status"], rec["output"]), ("done", str(out)))
                 for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
-                    self.assertIn(key, timings)
-                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3")
+                    self.assertIn(key, rec["stages"])
+                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3").output
                 np.testing.assert_array_equal(np.asarray(nib.load(out).dataobj), np.asarray(nib.load(one).dataobj))
 
 
@@ -222,7 +236,7 @@ class TestNibabelFiles(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             # the stub sees MR intensities: any label is fine, the grid and the header are what is checked
             pipe = _pipe(StubVista({1: 200.0, 3: 1000.0}), roi_size=(64, 64, 64))
-            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index)
+            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index).output
             res = nib.load(out)
             self.assertEqual(res.shape, ref.shape[:3])
             np.testing.assert_allclose(res.affine, ref.affine, atol=1e-5)
