@@ -67,10 +67,8 @@ class SlidingWindowInferer(Inferer):
     Args:
         roi_size: window size, one int or one per spatial dimension; ``None`` / non-positive entries take the whole
             extent of that dimension.
-        sw_batch_size: number of windows per network call, or ``"auto"``: on CUDA the largest batch that fits the
-            free GPU memory (per-window memory measured on a one-window probe batch at the first call, then
-            remembered), split evenly over the windows; elsewhere up to 4 windows per call (see
-            :mod:`monai.inferers.batch_size`).
+        sw_batch_size: number of windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`;
+            the measured per-window memory is remembered across calls).
         overlap: overlap fraction between neighbouring windows, one value or one per dimension, in ``[0, 1)``.
         mode: ``"constant"`` or ``"gaussian"`` blending of overlapping windows.
         sigma_scale: Gaussian sigma as a fraction of the window size.

@@ -84,9 +84,7 @@ def sliding_window_inference(
         inputs: ``[N, C, *spatial]`` input (2D or 3D spatial).
         roi_size: window size, one int or one per spatial dimension; ``None`` / non-positive entries take the whole
             extent of that dimension.
-        sw_batch_size: number of windows per predictor call, or ``"auto"`` (CUDA: the largest batch that fits the
-            free GPU memory, measured on a one-window probe batch; elsewhere up to 4; split evenly over the
-            windows, see :mod:`monai.inferers.batch_size`).
+        sw_batch_size: number of windows per predictor call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
         predictor: called as ``predictor(windows, *args, **kwargs)`` with ``windows`` ``[n, C, *roi_size]``, or as
             ``predictor(windows, patch_coords, *args, **kwargs)`` when ``with_coord``.
         overlap: overlap fraction between neighbouring windows, one value or one per dimension, in ``[0, 1)``.

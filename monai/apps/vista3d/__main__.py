@@ -113,7 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
     seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
     seg.add_argument("--sw-batch-size", default="1",
-                     help="windows per network call, or 'auto' (the inferer sizes it from GPU memory; default 1)")
+                     help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
+                          "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
+                          "with and without --no-streaming; see monai.inferers.batch_size)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None, help="volume of a 4D image to segment")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")

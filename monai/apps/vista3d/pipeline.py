@@ -321,14 +321,17 @@ class Vista3DPipeline:
                 value = tuple(int(r) for r in value)
             elif key == "overlap":
                 value = float(value)
-            elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto") and int(value) < 1:
-                raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
+            elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
+                if int(value) < 1:
+                    raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
+                value = int(value)
             elif key == "amp":
                 value = (self.device.type == "cuda") if value is None else bool(value)
             elif key == "output_dtype" and value not in _OUTPUT_DTYPES:
                 raise ValueError(f"output_dtype must be float32, uint8 or int16, got {value!r}")
             setattr(self, key, value)
         self._inferer: Any = None
+        self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"
         self._counting = _CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
 
     def replace(self, **options: Any) -> Vista3DPipeline:
@@ -481,23 +484,19 @@ class Vista3DPipeline:
         Returns:
             ``([X, Y, Z] int16 label map on the pipeline's device, what ran)``.
         """
-        from monai.inferers.batch_size import even_batch_size
-
         from .streaming import sliding_window_label_inference
 
         cv = self._class_vector(label_ids)
         inp = x[None] if x.ndim == 4 else x
         n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
-        bs = self.sw_batch_size
-        if bs == "auto":
-            bs = even_batch_size(n_win, 14 if self.device.type == "cuda" else 4)
         predictor = self._counting
         predictor.start(_Progress(n_win, self.progress))
         try:
             with torch.no_grad(), self._autocast():
                 labels = sliding_window_label_inference(
-                    inp, self.roi_size, int(bs), predictor, overlap=self.overlap, with_coord=True,
-                    label_ids=torch.as_tensor(list(label_ids)), transpose=True, class_vector=cv, prompt_class=cv,
+                    inp, self.roi_size, self.sw_batch_size, predictor, overlap=self.overlap, with_coord=True,
+                    label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, transpose=True,
+                    class_vector=cv, prompt_class=cv,
                 )[0, 0]
         finally:
             run = predictor.finish()
