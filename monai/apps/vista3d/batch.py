@@ -31,7 +31,6 @@ import queue
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -41,6 +40,8 @@ import nibabel as nib
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from monai.utils.profiling import StageTimer
 
 from .errors import Vista3DInputError
 from .io import ImageGeometry, check_output, load_image, output_path, save_label_map
@@ -230,12 +231,13 @@ def _prefetch(paths: list[Path], volume_index: int | None, depth: int):
         for p in paths:
             if stop.is_set():
                 return
-            t = time.perf_counter()
+            timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
             try:
-                image, geom = load_image(p, volume_index=volume_index)
-                item = (p, image, geom, time.perf_counter() - t, None)
+                with timer.stage("load"):
+                    image, geom = load_image(p, volume_index=volume_index)
+                item = (p, image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
-                item = (p, None, None, time.perf_counter() - t, e)
+                item = (p, None, None, timer.timings["load"], e)
             while not stop.is_set():
                 try:
                     q.put(item, timeout=0.1)
@@ -289,9 +291,10 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _timed_save(*args: Any, **kwargs: Any) -> tuple[Path, float]:
-    t0 = time.perf_counter()
-    path = save_label_map(*args, **kwargs)
-    return Path(path), time.perf_counter() - t0
+    timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
+    with timer.stage("save"):
+        path = save_label_map(*args, **kwargs)
+    return Path(path), timer.timings["save"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -370,8 +373,8 @@ def run_batch(
     else:
         summary = Path(output_dir) / "summary.json" if output_dir is not None else outs[0].parent / "summary.json"
     report = on_image or (None if quiet else _print_record)
-    t_start = time.perf_counter()
-    with dist_context(backend) as (rank, world, local_rank):
+    run_timer = StageTimer(sync=False, nvtx=False)
+    with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
@@ -402,24 +405,24 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-        wall = time.perf_counter() - t_start
-        failed = sum(r["status"] == "failed" for r in every)
-        if rank == 0:
-            done = sum(r["status"] == "done" for r in every)
-            _write_json(
-                summary,
-                {
-                    "images": len(every),
-                    "done": done,
-                    "skipped": sum(r["status"] == "skipped" for r in every),
-                    "failed": failed,
-                    "world_size": world,
-                    "host": socket.gethostname(),
-                    "wall_seconds": round(wall, 3),
-                    "volumes_per_minute": round(60.0 * done / wall, 3) if wall > 0 else None,
-                    "per_image": every,
-                },
-            )
+    wall = run_timer.timings["wall"]
+    failed = sum(r["status"] == "failed" for r in every)
+    if rank == 0:
+        done = sum(r["status"] == "done" for r in every)
+        _write_json(
+            summary,
+            {
+                "images": len(every),
+                "done": done,
+                "skipped": sum(r["status"] == "skipped" for r in every),
+                "failed": failed,
+                "world_size": world,
+                "host": socket.gethostname(),
+                "wall_seconds": round(wall, 3),
+                "volumes_per_minute": round(60.0 * done / wall, 3) if wall > 0 else None,
+                "per_image": every,
+            },
+        )
     return 1 if failed else 0
 
 
@@ -462,16 +465,15 @@ def _segment_all(
         for i, (_, image, geom, t_load, err) in zip(todo, _prefetch([paths[i] for i in todo], volume_index, prefetch)):
             rec = records[i]
             rec["load_seconds"] = round(t_load, 4)
-            t0 = time.perf_counter()
+            timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
             try:
                 if setup_error is not None:
                     raise setup_error
                 if err is not None:
                     raise err
-                labels, info = _labels_and_info(fn(image, geom))  # type: ignore[misc]
-                if dev.type == "cuda":
-                    torch.cuda.synchronize(dev)
-                rec["segment_seconds"] = round(time.perf_counter() - t0, 4)
+                with timer.stage("segment"):
+                    labels, info = _labels_and_info(fn(image, geom))  # type: ignore[misc]
+                rec["segment_seconds"] = round(timer.timings["segment"], 4)
                 rec["windows"] = info.get("windows")
                 if info.get("sw_batch_size") is not None:
                     rec["sw_batch_size"] = info["sw_batch_size"]
@@ -479,12 +481,12 @@ def _segment_all(
                                  **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
                 pending.append((i, saver.submit(labels, geom, outs[i])))
             except Exception as e:
-                rec["seconds"] = round(t_load + time.perf_counter() - t0, 4)
+                rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
                 finish(i, None, e)
                 continue
             finally:
                 del image
-            rec["seconds"] = round(t_load + time.perf_counter() - t0, 4)
+            rec["seconds"] = round(t_load + timer.timings["segment"], 4)
             while pending and pending[0][1].done():
                 finish(*pending.pop(0))
         saver.close(raise_errors=False)

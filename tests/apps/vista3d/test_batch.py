@@ -33,6 +33,7 @@ from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, re
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
+from tests.apps.vista3d.stub_vista import StubVista
 
 SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
 
@@ -161,7 +162,6 @@ class TestBatchSingleProcess(unittest.TestCase):
 
     def test_default_is_the_pipeline(self):
         from monai.apps.vista3d.pipeline import Vista3DPipeline
-        from tests.apps.vista3d.test_pipeline import StubVista
 
         good = [p for p in self.inputs if "broken" not in p.name][:2]
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}

@@ -30,7 +30,7 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
-from tests.apps.vista3d.test_pipeline import phantom
+from tests.apps.vista3d.stub_vista import phantom
 
 ROOT = Path(__file__).parents[3]
 TINY = ["--embed-dim", "8", "--roi-size", "32", "--classes", "1,3", "--device", "cpu", "--quiet"]

@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import unittest
 import weakref
 from unittest import mock
@@ -25,9 +23,7 @@ from torch.utils._pytree import tree_leaves
 import monai.inferers.batch_size as bsz
 from monai.apps.vista3d.streaming import logits_to_labels, sliding_window_label_inference
 from monai.inferers import sliding_window_inference
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "testing_data")
-
+from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
 
 def reference_labels(logits: torch.Tensor, label_ids=None) -> torch.Tensor:
     """VISTA3D's post-transform written out step by step on full ``[N, C, *spatial]`` logits (the reference)."""
@@ -293,12 +289,8 @@ class TestStreamingMemory(unittest.TestCase):
 class TestStreamingVista3D(unittest.TestCase):
     def test_tiny_vista3d_everything(self):
         """Everything-segmentation with the tiny VISTA3D against the upstream blended logits it was recorded with."""
-        spec = importlib.util.spec_from_file_location("ref", os.path.join(DATA, "make_point_helpers_reference.py"))
-        ref_script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(ref_script)
-        state = ref_script.tiny_vista3d_state()
-        model = ref_script.build_tiny_vista3d(state)
-        case = state["cases"]["sliding_window_everything"]
+        model = tiny_vista3d_with_recorded_weights()
+        case = load_testing_data("vista3d_tiny_parity.pt")["cases"]["sliding_window_everything"]
         inp = case["inputs"]
         cv = inp["class_vector"]
         with torch.no_grad():
