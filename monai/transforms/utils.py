@@ -16,20 +16,7 @@ and this module keeps upstream's import path.
 
 from __future__ import annotations
 
-from monai.utils.point_helpers import (
-    convert_points_to_disc,
-    erode,
-    get_largest_connected_component_mask,
-    keep_components_with_positive_points,
-    keep_merge_components_with_points,
-    sample_points_from_label,
-)
+from monai.utils import point_helpers as _point_helpers
+from monai.utils.point_helpers import *  # noqa: F401,F403 - the names of __all__
 
-__all__ = [
-    "get_largest_connected_component_mask",
-    "keep_merge_components_with_points",
-    "keep_components_with_positive_points",
-    "convert_points_to_disc",
-    "sample_points_from_label",
-    "erode",
-]
+__all__ = list(_point_helpers.__all__)
