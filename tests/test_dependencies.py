@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1] / "monai"
 FORBIDDEN = [
     ("monai.utils", ("monai.networks", "monai.inferers", "monai.transforms", "monai.apps")),
     ("monai.transforms", ("monai.networks", "monai.inferers", "monai.apps")),
+    ("monai.networks.kernels", ("monai.networks.layers", "monai.networks.blocks", "monai.networks.nets", "monai.inferers", "monai.transforms", "monai.apps")),
     ("monai.networks.layers", ("monai.networks.blocks", "monai.networks.nets", "monai.transforms", "monai.apps")),
     ("monai.networks.blocks", ("monai.networks.nets", "monai.inferers", "monai.transforms", "monai.apps")),
     ("monai.networks.nets", ("monai.inferers", "monai.transforms", "monai.apps")),
