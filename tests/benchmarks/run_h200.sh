@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The H200 measurements recorded in docs/benchmarks.md, one run per name (named by what it measures).
 # Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh OUTDIR RUN [RUN ...]
-#   everything            fork vs upstream everything-segmentation, full logits, sw_batch_size 1,4,14,auto
+#   everything            fork (fused path) vs upstream everything-segmentation, full logits, sw_batch_size 1,4,14,auto
+#   fused                 the fused forward vs the module path (bs 1,2,14), its kernels vs PyTorch's, a kernel profile
+#   fused_conv            the Triton convolution's launch configurations against cuDNN (48 and 96 channels)
+#   pytest_fused          the fused kernels' and the fused network's tests on the GPU
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
 #   sw_timing             the sliding-window stage timings (PR 03)
@@ -20,7 +23,7 @@
 #   pytest_gpu            the whole unit suite on the GPU;  pytest_gpu_quick: without the slow tests
 # Expects the wheels of upstream MONAI 1.6.1, nibabel and parameterized in .wheels/ (no registry there).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,21p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,24p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -36,6 +39,9 @@ for run in "$@"; do
   class_head) step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json" ;;
   class_memory) step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json" ;;
   sw_timing) step sw_timing 90 python3 tests/benchmarks/sliding_window_timing.py --device cuda --json "$out/sw_timing.json" ;;
+  fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --profile 14 --json "$out/fused.json" ;;
+  fused_conv) step fused_conv 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
+  pytest_fused) step pytest_fused 150 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;
   streaming512) step streaming512 120 $STREAM --sizes 512x512x512 --classes 117 --repeats 5 --full-repeats 1 --acc-dtypes float16 --json "$out/streaming512.json" ;;

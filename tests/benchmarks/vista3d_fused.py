@@ -255,9 +255,11 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
     run()
     fused_module.F = real_f
     torch.cuda.synchronize()
-    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         run()
         torch.cuda.synchronize()
+    print("--- operators by CUDA time, with input shapes")
+    print(prof.key_averages(group_by_input_shape=True).table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=40, max_shapes_column_width=80))
     totals: dict[str, float] = {}
     names: dict[str, set] = {}
     for evt in prof.key_averages():

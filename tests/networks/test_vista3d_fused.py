@@ -123,6 +123,26 @@ class TestFusedKernels(unittest.TestCase):
             torch.backends.cudnn.allow_tf32 = tf32
         torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
 
+    @unittest.skipUnless(torch.cuda.is_available(), "CUDA graphs need a GPU")
+    def test_cuda_graphs(self):
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval().to(DEVICE)
+        x1, x2 = torch.randn(2, 1, 32, 32, 32, device=DEVICE), torch.randn(2, 1, 32, 32, 32, device=DEVICE)
+        with torch.autocast("cuda", dtype=torch.float16):
+            eager1, eager2 = _logits(net.fuse(cuda_graphs=False), x1), _logits(net, x2)
+            net.fuse()
+            out1 = _logits(net, x1)
+            out2 = _logits(net, x2)  # a replay must not overwrite what the first call returned
+            self.assertEqual(len(net._fused.graphs), 1)
+            torch.testing.assert_close(out1, eager1, rtol=0, atol=0)
+            torch.testing.assert_close(out2, eager2, rtol=0, atol=0)
+            with torch.no_grad():  # changed weights: the graphs are recaptured
+                net.class_head.image_post_mapping[0].layer.conv1.conv.weight.mul_(0.5)
+            changed = _logits(net, x1)
+            net.fuse(cuda_graphs=False)
+            torch.testing.assert_close(changed, _logits(net, x1), rtol=0, atol=0)
+        self.assertGreater((changed - out1).abs().max().item(), 0)
+
     @unittest.skipUnless(torch.cuda.is_available(), "vista3d132 in fp16 needs a GPU")
     def test_vista3d132_fp16(self):
         torch.manual_seed(0)

@@ -211,7 +211,7 @@ def instance_stats(x: torch.Tensor, eps: float, block_s: int = 64, num_warps: in
         rows, part_mean, part_m2, n_rows, n_chan, n_parts, ROWS_PER_PART=_STATS_ROWS, BLOCK_S=block_s, BLOCK_C=_BLOCK_C, num_warps=num_warps
     )
     counts = torch.full((n_parts,), float(_STATS_ROWS), device=x.device)
-    counts[-1] = n_rows - _STATS_ROWS * (n_parts - 1)
+    counts[-1:].fill_(n_rows - _STATS_ROWS * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture
     return merge_parts(part_mean, part_m2, counts, eps)
 
 

@@ -116,7 +116,7 @@ class VISTA3D(nn.Module):
         self._fused: Any = None  # a FusedClassBranch once fuse() is called; not a submodule, so no state-dict keys
         self._fused_reasons_logged: set[str] = set()
 
-    def fuse(self, enable: bool = True, kernels: str = "triton") -> VISTA3D:
+    def fuse(self, enable: bool = True, kernels: str = "triton", cuda_graphs: bool = True) -> VISTA3D:
         """Run class-prompt inference through the fused channels-last path (:py:mod:`monai.networks.nets.vista3d_fused`).
 
         The fused path serves forwards with class prompts and no clicks, in eval mode without autograd, on a GPU the
@@ -128,6 +128,7 @@ class VISTA3D(nn.Module):
         Args:
             enable: ``False`` returns to the module path.
             kernels: ``"triton"`` (the fused kernels) or ``"torch"`` (their PyTorch reference, any device and dtype).
+            cuda_graphs: replay small window batches (up to 4) on CUDA as captured CUDA graphs, one per batch shape.
 
         Returns:
             this network.
@@ -137,7 +138,7 @@ class VISTA3D(nn.Module):
             return self
         from monai.networks.nets.vista3d_fused import FusedClassBranch
 
-        self._fused = FusedClassBranch(self, kernels=kernels)
+        self._fused = FusedClassBranch(self, kernels=kernels, cuda_graphs=cuda_graphs)
         self._fused_reasons_logged = set()
         return self
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from parameterized import parameterized
 
 from monai.networks.kernels import merge_parts, unavailable_reason
-from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_weights
+from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_single_channel, conv3x3x3_weights
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -50,6 +50,20 @@ class TestConv3x3x3(unittest.TestCase):
         var, ref_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
         torch.testing.assert_close(mean, ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(rstd, 1 / torch.sqrt(var + 1e-5), rtol=1e-4, atol=0)
+
+    @parameterized.expand([(1, 5, 6, 7, 48, 64, torch.float32), (3, 2, 17, 130, 16, 16, torch.float16)])
+    def test_single_channel(self, batch, d, h, w, channels, out_channels, dtype):
+        g = torch.Generator().manual_seed(d * h)
+        x = torch.randn(batch, 1, d, h, w, generator=g).to(DEVICE, dtype)
+        weight = torch.randn(channels, 1, 3, 3, 3, generator=g).to(DEVICE)
+        y = conv3x3x3_single_channel(x, weight, out_channels)
+        ref = F.conv3d(x.half().double(), weight.half().double(), padding=1)
+        self.assertEqual(y.dtype, torch.float16)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        self.assertLess(((y[:, :channels].double() - ref).norm() / ref.norm()).item(), 1e-3)
+        self.assertTrue(torch.equal(y[:, channels:], torch.zeros_like(y[:, channels:])))
+        with self.assertRaisesRegex(ValueError, r"\[B, 1, D, H, W\]"):
+            conv3x3x3_single_channel(x.expand(batch, 2, d, h, w), weight, out_channels)
 
     def test_rejects_bad_inputs(self):
         x = torch.randn(1, 16, 2, 4, 8).half().to(DEVICE)
