@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                        help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
         p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
+        p.add_argument("--no-fuse", dest="fuse", action="store_false",
+                       help="run the network's module path instead of the fused channels-last kernels (which run by "
+                            "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
         p.add_argument("--classes", default="everything",
                        help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
         p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
@@ -190,7 +193,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
         return Vista3DPipeline(
             weights=args.weights, device=device, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size,
             amp=args.amp, progress=progress, timing=True, network_kwargs={"encoder_embed_dim": embed_dim},
-            output_dtype=args.output_dtype, streaming=streaming,
+            output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse,
         )
 
 

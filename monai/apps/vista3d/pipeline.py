@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from monai.inferers.windows import plan_sliding_windows
+from monai.networks.kernels.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
@@ -217,6 +218,8 @@ class Vista3DPipeline:
         streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
             holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
             out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
+        fuse: run class prompts through the network's fused channels-last path (``VISTA3D.fuse()``) where its
+            kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
@@ -238,6 +241,7 @@ class Vista3DPipeline:
         output_dtype: str = "float32",
         warn_random: bool = True,
         streaming: bool = True,
+        fuse: bool = True,
     ) -> None:
         self.device = resolve_device(device)
         self.random_weights = False
@@ -250,6 +254,8 @@ class Vista3DPipeline:
             load_checkpoint(network, weights)
         if isinstance(network, torch.nn.Module):
             network = network.to(self.device).eval()
+            if fuse and hasattr(network, "fuse") and self.device.type == "cuda" and unavailable_reason(self.device) is None:
+                network.fuse()
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
         self.network = network

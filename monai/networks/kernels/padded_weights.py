@@ -21,19 +21,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["padded_channels", "pad_channels", "PaddedWeights"]
+__all__ = ["padded_channels", "image_channels", "pad_channels", "PaddedWeights"]
 
 _ALIGN = 64
 
 
 def padded_channels(channels: int) -> int:
-    """The channel count of the padded layout: a multiple of 64, or of 8 for narrow inputs (an image's channels).
+    """The channel count of an activation in the padded layout: the next multiple of 64."""
+    return -(-channels // _ALIGN) * _ALIGN
 
-    With a single channel cuDNN cannot tell channels-last from channels-first and returns channels-first outputs,
-    which would cost a layout conversion; 8 fp16 channels fill one 16-byte vector per voxel.
+
+def image_channels(channels: int) -> int:
+    """The padded channel count of a network's input image: 8 for up to 8 channels, else a multiple of 64.
+
+    With a single channel cuDNN cannot tell channels-last from channels-first and returns channels-first outputs;
+    8 fp16 channels fill one 16-byte vector per voxel.
     """
-    align = 8 if channels <= 8 else _ALIGN
-    return -(-channels // align) * align
+    return 8 if channels <= 8 else padded_channels(channels)
 
 
 def pad_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
@@ -58,22 +62,26 @@ class PaddedWeights:
     """
 
     def __init__(self):
-        self._cache: dict[tuple[int, torch.dtype], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
+        self._cache: dict[tuple[int, torch.dtype, int], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
 
-    def __call__(self, conv: nn.Module, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``(weight, bias)`` of ``conv`` (``nn.Conv3d`` or ``nn.ConvTranspose3d``) in ``dtype``, channels padded."""
+    def __call__(self, conv: nn.Module, dtype: torch.dtype, in_channels: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(weight, bias)`` of ``conv`` (``nn.Conv3d`` or ``nn.ConvTranspose3d``) in ``dtype``: the input channels
+        padded to ``in_channels`` (those of the padded input), the output channels to :py:func:`padded_channels`."""
         weight, bias = conv.weight, conv.bias
         key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in (weight, bias) if p is not None)
-        hit = self._cache.get((id(conv), dtype))
+        hit = self._cache.get((id(conv), dtype, in_channels))
         if hit is not None and hit[0] == key:
             return hit[1], hit[2]
         w = weight.detach().to(dtype)
         # Conv3d weights are [out, in, *k]; ConvTranspose3d weights are [in, out, *k]
-        sizes = (padded_channels(w.shape[0]), padded_channels(w.shape[1])) + tuple(w.shape[2:])
+        if isinstance(conv, nn.ConvTranspose3d):
+            sizes = (in_channels, padded_channels(w.shape[1])) + tuple(w.shape[2:])
+        else:
+            sizes = (padded_channels(w.shape[0]), in_channels) + tuple(w.shape[2:])
         w = _pad_to(w, sizes).contiguous(memory_format=torch.channels_last_3d)
         b = None
         if bias is not None:
             n_out = conv.out_channels
             b = _pad_to(bias.detach().to(dtype), (padded_channels(n_out),))
-        self._cache[(id(conv), dtype)] = (key, w, b)
+        self._cache[(id(conv), dtype, in_channels)] = (key, w, b)
         return w, b

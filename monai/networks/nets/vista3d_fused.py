@@ -11,7 +11,7 @@
 """The class branch of VISTA3D (image encoder, class decoder, class head) on the fused channels-last path.
 
 Same modules, same parameters, another data flow: activations stay channels-last (NDHWC) from the first
-convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128), the
+convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128; the image's channel to 8), the
 layout in which cuDNN's convolutions run fastest; every instance norm runs as one fused kernel with its affine map,
 residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), and no layout conversion runs inside
 the forward. Padding channels hold zeros throughout, so the logits are those of the module path up to fp16
@@ -33,7 +33,7 @@ from monai.networks.kernels.instance_norm import NormAct, norm_act, norm_act_ref
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.triton_support import unavailable_reason
-from monai.networks.kernels.padded_weights import PaddedWeights, pad_channels, padded_channels
+from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 
 __all__ = ["FusedClassBranch", "check_supported"]
@@ -130,7 +130,7 @@ class FusedClassBranch:
 
     # ---- the operations ----------------------------------------------------------------------------------------
     def _conv(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        w, b = self.weights(conv, x.dtype)
+        w, b = self.weights(conv, x.dtype, x.shape[1])
         if isinstance(conv, nn.ConvTranspose3d):
             y = F.conv_transpose3d(x, w, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
         else:
@@ -144,7 +144,7 @@ class FusedClassBranch:
         single &= conv.stride == (1, 1, 1) and conv.bias is None and n_out & (n_out - 1) == 0
         if self.kernels == "triton" and dtype == torch.float16 and single:
             return conv3x3x3_single_channel(image.contiguous(), conv.weight, n_out)
-        return self._conv(conv, pad_channels(image.to(dtype), padded_channels(image.shape[1])))
+        return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
 
     def _norm_act(
         self, x: torch.Tensor, norm: nn.Module, act: nn.Module, residual: torch.Tensor | None, in_place: bool

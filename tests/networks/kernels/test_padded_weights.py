@@ -19,19 +19,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from parameterized import parameterized
 
-from monai.networks.kernels import PaddedWeights, pad_channels, padded_channels
+from monai.networks.kernels import PaddedWeights, image_channels, pad_channels, padded_channels
 
 
 class TestPaddedWeights(unittest.TestCase):
-    @parameterized.expand([(1, 8), (3, 8), (8, 8), (16, 64), (48, 64), (64, 64), (96, 128), (192, 192), (384, 384)])
-    def test_padded_channels(self, channels, expected):
+    @parameterized.expand([(1, 64, 8), (3, 64, 8), (8, 64, 8), (16, 64, 64), (48, 64, 64), (64, 64, 64), (96, 128, 128), (192, 192, 192)])
+    def test_padded_channels(self, channels, expected, expected_image):
         self.assertEqual(padded_channels(channels), expected)
+        self.assertEqual(image_channels(channels), expected_image)
 
     def test_padded_conv_equals_conv(self):
         g = torch.Generator().manual_seed(0)
         conv = nn.Conv3d(5, 20, 3, padding=1, bias=True)
         x = torch.randn(2, 5, 4, 5, 6, generator=g)
-        w, b = PaddedWeights()(conv, torch.float32)
+        w, b = PaddedWeights()(conv, torch.float32, 8)
         self.assertEqual(tuple(w.shape), (64, 8, 3, 3, 3))
         self.assertTrue(w.is_contiguous(memory_format=torch.channels_last_3d))
         y = F.conv3d(pad_channels(x, 8), w, b, padding=1)
@@ -41,7 +42,7 @@ class TestPaddedWeights(unittest.TestCase):
     def test_transposed_weights(self):
         conv = nn.ConvTranspose3d(96, 48, 3, stride=2, padding=1, output_padding=1, bias=False)
         x = torch.randn(1, 96, 3, 3, 3)
-        w, b = PaddedWeights()(conv, torch.float32)
+        w, b = PaddedWeights()(conv, torch.float32, 128)
         self.assertEqual(tuple(w.shape), (128, 64, 3, 3, 3))
         self.assertIsNone(b)
         y = F.conv_transpose3d(pad_channels(x, 128), w, None, 2, 1, 1)
@@ -50,15 +51,15 @@ class TestPaddedWeights(unittest.TestCase):
     def test_cache_follows_the_parameters(self):
         conv = nn.Conv3d(16, 16, 3, bias=False)
         weights = PaddedWeights()
-        first, _ = weights(conv, torch.float16)
-        self.assertIs(weights(conv, torch.float16)[0], first)  # unchanged parameter: the cached copy
+        first, _ = weights(conv, torch.float16, 64)
+        self.assertIs(weights(conv, torch.float16, 64)[0], first)  # unchanged parameter: the cached copy
         conv.load_state_dict({"weight": torch.randn(16, 16, 3, 3, 3)})
-        second, _ = weights(conv, torch.float16)
+        second, _ = weights(conv, torch.float16, 64)
         self.assertTrue(torch.equal(second[:16, :16], conv.weight.half()))
         with torch.no_grad():
             conv.weight.mul_(2)
-        self.assertTrue(torch.equal(weights(conv, torch.float16)[0][:16, :16], conv.weight.half()))
-        self.assertEqual(weights(conv, torch.float32)[0].dtype, torch.float32)
+        self.assertTrue(torch.equal(weights(conv, torch.float16, 64)[0][:16, :16], conv.weight.half()))
+        self.assertEqual(weights(conv, torch.float32, 64)[0].dtype, torch.float32)
 
 
 if __name__ == "__main__":
