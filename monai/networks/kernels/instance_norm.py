@@ -109,24 +109,44 @@ if triton is not None:
 
     @triton.jit
     def _stats_kernel(
-        x_ptr, mean_ptr, m2_ptr, S, C, n_parts, ROWS_PER_PART: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr
+        x_ptr,
+        addend_ptr,
+        mean_ptr,
+        m2_ptr,
+        S,
+        C,
+        n_parts,
+        HAS_ADDEND: tl.constexpr,
+        ROWS_PER_PART: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+        BLOCK_C: tl.constexpr,
     ):
         # one program: the rows [part * ROWS_PER_PART, ...) of one sample and BLOCK_C channels. Each thread sums its
         # own elements (no cross-thread reduction inside the loop); the values are shifted by the part's first row,
-        # so the sum of squares does not cancel when the mean is large against the spread
+        # so the sum of squares does not cancel when the mean is large against the spread. With HAS_ADDEND the
+        # kernel first adds the addend into x (a residual or skip connection) and takes the statistics of the sum
+        # as stored, so the add and the statistics pass read the tensor once
         part = tl.program_id(0)
         cb = tl.program_id(1)
         b = tl.program_id(2)
         cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-        base = x_ptr + b.to(tl.int64) * S * C
+        offset = b.to(tl.int64) * S * C
+        base = x_ptr + offset
         start = part * ROWS_PER_PART
-        shift = tl.load(base + start.to(tl.int64) * C + cols).to(tl.float32)
+        shift = tl.load(base + start.to(tl.int64) * C + cols)
+        if HAS_ADDEND:
+            shift = (shift.to(tl.float32) + tl.load(addend_ptr + offset + start.to(tl.int64) * C + cols)).to(shift.dtype)
+        shift = shift.to(tl.float32)
         acc1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         for r0 in range(0, ROWS_PER_PART, BLOCK_S):  # ROWS_PER_PART is a multiple of BLOCK_S
             rows = start + r0 + tl.arange(0, BLOCK_S)
             valid = (rows < S)[:, None]
-            x = tl.load(base + rows.to(tl.int64)[:, None] * C + cols[None, :], mask=valid, other=0.0)
+            offs = rows.to(tl.int64)[:, None] * C + cols[None, :]
+            x = tl.load(base + offs, mask=valid, other=0.0)
+            if HAS_ADDEND:
+                x = (x.to(tl.float32) + tl.load(addend_ptr + offset + offs, mask=valid, other=0.0)).to(x.dtype)
+                tl.store(base + offs, x, mask=valid)
             d = tl.where(valid, x.to(tl.float32) - shift[None, :], 0.0)
             acc1 += d
             acc2 += d * d
@@ -196,41 +216,47 @@ def _check_rows(x: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-def instance_stats(x: torch.Tensor, eps: float, block_s: int = 64, num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-(sample, channel) mean and ``1 / sqrt(var + eps)`` of a channels-last tensor, both ``[B, C]`` float32.
+def instance_stats(
+    x: torch.Tensor, add: torch.Tensor | None = None, block_s: int = 64, num_warps: int = 4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-(sample, channel) mean and (biased) variance of a channels-last tensor, both ``[B, C]`` float32.
 
-    ``block_s`` (rows per tile, a power of two dividing 4096) and ``num_warps`` tune the launch.
+    Args:
+        x: ``[B, C, *spatial]`` channels-last, ``C`` a multiple of 64.
+        add: optional tensor of ``x``'s shape and layout added into ``x`` in place first (``x += add``); the
+            statistics are those of the sum, as stored.
+        block_s: rows per tile (a power of two dividing 4096); ``num_warps``: warps per program.
     """
     rows = _check_rows(x)
     n_batch, n_rows, n_chan = rows.shape
+    if add is not None and add.shape != x.shape:
+        raise ValueError(f"the addend's shape {tuple(add.shape)} differs from the input's {tuple(x.shape)}.")
     n_parts = triton.cdiv(n_rows, _STATS_ROWS)
     part_mean = torch.empty(n_batch, n_parts, n_chan, device=x.device, dtype=torch.float32)
     part_m2 = torch.empty_like(part_mean)
     grid = (n_parts, n_chan // _BLOCK_C, n_batch)
     _stats_kernel[grid](
-        rows, part_mean, part_m2, n_rows, n_chan, n_parts, ROWS_PER_PART=_STATS_ROWS, BLOCK_S=block_s, BLOCK_C=_BLOCK_C, num_warps=num_warps
+        rows, as_rows(add) if add is not None else rows, part_mean, part_m2, n_rows, n_chan, n_parts,
+        HAS_ADDEND=add is not None, ROWS_PER_PART=_STATS_ROWS, BLOCK_S=block_s, BLOCK_C=_BLOCK_C, num_warps=num_warps,
     )
     counts = torch.full((n_parts,), float(_STATS_ROWS), device=x.device)
     counts[-1:].fill_(n_rows - _STATS_ROWS * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture
-    return merge_parts(part_mean, part_m2, counts, eps)
+    return merge_parts(part_mean, part_m2, counts)
 
 
-def merge_parts(
-    mean: torch.Tensor, m2: torch.Tensor, counts: torch.Tensor, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and ``1 / sqrt(var + eps)`` per (sample, channel) from the statistics of parts of each sample.
+def merge_parts(mean: torch.Tensor, m2: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (biased) variance per (sample, channel) from the statistics of parts of each sample.
 
     Args:
         mean, m2: ``[B, P, C]``: each part's mean and sum of squared deviations from it.
         counts: ``[P]`` values per part (the same for every sample and channel).
-        eps: added to the (biased) variance.
     """
     counts = counts.to(mean).view(1, -1, 1)
     total = counts.sum()
     # Chan et al.'s pairwise update, all parts at once: no sum of squares of large values cancels
     merged_mean = (mean * counts).sum(1) / total
     merged_m2 = m2.sum(1) + (counts * (mean - merged_mean[:, None]) ** 2).sum(1)
-    return merged_mean, torch.rsqrt(merged_m2 / total + eps)
+    return merged_mean, merged_m2 / total
 
 
 def norm_act(
@@ -241,6 +267,7 @@ def norm_act(
     residual: torch.Tensor | None = None,
     real_channels: int | None = None,
     out: torch.Tensor | None = None,
+    stats: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """The Triton version of :py:func:`norm_act_reference` for channels-last CUDA tensors.
 
@@ -251,10 +278,12 @@ def norm_act(
         residual: optional channels-last tensor of ``x``'s shape added before the activation.
         real_channels: channels from this index on are written as zeros; ``None``: all are real.
         out: where to write the result (may be ``x`` itself or ``residual``); a new tensor when ``None``.
+        stats: ``x``'s ``(mean, var)`` from :py:func:`instance_stats` when already known; computed when ``None``.
     """
     rows = _check_rows(x)
     n_batch, n_rows, n_chan = rows.shape
-    mean, rstd = instance_stats(x, spec.eps)
+    mean, var = instance_stats(x) if stats is None else stats
+    rstd = torch.rsqrt(var + spec.eps)
     if out is None:
         out = torch.empty_like(x)
     res_rows = as_rows(residual) if residual is not None else rows

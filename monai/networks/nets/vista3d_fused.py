@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
-from monai.networks.kernels.instance_norm import NormAct, norm_act, norm_act_reference
+from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.triton_support import unavailable_reason
@@ -147,7 +147,13 @@ class FusedClassBranch:
         return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
 
     def _norm_act(
-        self, x: torch.Tensor, norm: nn.Module, act: nn.Module, residual: torch.Tensor | None, in_place: bool
+        self,
+        x: torch.Tensor,
+        norm: nn.Module,
+        act: nn.Module,
+        residual: torch.Tensor | None,
+        in_place: bool,
+        stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         spec = _norm_spec(norm, act)
         weight = bias = None
@@ -157,27 +163,34 @@ class FusedClassBranch:
             bias = F.pad(norm.bias.detach().float(), (0, n - norm.num_features))
         if self.kernels == "torch":
             return norm_act_reference(x, weight, bias, spec, residual, norm.num_features)
-        return norm_act(x, weight, bias, spec, residual, norm.num_features, out=x if in_place else None)
+        return norm_act(x, weight, bias, spec, residual, norm.num_features, out=x if in_place else None, stats=stats)
+
+    def _add(self, x: torch.Tensor, addend: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+        """``x += addend``; with the Triton kernels also the statistics of the sum, for the norm that may follow."""
+        if self.kernels == "torch":
+            return x.add_(addend), None
+        return x, instance_stats(x, add=addend)
 
     # ---- the blocks ---------------------------------------------------------------------------------------------
-    def _segres_block(self, block: SegResBlock, x: torch.Tensor) -> torch.Tensor:
-        y = self._norm_act(x, block.norm1, block.act1, None, in_place=False)
+    def _segres_block(self, block: SegResBlock, x: torch.Tensor, stats: tuple | None) -> tuple[torch.Tensor, tuple | None]:
+        y = self._norm_act(x, block.norm1, block.act1, None, in_place=False, stats=stats)
         y = self._conv(block.conv1, y)
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True)
         y = self._conv(block.conv2, y)
-        return y.add_(x)
+        return self._add(y, x)
 
-    def _unet_res_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _unet_res_block(self, block: nn.Module, x: torch.Tensor, stats: tuple | None) -> tuple[torch.Tensor, None]:
         block = _res_block(block)
         y = self._conv(block.conv1.conv, x)
         y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True)
         y = self._conv(block.conv2.conv, y)
-        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True)
+        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True), None
 
-    def _blocks(self, blocks: nn.Module, x: torch.Tensor, run: Callable) -> torch.Tensor:
+    def _blocks(self, blocks: nn.Module, x: torch.Tensor, run: Callable, stats: tuple | None = None) -> tuple:
+        """Run ``blocks`` on ``x`` (whose statistics, when known, are ``stats``); returns the output and its stats."""
         for block in blocks:
-            x = run(block, x)
-        return x
+            x, stats = run(block, x, stats)
+        return x, stats
 
     # ---- the branch ---------------------------------------------------------------------------------------------
     def features(self, image: torch.Tensor) -> torch.Tensor:
@@ -192,17 +205,17 @@ class FusedClassBranch:
         x = self._first_conv(encoder.conv_init, image)
         skips = []
         for level in encoder.layers:
-            x = self._blocks(level["blocks"], x, self._segres_block)
+            x, _ = self._blocks(level["blocks"], x, self._segres_block)
             skips.append(x)
             if isinstance(level["downsample"], nn.Conv3d):
                 x = self._conv(level["downsample"], x)
         skips.pop()  # the bottleneck is x itself
         for level in segresnet.up_layers_auto:
             x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
-            x = x.add_(skips.pop())
-            x = self._blocks(level["blocks"], x, self._segres_block)
+            x, stats = self._add(x, skips.pop())
+            x, _ = self._blocks(level["blocks"], x, self._segres_block, stats)
         x = self._conv(segresnet.up_layers_auto[-1]["head"], x)
-        return self._blocks(self.net.class_head.image_post_mapping, x, self._unet_res_block)
+        return self._blocks(self.net.class_head.image_post_mapping, x, self._unet_res_block)[0]
 
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding`` ``[K, C_pad]``."""

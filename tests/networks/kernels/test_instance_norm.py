@@ -123,10 +123,28 @@ class TestNormActKernel(unittest.TestCase):
         # values around 1000 with spread 1: a plain sum of squares in float32 would lose the variance
         g = torch.Generator().manual_seed(3)
         x = (torch.randn(2, 64, 9, 10, 11, generator=g, dtype=torch.float64) + 1000).half()
-        mean, rstd = instance_stats(x.to(DEVICE).contiguous(memory_format=torch.channels_last_3d), 1e-5)
-        var, ref_mean = torch.var_mean(x.double(), dim=(2, 3, 4), unbiased=False)
+        mean, var = instance_stats(x.to(DEVICE).contiguous(memory_format=torch.channels_last_3d))
+        ref_var, ref_mean = torch.var_mean(x.double(), dim=(2, 3, 4), unbiased=False)
         torch.testing.assert_close(mean.double().cpu(), ref_mean, rtol=1e-6, atol=0)
-        torch.testing.assert_close(rstd.double().cpu(), 1 / torch.sqrt(var + 1e-5), rtol=1e-4, atol=0)
+        torch.testing.assert_close(var.double().cpu(), ref_var, rtol=1e-4, atol=0)
+
+    @parameterized.expand([(1, 64, (5, 7, 9)), (3, 128, (65, 2, 33))])
+    def test_add_then_statistics(self, batch, channels, spatial):
+        g = torch.Generator().manual_seed(channels)
+        x = (torch.randn(batch, channels, *spatial, generator=g) * 2 + 3).half().to(DEVICE)
+        addend = torch.randn(x.shape, generator=g).half().to(DEVICE)
+        x, addend = (t.contiguous(memory_format=torch.channels_last_3d) for t in (x, addend))
+        expected = x + addend
+        mean, var = instance_stats(x, add=addend)
+        self.assertTrue(torch.equal(x, expected))  # the sum is written into x, rounded as torch's fp16 add
+        ref_var, ref_mean = torch.var_mean(expected.double(), dim=(2, 3, 4), unbiased=False)
+        torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=0)
+        # known statistics are used as given
+        out = norm_act(x, None, None, NormAct(act="none"), stats=(mean, var))
+        torch.testing.assert_close(out, norm_act(x, None, None, NormAct(act="none")), rtol=0, atol=0)
+        with self.assertRaisesRegex(ValueError, "addend's shape"):
+            instance_stats(x, add=addend[:, :, :1])
 
     def test_rejects_bad_inputs(self):
         x = torch.randn(1, 64, 2, 2, 2).half().to(DEVICE)
@@ -147,9 +165,9 @@ class TestMergeParts(unittest.TestCase):
         parts = torch.split(x, sizes, dim=1)
         mean = torch.stack([p.mean(1) for p in parts], 1)
         m2 = torch.stack([((p - p.mean(1, keepdim=True)) ** 2).sum(1) for p in parts], 1)
-        merged_mean, rstd = merge_parts(mean, m2, torch.tensor(sizes, dtype=torch.float64), 1e-5)
+        merged_mean, var = merge_parts(mean, m2, torch.tensor(sizes, dtype=torch.float64))
         torch.testing.assert_close(merged_mean, x.mean(1))
-        torch.testing.assert_close(rstd, 1 / torch.sqrt(x.var(1, unbiased=False) + 1e-5))
+        torch.testing.assert_close(var, x.var(1, unbiased=False))
 
 
 if __name__ == "__main__":
