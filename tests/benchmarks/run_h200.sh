@@ -5,6 +5,7 @@
 #   fused                 the fused forward vs the module path (bs 1,2,14), its kernels vs PyTorch's, a kernel profile
 #   fused_conv            the Triton convolution's launch configurations against cuDNN (48 and 96 channels)
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU
+#   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
 #   sw_timing             the sliding-window stage timings (PR 03)
@@ -23,7 +24,7 @@
 #   pytest_gpu            the whole unit suite on the GPU;  pytest_gpu_quick: without the slow tests
 # Expects the wheels of upstream MONAI 1.6.1, nibabel and parameterized in .wheels/ (no registry there).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,24p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,25p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -41,6 +42,7 @@ for run in "$@"; do
   sw_timing) step sw_timing 90 python3 tests/benchmarks/sliding_window_timing.py --device cuda --json "$out/sw_timing.json" ;;
   fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --profile 14 --json "$out/fused.json" ;;
   fused_conv) step fused_conv 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
+  streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
   pytest_fused) step pytest_fused 150 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;

@@ -140,8 +140,20 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
             name = f"Triton {bh}x{bw} voxels, {warps} warps, {stages} stages{', +stats' if stats else ''}"
             variants.append((name, lambda bh=bh, bw=bw, nw=warps, ns=stages, st=stats: conv3x3x3(
                 x, w_gemm, stats=st, block_h=bh, block_w=bw, num_warps=nw, num_stages=ns)[0]))
+    # the preceding norm + ReLU applied as the input is loaded (its apply pass gone), with the statistics epilogue
+    scale = torch.rand(batch, cp, generator=g).to(dev) + 0.5
+    shift = torch.randn(batch, cp, generator=g).to(dev)
+    for bh, bw, warps in ((16, 16, 4), (16, 16, 8), (8, 32, 8)):
+        variants.append((f"Triton {bh}x{bw} voxels, {warps} warps, 3 stages, +norm prologue +stats",
+                         lambda bh=bh, bw=bw, nw=warps: conv3x3x3(x, w_gemm, stats=True, prologue=(scale, shift, 0.0),
+                                                                  block_h=bh, block_w=bw, num_warps=nw)[0]))
     rows = []
     for name, fn in variants:
+        if "prologue" in name:  # timed only: its reference is another function
+            ms = bench(fn, cuda)
+            rows.append({"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9})
+            print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s", flush=True)
+            continue
         try:
             ms = bench(fn, cuda)
             err = rel_error(fn()[:1, :channels], ref)

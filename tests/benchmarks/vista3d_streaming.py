@@ -64,6 +64,8 @@ def worker(a) -> dict:
         torch.cuda.set_per_process_memory_fraction(min(1.0, a.memory_cap_gib * 2**30 / total),
                                                  torch.cuda.current_device() if dev.index is None else dev.index)
     net = build_net(a.tiny, dev)
+    if is_fork and a.fuse:
+        net.fuse()  # the fused channels-last path where it applies (CUDA, Hopper, Triton); logs a line where not
     rows, saved = [], {}
     amp = dict(device_type=dev.type, dtype=torch.float16, enabled=dev.type == "cuda")
     for shape in a.sizes:
@@ -126,6 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("--full-repeats", type=int, default=3,
                    help="timed runs of the full-logits paths (0: one cold run, no warm-up)")
     p.add_argument("--no-fork-full", action="store_true", help="skip the fork's full-logits path")
+    p.add_argument("--fuse", action="store_true", help="run the fork's network through its fused path (VISTA3D.fuse)")
     p.add_argument("--acc-dtypes", default=None, help="accumulator dtypes of the streamed path, e.g. float32,float16")
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--tiny", action="store_true")

@@ -15,7 +15,8 @@ One program computes a ``BLOCK_H x BLOCK_W`` patch of one output plane for all o
 taps it loads the shifted input patch with a rank-5 tensor descriptor (TMA on Hopper; what lies outside the volume
 arrives as zeros, which is the convolution's padding) and multiplies it by that tap's ``[C_in, C_out]`` weights.
 With ``stats`` the epilogue also writes the patch's mean and centred sum of squares per channel, so the norm's
-statistics pass (a full read of the output) disappears. Not yet on VISTA3D's fused path: it runs beside cuDNN in
+statistics pass (a full read of the output) disappears; with ``prologue`` the preceding norm's affine map and
+activation are applied to the input as it is loaded, so the norm's apply pass disappears. Not yet on VISTA3D's fused path: it runs beside cuDNN in
 ``tests/benchmarks/vista3d_fused.py --conv`` until it beats cuDNN's padded kernel.
 """
 
@@ -37,14 +38,18 @@ if triton is not None:
         y_desc,
         mean_ptr,
         m2_ptr,
+        scale_ptr,
+        shift_ptr,
         D,
         H,
         W,
+        negative_slope,
         C_IN: tl.constexpr,
         C_OUT: tl.constexpr,
         BLOCK_H: tl.constexpr,
         BLOCK_W: tl.constexpr,
         STATS: tl.constexpr,
+        PROLOGUE: tl.constexpr,
     ):
         pid = tl.program_id(0)
         tiles_w = tl.cdiv(W, BLOCK_W)
@@ -58,11 +63,26 @@ if triton is not None:
         h0 = th * BLOCK_H
         w0 = tw * BLOCK_W
         acc = tl.zeros([BLOCK_H * BLOCK_W, C_OUT], dtype=tl.float32)
+        if PROLOGUE:  # the preceding norm's per-(sample, channel) affine map, applied to the input as it is loaded
+            ci = tl.arange(0, C_IN)
+            scale = tl.load(scale_ptr + b * C_IN + ci)
+            shift = tl.load(shift_ptr + b * C_IN + ci)
+            i = tl.arange(0, BLOCK_H * BLOCK_W)
         for tap in range(27):
             kd = tap // 9
             kh = (tap // 3) % 3
             kw = tap % 3
             a = x_desc.load([b, d + kd - 1, h0 + kh - 1, w0 + kw - 1, 0]).reshape(BLOCK_H * BLOCK_W, C_IN)
+            if PROLOGUE:
+                # normalise + LeakyReLU (ReLU with slope 0), then zero what lies outside the volume again: the
+                # convolution pads the activated tensor with zeros, not the raw one
+                hh = h0 + i // BLOCK_W + kh - 1
+                ww = w0 + i % BLOCK_W + kw - 1
+                dd = d + kd - 1
+                inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (dd >= 0) & (dd < D)
+                v = a.to(tl.float32) * scale[None, :] + shift[None, :]
+                v = tl.where(v > 0, v, v * negative_slope)
+                a = tl.where(inside[:, None], v, 0.0).to(tl.float16)
             w = w_desc.load([tap * C_IN, 0])
             acc = tl.dot(a, w, acc)
         out = acc.to(tl.float16)
@@ -137,7 +157,14 @@ def conv3x3x3_weights(weight: torch.Tensor) -> torch.Tensor:
 
 
 def conv3x3x3(
-    x: torch.Tensor, weights: torch.Tensor, stats: bool = False, block_h: int = 8, block_w: int = 16, num_warps: int = 4, num_stages: int = 3
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    stats: bool = False,
+    prologue: tuple[torch.Tensor, torch.Tensor, float] | None = None,
+    block_h: int = 16,
+    block_w: int = 16,
+    num_warps: int = 4,
+    num_stages: int = 3,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of a channels-last fp16 tensor.
 
@@ -146,7 +173,11 @@ def conv3x3x3(
         weights: from :py:func:`conv3x3x3_weights`, ``C_out`` a power of two from 16 to 128.
         stats: also return the per-patch ``(mean, m2)`` of the output, each ``[B * D * tiles, C_out]`` float32
             (merge them with :py:func:`monai.networks.kernels.instance_norm.merge_parts`).
-        block_h, block_w, num_warps, num_stages: the launch configuration.
+        prologue: ``(scale, shift, negative_slope)``: convolve ``leaky_relu(x * scale + shift)`` (``scale`` and
+            ``shift`` ``[B, C_in]`` float32, e.g. an instance norm's ``rstd * weight`` and ``bias - mean * scale``;
+            slope 0 is ReLU) instead of ``x``, with the zero padding applied after the activation.
+        block_h, block_w, num_warps, num_stages: the launch configuration (16 x 16 voxels, 4 warps, 3 stages was the
+            fastest of those measured for 64 channels on the H200).
 
     Returns:
         ``(y, parts)``: ``y`` ``[B, C_out, D, H, W]`` channels-last fp16, ``parts`` the statistics or ``None``.
@@ -167,11 +198,13 @@ def conv3x3x3(
     w_desc = TensorDescriptor.from_tensor(weights, [c_in, c_out])
     n_tiles = n_b * d * triton.cdiv(h, block_h) * triton.cdiv(w, block_w)
     mean = m2 = y  # placeholders when no statistics are asked for
+    scale, shift, slope = prologue if prologue is not None else (y, y, 0.0)
     if stats:
         mean = torch.empty((n_tiles, c_out), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
     _conv_kernel[(n_tiles,)](
-        x_desc, w_desc, y_desc, mean, m2, d, h, w,
-        C_IN=c_in, C_OUT=c_out, BLOCK_H=block_h, BLOCK_W=block_w, STATS=stats, num_warps=num_warps, num_stages=num_stages,
+        x_desc, w_desc, y_desc, mean, m2, scale, shift, d, h, w, slope,
+        C_IN=c_in, C_OUT=c_out, BLOCK_H=block_h, BLOCK_W=block_w, STATS=stats, PROLOGUE=prologue is not None,
+        num_warps=num_warps, num_stages=num_stages,
     )
     return y, ((mean, m2) if stats else None)

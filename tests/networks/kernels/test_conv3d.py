@@ -51,6 +51,19 @@ class TestConv3x3x3(unittest.TestCase):
         torch.testing.assert_close(mean, ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var, ref_var, rtol=1e-4, atol=0)
 
+    @parameterized.expand([(0.0,), (0.01,)])
+    def test_norm_prologue(self, slope):
+        g = torch.Generator().manual_seed(7)
+        batch, c, d, h, w = 2, 16, 3, 5, 19
+        x = torch.randn(batch, c, d, h, w, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        weight = (torch.randn(c, c, 3, 3, 3, generator=g) / 10).to(DEVICE)
+        scale, shift = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE), torch.randn(batch, c, generator=g).to(DEVICE)
+        y, _ = conv3x3x3(x, conv3x3x3_weights(weight), prologue=(scale, shift, slope), block_h=4, block_w=8)
+        view = (batch, c, 1, 1, 1)
+        activated = F.leaky_relu(x.double() * scale.double().view(view) + shift.double().view(view), slope)
+        ref = F.conv3d(activated, weight.double(), padding=1)  # zero padding of the activated tensor
+        self.assertLess(((y.double() - ref).norm() / ref.norm()).item(), 1e-3)
+
     @parameterized.expand([(1, 5, 6, 7, 48, 64, torch.float32), (3, 2, 17, 130, 16, 16, torch.float16)])
     def test_single_channel(self, batch, d, h, w, channels, out_channels, dtype):
         g = torch.Generator().manual_seed(d * h)
