@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from monai.apps.vista3d import io as vio  # noqa: E402
+from monai.apps.vista3d.batch import AsyncSaver  # noqa: E402
 from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom  # noqa: E402
 
 
@@ -166,7 +167,7 @@ def main(argv=None) -> int:
                     vio.save_label_map(lab, g, outs / f"s{i}.nii.gz")
 
             def overlapped():
-                with vio.AsyncSaver() as saver:
+                with AsyncSaver() as saver:
                     for i in range(args.volumes):
                         img, g = vio.load_image(src)
                         saver.submit(lab, g, outs / f"a{i}.nii.gz")

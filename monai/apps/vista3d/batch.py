@@ -24,13 +24,16 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +42,102 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .io import AsyncSaver, ImageGeometry, Vista3DInputError, load_image, output_path
+from .errors import Vista3DInputError
+from .io import ImageGeometry, load_image, output_path, save_label_map
 
-__all__ = ["run_batch", "collect_inputs", "shard_by_size", "output_path", "dist_context"]
+__all__ = ["run_batch", "AsyncSaver", "collect_inputs", "shard_by_size", "output_path", "dist_context"]
 
 SegmentFn = Callable[[torch.Tensor, ImageGeometry], Any]
+
+
+class AsyncSaver:
+    """Save label maps on one background thread, so that writing one overlaps loading or inferring the next.
+
+    Saves run in submission order. At most ``max_pending`` label maps wait in memory: ``submit`` blocks
+    until one finishes (so a slow disk throttles the producer instead of filling memory). Each save is
+    atomic (see :func:`save_label_map`). Errors are kept on each save's ``Future`` and raised by
+    :meth:`close` (or at the end of a ``with`` block); pending saves also finish at interpreter exit.
+
+    Example::
+
+        with AsyncSaver() as saver:
+            for path in paths:
+                image, geom = load_image(path)
+                saver.submit(segment(image), geom, out_dir / path.name)
+
+    Args:
+        max_pending: label maps queued or being written at once (>= 1).
+        save_kwargs: defaults for :func:`save_label_map` (``dtype``, ``compresslevel``, ``threads``).
+    """
+
+    def __init__(self, max_pending: int = 1, **save_kwargs: Any) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        self._defaults = save_kwargs
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vista3d-save")
+        self._futures: list[Future] = []
+        self._closed = False
+        atexit.register(self._at_exit)
+
+    def submit(self, labels: Any, geometry: ImageGeometry, path: str | os.PathLike, **kwargs: Any) -> Future:
+        """Queue ``save_label_map(labels, geometry, path, **kwargs)``; returns its Future (result: the path).
+
+        ``labels`` must not be modified afterwards; a CUDA tensor is copied to the CPU here (on the caller's
+        stream, so the copy sees the finished result).
+        """
+        if self._closed:
+            raise RuntimeError("AsyncSaver is closed")
+        if isinstance(labels, torch.Tensor) and labels.device.type != "cpu":
+            labels = labels.detach().to("cpu")
+        self._slots.acquire()
+        try:
+            fut = self._pool.submit(save_label_map, labels, geometry, path, **{**self._defaults, **kwargs})
+        except BaseException:
+            self._slots.release()
+            raise
+        fut.add_done_callback(lambda _: self._slots.release())
+        # keep pending and failed saves only, so a long run does not accumulate finished Futures
+        self._futures = [f for f in self._futures if not f.done() or f.exception() is not None] + [fut]
+        return fut
+
+    def wait(self) -> list[BaseException]:
+        """Block until every submitted save has finished; return the errors (oldest first), raising none."""
+        errors = []
+        for f in list(self._futures):
+            e = f.exception()
+            if e is not None:
+                errors.append(e)
+        return errors
+
+    def close(self, raise_errors: bool = True) -> None:
+        """Finish all saves and stop the thread; raise the first save error (others are chained in the note)."""
+        if not self._closed:
+            self._closed = True
+            errors = self.wait()
+            self._pool.shutdown(wait=True)
+            atexit.unregister(self._at_exit)
+            self._futures = []
+            if errors and raise_errors:
+                first = errors[0]
+                if len(errors) > 1 and hasattr(first, "add_note"):
+                    first.add_note(f"{len(errors) - 1} more save(s) failed: " + "; ".join(map(str, errors[1:])))
+                raise first
+
+    def __enter__(self) -> AsyncSaver:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # On an exception in the body, still finish the saves but do not hide that exception.
+        self.close(raise_errors=exc_type is None)
+
+    def _at_exit(self) -> None:
+        if self._closed:
+            return
+        errors = self.wait()
+        self._closed = True
+        for e in errors:
+            print(f"vista3d: a background save failed: {e}", file=sys.stderr)
 
 
 def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:

@@ -15,28 +15,21 @@
 affine and header, atomically. Both validate their input and raise :class:`Vista3DInputError` (or its
 subclass :class:`Vista3DOutputError`) with a message that says what is wrong and how to fix it.
 
-Speed: a gzip file is decompressed in one call into a buffer sized from the gzip trailer, and the voxels are
-viewed in place (``np.frombuffer``) and cast once to float32; nibabel's ``get_fdata`` would go through a
-float64 copy. Writing compresses in independent blocks on a few threads (one standard single-member gzip
-stream, as pigz does). When the optional package ``isal`` (python-isal, Intel ISA-L) is installed it is used
-for (de)compression automatically; set ``VISTA3D_GZIP_CODEC=zlib`` to force the standard library.
+Speed: the voxels are read into a buffer of the right size and cast once to float32 (nibabel's ``get_fdata``
+goes through a float64 copy); gzip is read and written by :mod:`monai.apps.vista3d.gzip_codec` (a background
+inflate thread, block-parallel compression, isal when installed).
 """
 
 from __future__ import annotations
 
-import atexit
 import io
 import itertools
 import math
 import os
-import sys
-import threading
 import pathlib
-import queue
 import struct
 import tempfile
 import zlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,14 +37,13 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from .errors import Vista3DInputError, Vista3DOutputError
+from .gzip_codec import GZIP_MAGIC, Gunzip, gzip_codec, write_gzip
+
 __all__ = [
-    "Vista3DInputError",
-    "Vista3DOutputError",
     "ImageGeometry",
     "load_image",
     "save_label_map",
-    "AsyncSaver",
-    "gzip_codec",
     "DEFAULT_COMPRESSLEVEL",
     "output_path",
 ]
@@ -60,19 +52,9 @@ __all__ = [
 #: is several times faster than the gzip default (6) for a few percent larger files.
 DEFAULT_COMPRESSLEVEL = 1
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_BLOCK = 8 << 20  # bytes per independently compressed block when writing
 _SPATIAL_UNITS_MM = {"mm", "unknown"}
 _UMASK = os.umask(0)
 os.umask(_UMASK)
-
-
-class Vista3DInputError(ValueError):
-    """An input the VISTA3D pipeline cannot use (file, image, prompt or option); the message says why."""
-
-
-class Vista3DOutputError(Vista3DInputError):
-    """An output that cannot be written where asked (unwritable folder, output equal to the input, ...)."""
 
 
 @dataclass
@@ -99,105 +81,7 @@ class ImageGeometry:
         return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
 
 
-# ----------------------------------------------------------------------------------------------- codecs
-
-
-def gzip_codec() -> Any:
-    """The zlib-compatible module used for gzip: ``isal.isal_zlib`` when installed, else ``zlib``.
-
-    ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal`` requires isal.
-    """
-    choice = os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower()
-    if choice not in ("auto", "zlib", "isal"):
-        raise Vista3DInputError(f"VISTA3D_GZIP_CODEC={choice!r}: use 'auto', 'zlib' or 'isal'.")
-    if choice == "zlib":
-        return zlib
-    try:
-        from isal import isal_zlib  # optional: 2-3x faster gzip, same format
-    except ImportError:
-        if choice == "isal":
-            raise Vista3DInputError("VISTA3D_GZIP_CODEC=isal but isal is not installed: pip install isal") from None
-        return zlib
-    return isal_zlib
-
-
-def _codec_errors(codec: Any) -> tuple[type[BaseException], ...]:
-    return (zlib.error, codec.error, EOFError, OSError)
-
-
-_PIECE = 1 << 20  # compressed bytes per decompress call
-
-
-class _Gunzip:
-    """Decompress a gzip file (one or more members) on a background thread, yielding output chunks.
-
-    Decompression (zlib and isal release the GIL) then overlaps the consumer's float32 conversion; the
-    whole file is checked (CRC, length), so a corrupt or truncated file raises at the end at the latest.
-    """
-
-    def __init__(self, path: pathlib.Path):
-        self.path = path
-        self._queue: queue.Queue = queue.Queue(maxsize=32)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="vista3d-gunzip", daemon=True)
-        self._thread.start()
-        self._chunks = self._generate()  # one generator: iterating again resumes, never waits past the end
-
-    def _put(self, item: Any) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self) -> None:
-        codec = gzip_codec()
-        try:
-            with open(self.path, "rb") as f:
-                d, started = codec.decompressobj(31), False
-                while not self._stop.is_set():
-                    piece = f.read(_PIECE)
-                    if not piece:
-                        break
-                    while piece:
-                        if d.eof:  # another member follows (bgzip-style files), or zero padding
-                            piece = piece.lstrip(b"\x00")
-                            if not piece:
-                                break
-                            d, started = codec.decompressobj(31), False
-                        started = True
-                        out = d.decompress(piece)
-                        if out and not self._put(out):
-                            return
-                        piece = d.unused_data if d.eof else b""
-                if started and not d.eof:
-                    raise EOFError("incomplete or truncated stream")
-            self._put(None)
-        except BaseException as e:  # handed to the consumer
-            self._put(e)
-
-    def __iter__(self):
-        return self._chunks
-
-    def _generate(self):
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                if isinstance(item, _codec_errors(gzip_codec())):
-                    raise Vista3DInputError(
-                        f"{self.path}: corrupt or truncated gzip file ({item}); re-export or re-download it "
-                        "(check with 'gzip -t')."
-                    ) from None
-                raise item
-            yield item
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+# ------------------------------------------------------------------------------------------------ load
 
 
 def _vox_offset(start: bytes) -> int:
@@ -394,8 +278,8 @@ def load_image(
     try:
         with open(p, "rb") as f:
             start = f.read(540)
-        if start[:2] == _GZIP_MAGIC:
-            stream = _Gunzip(p)
+        if start[:2] == GZIP_MAGIC:
+            stream = Gunzip(p)
             head = bytearray()
             for chunk in stream:  # gather the header and its extensions
                 head += chunk
@@ -463,86 +347,6 @@ def _header_bytes(hdr: Any) -> bytes:
     hdr.write_to(bio)
     out = bio.getvalue()
     return out + b"\x00" * (int(hdr["vox_offset"]) - len(out))
-
-
-_CRC_POLY = 0xEDB88320
-
-
-def _gf2_times(mat: list[int], vec: int) -> int:
-    s, i = 0, 0
-    while vec:
-        if vec & 1:
-            s ^= mat[i]
-        vec >>= 1
-        i += 1
-    return s
-
-
-def _crc32_shift(nbytes: int) -> list[int]:
-    """GF(2) operator that advances a CRC-32 over ``nbytes`` zero bytes (zlib's crc32_combine, as a matrix)."""
-    odd = [_CRC_POLY] + [1 << n for n in range(31)]  # one zero bit
-    even = [_gf2_times(odd, odd[n]) for n in range(32)]  # two
-    odd = [_gf2_times(even, even[n]) for n in range(32)]  # four
-    total = [1 << n for n in range(32)]
-    while nbytes:
-        even = [_gf2_times(odd, odd[n]) for n in range(32)]
-        if nbytes & 1:
-            total = [_gf2_times(even, total[n]) for n in range(32)]
-        nbytes >>= 1
-        if not nbytes:
-            break
-        odd = [_gf2_times(even, even[n]) for n in range(32)]
-        if nbytes & 1:
-            total = [_gf2_times(odd, total[n]) for n in range(32)]
-        nbytes >>= 1
-    return total
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int, _cache: dict = {}) -> int:  # noqa: B006 (memo)
-    """CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (what zlib's C API offers)."""
-    if len2 not in _cache:
-        if len(_cache) > 16:
-            _cache.clear()
-        _cache[len2] = _crc32_shift(len2)
-    return _gf2_times(_cache[len2], crc1) ^ crc2
-
-
-def _write_gzip(f: Any, pieces: list, level: int, threads: int, codec: Any) -> None:
-    """Write ``pieces`` (buffers) to ``f`` as one standard gzip member, compressing blocks in parallel.
-
-    Each block is an independent raw deflate stream ended by a sync flush (the last by Z_FINISH), so their
-    concatenation is one valid deflate stream; the CRC-32 is combined from per-block CRCs.
-    """
-    if codec is not zlib:
-        level = min(level, 3)  # ISA-L has levels 0..3 (all compress; 0 is its fastest)
-    combine = getattr(codec, "crc32_combine", crc32_combine)
-    blocks: list[memoryview] = []
-    for piece in pieces:
-        mv = memoryview(piece).cast("B")
-        blocks.extend(mv[i : i + _BLOCK] for i in range(0, len(mv), _BLOCK))
-    last = len(blocks) - 1
-
-    def work(i: int) -> tuple[bytes, int]:
-        c = codec.compressobj(level, codec.DEFLATED, -15)
-        body = c.compress(blocks[i]) + c.flush(codec.Z_FINISH if i == last else codec.Z_SYNC_FLUSH)
-        return body, codec.crc32(blocks[i])
-
-    f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0, OS unknown
-    crc, total = 0, 0
-    if threads > 1 and len(blocks) > 1:
-        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vista3d-gzip")
-        results = pool.map(work, range(len(blocks)))
-    else:
-        pool, results = None, map(work, range(len(blocks)))
-    try:
-        for i, (body, c) in enumerate(results):
-            f.write(body)
-            crc = combine(crc, c, len(blocks[i])) if i else c
-            total += len(blocks[i])
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-    f.write(struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
 
 
 def _same_file(a: pathlib.Path, b: str | None) -> bool:
@@ -652,7 +456,7 @@ def save_label_map(
             if name.endswith(".gz"):
                 # ISA-L's level 0 still compresses; a stored (level 0) stream comes from zlib
                 codec = gzip_codec() if level > 0 else zlib
-                _write_gzip(f, [head, data], level, max(1, int(threads)), codec)
+                write_gzip(f, [head, data], level, max(1, int(threads)), codec)
             else:
                 f.write(head)
                 f.write(memoryview(data).cast("B"))
@@ -679,101 +483,6 @@ def save_label_map(
         pass
     return p
 
-
-
-class AsyncSaver:
-    """Save label maps on one background thread, so that writing one overlaps loading or inferring the next.
-
-    Saves run in submission order. At most ``max_pending`` label maps wait in memory: ``submit`` blocks
-    until one finishes (so a slow disk throttles the producer instead of filling memory). Each save is
-    atomic (see :func:`save_label_map`). Errors are kept on each save's ``Future`` and raised by
-    :meth:`close` (or at the end of a ``with`` block); pending saves also finish at interpreter exit.
-
-    Example::
-
-        with AsyncSaver() as saver:
-            for path in paths:
-                image, geom = load_image(path)
-                saver.submit(segment(image), geom, out_dir / path.name)
-
-    Args:
-        max_pending: label maps queued or being written at once (>= 1).
-        save_kwargs: defaults for :func:`save_label_map` (``dtype``, ``compresslevel``, ``threads``).
-    """
-
-    def __init__(self, max_pending: int = 1, **save_kwargs: Any) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
-        self._defaults = save_kwargs
-        self._slots = threading.BoundedSemaphore(max_pending)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vista3d-save")
-        self._futures: list[Future] = []
-        self._closed = False
-        atexit.register(self._at_exit)
-
-    def submit(self, labels: Any, geometry: ImageGeometry, path: str | os.PathLike, **kwargs: Any) -> Future:
-        """Queue ``save_label_map(labels, geometry, path, **kwargs)``; returns its Future (result: the path).
-
-        ``labels`` must not be modified afterwards; a CUDA tensor is copied to the CPU here (on the caller's
-        stream, so the copy sees the finished result).
-        """
-        if self._closed:
-            raise RuntimeError("AsyncSaver is closed")
-        if isinstance(labels, torch.Tensor) and labels.device.type != "cpu":
-            labels = labels.detach().to("cpu")
-        self._slots.acquire()
-        try:
-            fut = self._pool.submit(save_label_map, labels, geometry, path, **{**self._defaults, **kwargs})
-        except BaseException:
-            self._slots.release()
-            raise
-        fut.add_done_callback(lambda _: self._slots.release())
-        # keep pending and failed saves only, so a long run does not accumulate finished Futures
-        self._futures = [f for f in self._futures if not f.done() or f.exception() is not None] + [fut]
-        return fut
-
-    @property
-    def pending(self) -> int:
-        """Saves queued or running."""
-        return sum(not f.done() for f in self._futures)
-
-    def wait(self) -> list[BaseException]:
-        """Block until every submitted save has finished; return the errors (oldest first), raising none."""
-        errors = []
-        for f in list(self._futures):
-            e = f.exception()
-            if e is not None:
-                errors.append(e)
-        return errors
-
-    def close(self, raise_errors: bool = True) -> None:
-        """Finish all saves and stop the thread; raise the first save error (others are chained in the note)."""
-        if not self._closed:
-            self._closed = True
-            errors = self.wait()
-            self._pool.shutdown(wait=True)
-            atexit.unregister(self._at_exit)
-            self._futures = []
-            if errors and raise_errors:
-                first = errors[0]
-                if len(errors) > 1 and hasattr(first, "add_note"):
-                    first.add_note(f"{len(errors) - 1} more save(s) failed: " + "; ".join(map(str, errors[1:])))
-                raise first
-
-    def __enter__(self) -> AsyncSaver:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        # On an exception in the body, still finish the saves but do not hide that exception.
-        self.close(raise_errors=exc_type is None)
-
-    def _at_exit(self) -> None:
-        if self._closed:
-            return
-        errors = self.wait()
-        self._closed = True
-        for e in errors:
-            print(f"vista3d: a background save failed: {e}", file=sys.stderr)
 
 
 def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .io import Vista3DInputError
+from .errors import ClassPromptError
 
 __all__ = [
     "bundle_config",
@@ -34,14 +34,9 @@ __all__ = [
     "LAST_SUPPORTED",
     "parse_classes",
     "label_name",
-    "ClassPromptError",
 ]
 
 _DATA = Path(__file__).with_name("vista3d_labels.json")
-
-
-class ClassPromptError(Vista3DInputError):
-    """A class prompt names a label that VISTA3D does not know."""
 
 
 @lru_cache(maxsize=1)

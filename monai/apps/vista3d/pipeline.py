@@ -38,16 +38,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from .io import Vista3DInputError, Vista3DOutputError, output_path
+from .errors import CheckpointError, OutputPathError, PromptError, Vista3DInputError
+from .io import output_path
 from .labels import bundle_config, parse_classes, special_point_labels
 from .postprocess import logits_to_labels
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
 
 __all__ = [
     "Vista3DPipeline",
-    "PromptError",
-    "CheckpointError",
-    "OutputPathError",
     "RANDOM_WEIGHTS_WARNING",
     "build_network",
     "load_checkpoint",
@@ -61,18 +59,6 @@ RANDOM_WEIGHTS_WARNING = (
     "WARNING: no --weights given: the VISTA3D network has RANDOM weights, the label maps are MEANINGLESS "
     "(use only to test the pipeline or measure speed; pass the bundle's models/model.pt for real results)"
 )
-
-
-class PromptError(Vista3DInputError):
-    """Point or class prompts that cannot be used (outside the image, labels missing, ...)."""
-
-
-class CheckpointError(Vista3DInputError):
-    """A checkpoint that does not fit the network (missing/unexpected keys, other shapes) or cannot be read."""
-
-
-class OutputPathError(Vista3DOutputError):
-    """The output cannot be written where asked (not writable, or it would overwrite the input)."""
 
 
 def _sync(device: torch.device) -> None:

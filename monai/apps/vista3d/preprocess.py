@@ -25,11 +25,10 @@ import nibabel.orientations as nio
 import numpy as np
 import torch
 
-from .io import Vista3DInputError
+from .errors import EmptyForegroundError
 
 __all__ = [
     "AFFINE_TOL",
-    "EmptyForegroundError",
     "PreprocessRecord",
     "spacing_geometry",
     "resample",
@@ -45,10 +44,6 @@ __all__ = [
 
 # MONAI treats affines and spacings that agree to this tolerance as equal (no resampling needed).
 AFFINE_TOL = 1e-3
-
-
-class EmptyForegroundError(Vista3DInputError):
-    """The image has no voxel above the foreground threshold, so there is nothing to crop or segment."""
 
 
 def _spacing(affine: np.ndarray) -> np.ndarray:

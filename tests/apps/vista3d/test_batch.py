@@ -15,8 +15,11 @@ import json
 import os
 import pathlib
 import socket
+import subprocess
+import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import nibabel as nib
 import numpy as np
@@ -25,7 +28,10 @@ import torch
 import torch.multiprocessing as mp
 from parameterized import parameterized
 
-from monai.apps.vista3d.batch import collect_inputs, output_path, resolve_device, run_batch, shard_by_size
+from monai.apps.vista3d import batch
+from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, resolve_device, run_batch, shard_by_size
+from monai.apps.vista3d.errors import Vista3DOutputError
+from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
 
 SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
@@ -181,6 +187,68 @@ class TestBatchTwoProcesses(unittest.TestCase):
                     self.assertEqual(pathlib.Path(r["output"]).read_bytes(), single.read_bytes())
             self.assertEqual([r["status"] for r in per].count("failed"), 1)
             self.assertEqual(sum(1 for _ in (d / "multi").glob("*/*_trans.nii.gz")), 5)
+
+
+class TestAsyncSaver(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = pathlib.Path(self._tmp.name)
+        self.src = write_phantom(self.tmp / "in.nii.gz", (24, 20, 16), seed=1)
+        self.image, self.geom = load_image(self.src)
+
+    def test_saves_all_in_order(self):
+        order = []
+        real = batch.save_label_map
+
+        def slow_save(labels, geom, path, **kw):
+            order.append(pathlib.Path(path).name)
+            return real(labels, geom, path, **kw)
+
+        with mock.patch.object(batch, "save_label_map", side_effect=slow_save):
+            with AsyncSaver(max_pending=2, dtype="uint8") as saver:
+                futs = [saver.submit(self.image[0] > i * 10, self.geom, self.tmp / f"o{i}.nii.gz") for i in range(4)]
+        self.assertEqual(order, [f"o{i}.nii.gz" for i in range(4)])
+        for i, f in enumerate(futs):
+            self.assertEqual(f.result(), self.tmp / f"o{i}.nii.gz")
+            back = nib.load(f.result())
+            self.assertEqual(back.get_data_dtype(), np.uint8)
+            np.testing.assert_array_equal(np.asanyarray(back.dataobj), (self.image[0] > i * 10).numpy())
+
+    def test_errors_propagate_and_others_saved(self):
+        saver = AsyncSaver()
+        ok1 = saver.submit(self.image[0] > 0, self.geom, self.tmp / "a.nii.gz")
+        bad = saver.submit(self.image[0] > 0, self.geom, self.src)  # the input: refused
+        ok2 = saver.submit(self.image[0] > 0, self.geom, self.tmp / "b.nii.gz")
+        with self.assertRaisesRegex(Vista3DOutputError, "is the input"):
+            saver.close()
+        self.assertIsInstance(bad.exception(), Vista3DOutputError)
+        self.assertTrue(ok1.result().exists() and ok2.result().exists())
+        with self.assertRaises(RuntimeError):
+            saver.submit(self.image[0], self.geom, self.tmp / "c.nii.gz")
+
+    def test_body_exception_not_masked(self):
+        with self.assertRaisesRegex(KeyError, "boom"):
+            with AsyncSaver() as saver:
+                saver.submit(self.image[0] > 0, self.geom, self.tmp / "a.nii.gz")
+                saver.submit(self.image[0] > 0, self.geom, self.src)
+                raise KeyError("boom")
+        self.assertTrue((self.tmp / "a.nii.gz").exists())  # pending saves finished anyway
+
+    def test_bounded_and_saved_at_exit(self):
+        code = (
+            "import sys; sys.path.insert(0, %r)\n"
+            "from monai.apps.vista3d.batch import AsyncSaver\n"
+            "from monai.apps.vista3d.io import load_image\n"
+            "img, g = load_image(%r)\n"
+            "s = AsyncSaver()\n"
+            "for i in range(3): s.submit(img > 0, g, %r + f'/x{i}.nii.gz')\n"
+            "s.submit(img > 0, g, %r)\n"  # fails: reported at exit, others still written
+        ) % (str(pathlib.Path(__file__).resolve().parents[3]), str(self.src), str(self.tmp), str(self.src))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("background save failed", r.stderr)
+        self.assertEqual(sorted(p.name for p in self.tmp.glob("x*.nii.gz")), ["x0.nii.gz", "x1.nii.gz", "x2.nii.gz"])
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from nibabel.testing import data_path
 from parameterized import parameterized
 
 from monai.apps.vista3d import io as vio
-from monai.apps.vista3d.io import ImageGeometry, Vista3DInputError, Vista3DOutputError, load_image, save_label_map
+from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.io import ImageGeometry, load_image, save_label_map
 from monai.apps.vista3d.phantom import PHANTOM_HU, PHANTOM_LABELS, make_phantom, make_phantom_labels, write_phantom
 
 NIBABEL_FILES = [
@@ -218,7 +219,7 @@ class TestAtomicWrite(TempDirCase):
     @parameterized.expand([("seg.nii.gz",), ("seg.nii",)])
     def test_failure_mid_write_leaves_nothing(self, name):
         target = self.tmp / name
-        with mock.patch.object(vio, "_write_gzip", side_effect=RuntimeError("disk gone")), mock.patch.object(
+        with mock.patch.object(vio, "write_gzip", side_effect=RuntimeError("disk gone")), mock.patch.object(
             os, "fsync", side_effect=OSError(5, "Input/output error")
         ):
             with self.assertRaises((RuntimeError, Vista3DOutputError)):
@@ -374,125 +375,17 @@ class TestBadInput(TempDirCase):
         self.assertFalse((self.tmp / "seg.nii.gz").exists())
 
 
-def _has_isal() -> bool:
-    try:
-        import isal  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-CODECS = [("zlib",)] + ([("isal",)] if _has_isal() else [])
-
-
-class TestCodecs(TempDirCase):
+class TestLayout(TempDirCase):
     def setUp(self):
         super().setUp()
         self.src = write_phantom(self.tmp / "in.nii.gz", (40, 36, 24), seed=5)
-        self.image, self.geom = load_image(self.src)
-        self.labels = make_phantom_labels((40, 36, 24), seed=5)
-
-    @parameterized.expand(CODECS)
-    def test_codec_roundtrip(self, codec):
-        with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": codec}):
-            self.assertEqual(vio.gzip_codec().__name__.split(".")[-1], "zlib" if codec == "zlib" else "isal_zlib")
-            image, _ = load_image(self.src)
-            torch.testing.assert_close(image, self.image, rtol=0, atol=0)
-            # several blocks and threads: force small blocks so the CRC combination is exercised
-            with mock.patch.object(vio, "_BLOCK", 4096):
-                for level, threads in [(1, 1), (1, 3), (6, 2), (0, 2)]:
-                    out = save_label_map(
-                        self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level, threads=threads
-                    )
-                    raw = gzip.decompress(out.read_bytes())  # the standard library checks CRC and length
-                    back = nib.load(out)
-                    np.testing.assert_array_equal(np.asanyarray(back.dataobj), self.labels)
-                    self.assertEqual(len(raw), 352 + self.labels.size)
-        # what one codec wrote, the other reads
-        with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": "zlib"}):
-            for f in self.tmp.glob("*.nii.gz"):
-                if f.name != "in.nii.gz":
-                    np.testing.assert_array_equal(load_image(f)[0][0].numpy(), self.labels)
-
-    def test_crc32_combine(self):
-        import zlib
-
-        a, b = os.urandom(1000), os.urandom(777)
-        self.assertEqual(vio.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)), zlib.crc32(a + b))
-        self.assertEqual(vio.crc32_combine(zlib.crc32(a), zlib.crc32(b""), 0), zlib.crc32(a))
-
-    def test_bad_codec_choice(self):
-        with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": "lz4"}):
-            with self.assertRaisesRegex(Vista3DInputError, "VISTA3D_GZIP_CODEC"):
-                vio.gzip_codec()
+        self.image, _ = load_image(self.src)
 
     def test_fortran_layout(self):
         image, _ = load_image(self.src, contiguous=False)
         self.assertFalse(image.is_contiguous())
         self.assertEqual(image.stride()[1:], (1, 40, 40 * 36))
         torch.testing.assert_close(image, self.image, rtol=0, atol=0)
-
-
-class TestAsyncSaver(TempDirCase):
-    def setUp(self):
-        super().setUp()
-        self.src = write_phantom(self.tmp / "in.nii.gz", (24, 20, 16), seed=1)
-        self.image, self.geom = load_image(self.src)
-
-    def test_saves_all_in_order(self):
-        order = []
-        real = vio.save_label_map
-
-        def slow_save(labels, geom, path, **kw):
-            order.append(pathlib.Path(path).name)
-            return real(labels, geom, path, **kw)
-
-        with mock.patch.object(vio, "save_label_map", side_effect=slow_save):
-            with vio.AsyncSaver(max_pending=2, dtype="uint8") as saver:
-                futs = [saver.submit(self.image[0] > i * 10, self.geom, self.tmp / f"o{i}.nii.gz") for i in range(4)]
-        self.assertEqual(order, [f"o{i}.nii.gz" for i in range(4)])
-        for i, f in enumerate(futs):
-            self.assertEqual(f.result(), self.tmp / f"o{i}.nii.gz")
-            back = nib.load(f.result())
-            self.assertEqual(back.get_data_dtype(), np.uint8)
-            np.testing.assert_array_equal(np.asanyarray(back.dataobj), (self.image[0] > i * 10).numpy())
-
-    def test_errors_propagate_and_others_saved(self):
-        saver = vio.AsyncSaver()
-        ok1 = saver.submit(self.image[0] > 0, self.geom, self.tmp / "a.nii.gz")
-        bad = saver.submit(self.image[0] > 0, self.geom, self.src)  # the input: refused
-        ok2 = saver.submit(self.image[0] > 0, self.geom, self.tmp / "b.nii.gz")
-        with self.assertRaisesRegex(Vista3DOutputError, "is the input"):
-            saver.close()
-        self.assertIsInstance(bad.exception(), Vista3DOutputError)
-        self.assertTrue(ok1.result().exists() and ok2.result().exists())
-        with self.assertRaises(RuntimeError):
-            saver.submit(self.image[0], self.geom, self.tmp / "c.nii.gz")
-
-    def test_body_exception_not_masked(self):
-        with self.assertRaisesRegex(KeyError, "boom"):
-            with vio.AsyncSaver() as saver:
-                saver.submit(self.image[0] > 0, self.geom, self.tmp / "a.nii.gz")
-                saver.submit(self.image[0] > 0, self.geom, self.src)
-                raise KeyError("boom")
-        self.assertTrue((self.tmp / "a.nii.gz").exists())  # pending saves finished anyway
-
-    def test_bounded_and_saved_at_exit(self):
-        import subprocess
-        import sys
-
-        code = (
-            "import sys; sys.path.insert(0, %r)\n"
-            "from monai.apps.vista3d import io\n"
-            "img, g = io.load_image(%r)\n"
-            "s = io.AsyncSaver()\n"
-            "for i in range(3): s.submit(img > 0, g, %r + f'/x{i}.nii.gz')\n"
-            "s.submit(img > 0, g, %r)\n"  # fails: reported at exit, others still written
-        ) % (str(pathlib.Path(__file__).resolve().parents[3]), str(self.src), str(self.tmp), str(self.src))
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("background save failed", r.stderr)
-        self.assertEqual(sorted(p.name for p in self.tmp.glob("x*.nii.gz")), ["x0.nii.gz", "x1.nii.gz", "x2.nii.gz"])
 
 
 if __name__ == "__main__":

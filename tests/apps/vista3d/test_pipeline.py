@@ -21,9 +21,8 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.io import Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.pipeline import CheckpointError, PromptError, Vista3DPipeline, count_windows, load_checkpoint
-from monai.apps.vista3d.preprocess import EmptyForegroundError
+from monai.apps.vista3d.errors import CheckpointError, EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.pipeline import Vista3DPipeline, count_windows, load_checkpoint
 
 A_MIN, A_MAX = -963.8247715525971, 1053.678477684517
 HU = {1: 300.0, 3: 600.0}  # liver and spleen in the test phantom; the body is 40 HU, air -1000 HU

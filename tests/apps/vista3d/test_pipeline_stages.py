@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.labels import ClassPromptError, everything_labels, label_name, parse_classes
+from monai.apps.vista3d.errors import ClassPromptError, EmptyForegroundError
+from monai.apps.vista3d.labels import everything_labels, label_name, parse_classes
 from monai.apps.vista3d.postprocess import logits_to_labels
 from monai.apps.vista3d.preprocess import (
-    EmptyForegroundError,
     apply_orientation,
     foreground_box,
     input_to_preprocessed_coords,

@@ -1,0 +1,55 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The errors of the VISTA3D app, in one place.
+
+Every error is a :class:`Vista3DInputError` (a ``ValueError``) whose message is one line: what is wrong and
+how to fix it. Callers that only want to report bad input catch that base class.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Vista3DInputError",
+    "Vista3DOutputError",
+    "PromptError",
+    "ClassPromptError",
+    "CheckpointError",
+    "EmptyForegroundError",
+    "OutputPathError",
+]
+
+
+class Vista3DInputError(ValueError):
+    """An input the VISTA3D pipeline cannot use (file, image, prompt or option); the message says why."""
+
+
+class Vista3DOutputError(Vista3DInputError):
+    """An output that cannot be written where asked (unwritable folder, output equal to the input, ...)."""
+
+
+class PromptError(Vista3DInputError):
+    """Point or class prompts that cannot be used (outside the image, labels missing, ...)."""
+
+
+class ClassPromptError(Vista3DInputError):
+    """A class prompt names a label that VISTA3D does not know."""
+
+
+class CheckpointError(Vista3DInputError):
+    """A checkpoint that does not fit the network (missing/unexpected keys, other shapes) or cannot be read."""
+
+
+class EmptyForegroundError(Vista3DInputError):
+    """The image has no voxel above the foreground threshold, so there is nothing to crop or segment."""
+
+
+class OutputPathError(Vista3DOutputError):
+    """The output cannot be written where asked (not writable, or it would overwrite the input)."""

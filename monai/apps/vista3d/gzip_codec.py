@@ -1,0 +1,213 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""gzip for NIfTI files: a threaded reader and a block-parallel writer, both standard single-member gzip.
+
+Reading inflates on a background thread (zlib and isal release the GIL), so the consumer's conversion
+overlaps it. Writing compresses independent blocks on a few threads and joins them into one deflate stream
+(as pigz does), the CRC-32 combined from the blocks'. When the optional package ``isal`` (python-isal,
+Intel ISA-L) is installed it is used automatically; ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import queue
+import struct
+import threading
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from .errors import Vista3DInputError
+
+__all__ = ["GZIP_MAGIC", "gzip_codec", "crc32_combine", "Gunzip", "write_gzip"]
+
+#: the first two bytes of every gzip file
+GZIP_MAGIC = b"\x1f\x8b"
+_BLOCK = 8 << 20  # bytes per independently compressed block when writing
+
+
+def gzip_codec() -> Any:
+    """The zlib-compatible module used for gzip: ``isal.isal_zlib`` when installed, else ``zlib``.
+
+    ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal`` requires isal.
+    """
+    choice = os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower()
+    if choice not in ("auto", "zlib", "isal"):
+        raise Vista3DInputError(f"VISTA3D_GZIP_CODEC={choice!r}: use 'auto', 'zlib' or 'isal'.")
+    if choice == "zlib":
+        return zlib
+    try:
+        from isal import isal_zlib  # optional: 2-3x faster gzip, same format
+    except ImportError:
+        if choice == "isal":
+            raise Vista3DInputError("VISTA3D_GZIP_CODEC=isal but isal is not installed: pip install isal") from None
+        return zlib
+    return isal_zlib
+
+
+def _codec_errors(codec: Any) -> tuple[type[BaseException], ...]:
+    return (zlib.error, codec.error, EOFError, OSError)
+
+
+_PIECE = 1 << 20  # compressed bytes per decompress call
+
+
+class Gunzip:
+    """Decompress a gzip file (one or more members) on a background thread, yielding output chunks.
+
+    Decompression (zlib and isal release the GIL) then overlaps the consumer's float32 conversion; the
+    whole file is checked (CRC, length), so a corrupt or truncated file raises at the end at the latest.
+    """
+
+    def __init__(self, path: pathlib.Path):
+        self.path = path
+        self._queue: queue.Queue = queue.Queue(maxsize=32)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="vista3d-gunzip", daemon=True)
+        self._thread.start()
+        self._chunks = self._generate()  # one generator: iterating again resumes, never waits past the end
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        codec = gzip_codec()
+        try:
+            with open(self.path, "rb") as f:
+                d, started = codec.decompressobj(31), False
+                while not self._stop.is_set():
+                    piece = f.read(_PIECE)
+                    if not piece:
+                        break
+                    while piece:
+                        if d.eof:  # another member follows (bgzip-style files), or zero padding
+                            piece = piece.lstrip(b"\x00")
+                            if not piece:
+                                break
+                            d, started = codec.decompressobj(31), False
+                        started = True
+                        out = d.decompress(piece)
+                        if out and not self._put(out):
+                            return
+                        piece = d.unused_data if d.eof else b""
+                if started and not d.eof:
+                    raise EOFError("incomplete or truncated stream")
+            self._put(None)
+        except BaseException as e:  # handed to the consumer
+            self._put(e)
+
+    def __iter__(self):
+        return self._chunks
+
+    def _generate(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                if isinstance(item, _codec_errors(gzip_codec())):
+                    raise Vista3DInputError(
+                        f"{self.path}: corrupt or truncated gzip file ({item}); re-export or re-download it "
+                        "(check with 'gzip -t')."
+                    ) from None
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+_CRC_POLY = 0xEDB88320
+
+
+def _gf2_times(mat: list[int], vec: int) -> int:
+    s, i = 0, 0
+    while vec:
+        if vec & 1:
+            s ^= mat[i]
+        vec >>= 1
+        i += 1
+    return s
+
+
+def _crc32_shift(nbytes: int) -> list[int]:
+    """GF(2) operator that advances a CRC-32 over ``nbytes`` zero bytes (zlib's crc32_combine, as a matrix)."""
+    odd = [_CRC_POLY] + [1 << n for n in range(31)]  # one zero bit
+    even = [_gf2_times(odd, odd[n]) for n in range(32)]  # two
+    odd = [_gf2_times(even, even[n]) for n in range(32)]  # four
+    total = [1 << n for n in range(32)]
+    while nbytes:
+        even = [_gf2_times(odd, odd[n]) for n in range(32)]
+        if nbytes & 1:
+            total = [_gf2_times(even, total[n]) for n in range(32)]
+        nbytes >>= 1
+        if not nbytes:
+            break
+        odd = [_gf2_times(even, even[n]) for n in range(32)]
+        if nbytes & 1:
+            total = [_gf2_times(odd, total[n]) for n in range(32)]
+        nbytes >>= 1
+    return total
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int, _cache: dict = {}) -> int:  # noqa: B006 (memo)
+    """CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (what zlib's C API offers)."""
+    if len2 not in _cache:
+        if len(_cache) > 16:
+            _cache.clear()
+        _cache[len2] = _crc32_shift(len2)
+    return _gf2_times(_cache[len2], crc1) ^ crc2
+
+
+def write_gzip(f: Any, pieces: list, level: int, threads: int, codec: Any) -> None:
+    """Write ``pieces`` (buffers) to ``f`` as one standard gzip member, compressing blocks in parallel.
+
+    Each block is an independent raw deflate stream ended by a sync flush (the last by Z_FINISH), so their
+    concatenation is one valid deflate stream; the CRC-32 is combined from per-block CRCs.
+    """
+    if codec is not zlib:
+        level = min(level, 3)  # ISA-L has levels 0..3 (all compress; 0 is its fastest)
+    combine = getattr(codec, "crc32_combine", crc32_combine)
+    blocks: list[memoryview] = []
+    for piece in pieces:
+        mv = memoryview(piece).cast("B")
+        blocks.extend(mv[i : i + _BLOCK] for i in range(0, len(mv), _BLOCK))
+    last = len(blocks) - 1
+
+    def work(i: int) -> tuple[bytes, int]:
+        c = codec.compressobj(level, codec.DEFLATED, -15)
+        body = c.compress(blocks[i]) + c.flush(codec.Z_FINISH if i == last else codec.Z_SYNC_FLUSH)
+        return body, codec.crc32(blocks[i])
+
+    f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0, OS unknown
+    crc, total = 0, 0
+    if threads > 1 and len(blocks) > 1:
+        pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="vista3d-gzip")
+        results = pool.map(work, range(len(blocks)))
+    else:
+        pool, results = None, map(work, range(len(blocks)))
+    try:
+        for i, (body, c) in enumerate(results):
+            f.write(body)
+            crc = combine(crc, c, len(blocks[i])) if i else c
+            total += len(blocks[i])
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    f.write(struct.pack("<II", crc & 0xFFFFFFFF, total & 0xFFFFFFFF))
