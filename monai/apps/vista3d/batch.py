@@ -43,7 +43,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import Vista3DInputError
-from .io import ImageGeometry, load_image, output_path, save_label_map
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, load_image, output_path, save_label_map
 
 __all__ = ["run_batch", "AsyncSaver", "collect_inputs", "shard_by_size", "output_path", "dist_context"]
 
@@ -290,7 +290,7 @@ def run_batch(
     summary_path: str | os.PathLike | None = None,
     *,
     volume_index: int | None = None,
-    output_dtype: str = "float32",
+    output_dtype: str = DEFAULT_OUTPUT_DTYPE,
     postfix: str = "trans",
     prefetch: int = 1,
     device: str | torch.device | None = None,

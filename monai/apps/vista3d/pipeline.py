@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .errors import CheckpointError, OutputPathError, PromptError, Vista3DInputError
-from .io import output_path
+from .io import DEFAULT_OUTPUT_DTYPE, output_path
 from .labels import bundle_config, parse_classes, special_point_labels
 from .postprocess import logits_to_labels
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
@@ -261,7 +261,8 @@ class Vista3DPipeline:
         timing: ask the inferer for its own stage timings (when the inferer supports ``timing``).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
-        output_dtype: ``"float32"`` (the bundle's), ``"uint8"`` or ``"int16"`` for saved label maps.
+        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
+            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
         streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
             holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
             out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
@@ -286,7 +287,7 @@ class Vista3DPipeline:
         timing: bool = True,
         network_kwargs: dict | None = None,
         resample_dtype: torch.dtype = torch.float32,
-        output_dtype: str = "float32",
+        output_dtype: str = DEFAULT_OUTPUT_DTYPE,
         warn_random: bool = True,
         streaming: bool = True,
     ) -> None:
@@ -326,13 +327,24 @@ class Vista3DPipeline:
 
     # ----------------------------------------------------------------------------------------------- stages
     def load(self, path: str | os.PathLike, volume_index: int | None = None) -> tuple[torch.Tensor, Any]:
-        """Read a NIfTI file: ``([1, X, Y, Z] float32 HU, ImageGeometry)`` (see ``monai.apps.vista3d.io``)."""
+        """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
+
+        On the CPU the image is float32 and C-contiguous (converted slab by slab while the file inflates). On an
+        accelerator the voxels keep their stored type (int16 for a CT) and the file's layout, so only the stored
+        bytes cross, slab by slab while the file inflates, and :meth:`preprocess` converts them there (see
+        ``monai.apps.vista3d.io.load_image``).
+        """
         from .io import load_image
 
         t0 = time.perf_counter()
-        image, geometry = load_image(path, volume_index=volume_index)
+        image, geometry = load_image(path, volume_index=volume_index, device=self.device, **self._load_options())
         self.timings["load"] = time.perf_counter() - t0
         return image, geometry
+
+    def _load_options(self) -> dict[str, Any]:
+        # an accelerator gets the stored values in file order and converts them itself (fast there); the CPU
+        # converts to float32 in C order while the file inflates
+        return {} if self.device.type == "cpu" else {"dtype": None, "contiguous": False}
 
     def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
@@ -340,6 +352,7 @@ class Vista3DPipeline:
         x = torch.as_tensor(image).to(self.device, non_blocking=True)
         if not x.dtype.is_floating_point:
             x = x.float()
+        x = x.contiguous()  # a file-order image (see load) is re-laid out here; resampling strided data is slow
         cfg = bundle_config()["preprocessing"]
         sir = cfg["scale_intensity_range"]
         out, record = preprocess(
@@ -577,7 +590,7 @@ class Vista3DPipeline:
         from .io import save_label_map
 
         t0 = time.perf_counter()
-        out = save_label_map(labels.cpu(), geometry, path, dtype=self.output_dtype)
+        out = save_label_map(labels, geometry, path, dtype=self.output_dtype)  # a GPU map is cast and laid out there
         self.timings["save"] = time.perf_counter() - t0
         return Path(out)
 
@@ -700,7 +713,7 @@ class Vista3DPipeline:
                 raise Vista3DInputError(f"{path}: no such file; check the path.")
             out_path = output_path_for(path, output_dir, postfix)
             _check_output(path, out_path, overwrite)
-            image, geometry = load_image(path, volume_index=volume_index)
+            image, geometry = load_image(path, volume_index=volume_index, **self._load_options())
             return image, geometry, out_path, time.perf_counter() - t0
 
         def save_job(labels: torch.Tensor, geometry: Any, out_path: Path, timings: dict) -> Path:

@@ -75,18 +75,18 @@ class TestSegmentCli(unittest.TestCase):
         res = nib.load(path)
         self.assertEqual(res.shape, self.img.shape)
         np.testing.assert_allclose(res.affine, nib.load(self.src).affine)
-        self.assertEqual(res.get_data_dtype(), np.float32)
-        self.assertTrue(set(np.unique(np.asarray(res.dataobj)).tolist()) <= {0.0, 1.0, 3.0})
+        self.assertEqual(res.get_data_dtype(), np.uint8)  # the default output dtype
+        self.assertTrue(set(np.unique(np.asarray(res.dataobj)).tolist()) <= {0, 1, 3})
         # again: refused without --overwrite, fine with it, and the same seed gives the same labels
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY])
         self.assertEqual(code, 1)
         self.assertIn("--overwrite", self._errors(err))
         before = np.asarray(res.dataobj).copy()
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY, "--overwrite",
-                                 "--output-dtype", "uint8"])
+                                 "--output-dtype", "float32"])
         self.assertEqual(code, 0, err)
         again = nib.load(path)
-        self.assertEqual(again.get_data_dtype(), np.uint8)
+        self.assertEqual(again.get_data_dtype(), np.float32)  # the bundle's files
         np.testing.assert_array_equal(np.asarray(again.dataobj), before)
 
     def test_input_list_and_folder(self):

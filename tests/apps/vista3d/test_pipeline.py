@@ -175,7 +175,7 @@ class TestPipelineStub(unittest.TestCase):
                 self.assertEqual(res.shape, img.shape)
                 np.testing.assert_allclose(res.affine, nib.load(src).affine, atol=1e-6)
                 self.assertEqual(int(res.header["sform_code"]), 2)
-                self.assertEqual(res.get_data_dtype(), np.float32)
+                self.assertEqual(res.get_data_dtype(), np.uint8)  # the default: label ids and 255 fit
                 lab = np.asarray(res.dataobj)
                 self.assertTrue((lab[_inside(world, LIVER, -3.5)] == 1).all())
                 self.assertTrue((lab[_inside(world, SPLEEN, -3.5)] == 3).all())
@@ -184,9 +184,11 @@ class TestPipelineStub(unittest.TestCase):
                     self.assertIn(key, pipe.timings)
                 with self.assertRaisesRegex(Vista3DOutputError, "--overwrite"):
                     pipe.segment_file(src, Path(tmp) / "out", classes=[1])
-                u8 = _pipe(StubVista(HU), output_dtype="uint8").segment_file(
-                    src, Path(tmp) / "out", classes=[1], overwrite=True)
-                self.assertEqual(nib.load(u8).get_data_dtype(), np.uint8)
+                f32 = _pipe(StubVista(HU), output_dtype="float32").segment_file(
+                    src, Path(tmp) / "out", classes=[1, "spleen"], overwrite=True)
+                back = nib.load(f32)
+                self.assertEqual(back.get_data_dtype(), np.float32)  # the bundle's files
+                np.testing.assert_array_equal(np.asarray(back.dataobj), lab)
 
     def test_segment_files_overlaps_io_and_keeps_order(self):
         with tempfile.TemporaryDirectory() as tmp:
