@@ -10,22 +10,36 @@
 # limitations under the License.
 """``sw_batch_size="auto"``: how many windows go into one predictor call.
 
-On CUDA the batch is the largest that fits the free GPU memory (``torch.cuda.mem_get_info`` plus the blocks
-PyTorch's allocator holds unused), with a per-window cost measured on a first one-window probe batch (the
-growth of ``torch.cuda.max_memory_allocated`` during that forward call, times a safety factor), never more
-windows than remain, and split evenly: 18 windows that fit 14 at a time run as two batches of 9, not 14 + 4.
-On other devices the batch is ``CPU_AUTO_BATCH`` windows (split evenly in the same way): batching more
-windows brings little on a CPU and only raises the peak memory.
+This is the one definition of ``"auto"``, the same for :func:`~monai.inferers.sliding_window_inference`, the
+inferers and the streamed label maps of :func:`~monai.apps.vista3d.sliding_window_label_inference`:
+
+- on CUDA, the first batch is a one-window probe: the growth of ``torch.cuda.max_memory_allocated`` during
+  that forward call, times ``SAFETY_FACTOR``, is the per-window cost (kept in a cache across calls, keyed by
+  the predictor, the window size and the shapes of its extra arguments). Then each batch is the largest that
+  fits the available memory (``torch.cuda.mem_get_info`` plus what PyTorch's allocator holds unused), less
+  ``RESERVE_FRACTION`` of the card and, when the result is stitched on the GPU and not allocated yet, room
+  for it;
+- elsewhere, ``CPU_AUTO_BATCH`` windows: batching more brings little on a CPU and only raises the peak memory;
+- either way never more windows than remain, split evenly: 18 windows that fit 14 at a time run as two
+  batches of 9, not 14 + 4.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["choose_sw_batch_size", "even_batch_size", "AutoBatchSize", "CPU_AUTO_BATCH", "check_sw_batch_size"]
+__all__ = [
+    "choose_sw_batch_size",
+    "even_batch_size",
+    "AutoBatchSize",
+    "CPU_AUTO_BATCH",
+    "check_sw_batch_size",
+    "auto_cache_key",
+]
 
 # Windows per predictor call with sw_batch_size="auto" off CUDA.
 CPU_AUTO_BATCH = 4
@@ -82,6 +96,35 @@ def choose_sw_batch_size(
     if max_batch is not None:
         fit = min(fit, int(max_batch))
     return even_batch_size(num_windows, fit)
+
+
+def _identity(predictor: Any) -> tuple:
+    """Same for every access to one bound method (``obj.method`` builds a new object each time)."""
+    owner, func = getattr(predictor, "__self__", None), getattr(predictor, "__func__", None)
+    return (id(owner), id(func)) if owner is not None and func is not None else (id(predictor),)
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    """What of the predictor's extra arguments can change its memory use: tensor shapes, sequence lengths."""
+
+    def sig(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", tuple(v.shape), str(v.dtype))
+        if isinstance(v, (list, tuple)):
+            return ("seq", len(v))
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        return type(v).__name__
+
+    return tuple(sig(a) for a in args) + tuple((k, sig(v)) for k, v in sorted(kwargs.items()))
+
+
+def auto_cache_key(
+    predictor: Any, roi_size: Sequence[int], inputs: torch.Tensor, device: torch.device, args: tuple, kwargs: dict
+) -> tuple:
+    """What the per-window memory of ``predictor`` depends on: the predictor, the window, the extra arguments."""
+    key = (_identity(predictor), tuple(roi_size), inputs.shape[1], str(inputs.dtype), str(device))
+    return key + _signature(tuple(args), dict(kwargs))
 
 
 class _CudaMemory:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -21,7 +22,8 @@ from typing import Any
 
 import torch
 
-from monai.inferers.utils import _sliding_window, compute_importance_map
+from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
+from monai.inferers.windows import compute_importance_map
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple
 from monai.utils.profiling import StageTimer, log_timings
 
@@ -65,10 +67,8 @@ class SlidingWindowInferer(Inferer):
     Args:
         roi_size: window size, one int or one per spatial dimension; ``None`` / non-positive entries take the whole
             extent of that dimension.
-        sw_batch_size: number of windows per network call, or ``"auto"``: on CUDA the largest batch that fits the
-            free GPU memory (per-window memory measured on a one-window probe batch at the first call, then
-            remembered), split evenly over the windows; elsewhere up to 4 windows per call (see
-            :mod:`monai.inferers.batch_size`).
+        sw_batch_size: number of windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`;
+            the measured per-window memory is remembered across calls).
         overlap: overlap fraction between neighbouring windows, one value or one per dimension, in ``[0, 1)``.
         mode: ``"constant"`` or ``"gaussian"`` blending of overlapping windows.
         sigma_scale: Gaussian sigma as a fraction of the window size.
@@ -145,6 +145,25 @@ class SlidingWindowInferer(Inferer):
                     "the weight map is computed at each call instead."
                 )
 
+    def _settings(self) -> SlidingWindowSettings:
+        """This inferer's current settings as one object (the attributes may be changed between calls)."""
+        return SlidingWindowSettings(
+            roi_size=self.roi_size,
+            sw_batch_size=self.sw_batch_size,
+            overlap=self.overlap,
+            mode=self.mode,
+            sigma_scale=self.sigma_scale,
+            padding_mode=self.padding_mode,
+            cval=self.cval,
+            sw_device=self.sw_device,
+            device=self.device,
+            progress=self.progress,
+            roi_weight_map=self.roi_weight_map,
+            buffer_steps=self.buffer_steps,
+            buffer_dim=self.buffer_dim,
+            with_coord=self.with_coord,
+        )
+
     def __call__(
         self,
         inputs: torch.Tensor,
@@ -184,29 +203,10 @@ class SlidingWindowInferer(Inferer):
         """One sliding-window pass with this inferer's settings (the hook the adaptive inferer retries)."""
         timer = StageTimer() if self.timing else None
         self.timings = {}
-        out = _sliding_window(
-            inputs,
-            self.roi_size,
-            self.sw_batch_size,
-            network,
-            self.overlap,
-            self.mode,
-            self.sigma_scale,
-            self.padding_mode,
-            self.cval,
-            self.sw_device,
-            device,
-            self.progress,
-            self.roi_weight_map,
-            None,
-            buffer_steps,
-            buffer_dim,
-            self.with_coord,
-            args,
-            kwargs,
-            timer,
-            self._auto_cache,
+        settings = dataclasses.replace(
+            self._settings(), device=device, buffer_steps=buffer_steps, buffer_dim=buffer_dim
         )
+        out = run_sliding_window(inputs, network, settings, args, kwargs, timer, self._auto_cache)
         if timer is not None:
             self.timings = dict(timer.timings)
             self.timings["stitch_device"] = str(device if device is not None else inputs.device)

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["StageTimer", "NVTX_NAMES", "cuda_active", "format_timings"]
+__all__ = ["StageTimer", "NVTX_NAMES", "WINDOW_STAGES", "cuda_active", "format_timings"]
 
 # NVTX range of each stage (the loop range wraps every window batch).
 NVTX_NAMES = {
@@ -37,7 +37,8 @@ NVTX_NAMES = {
     "finalize": "SW_Finalize",
 }
 
-_STAGES = ("prepare", "forward", "stitch", "finalize")
+#: the timed stages of one sliding-window pass, in order (their unaccounted rest is reported as ``other``)
+WINDOW_STAGES = ("prepare", "forward", "stitch", "finalize")
 
 
 def cuda_active() -> bool:
@@ -134,16 +135,13 @@ class StageTimer:
         if self.enabled:
             self.timings[name] = value
 
-    def reset(self) -> None:
-        self.timings = {}
-
 
 def format_timings(timings: dict[str, Any], title: str = "sliding window") -> str:
     """One readable line: total, each stage with its share of the total, the counts and other values."""
     total = float(timings.get("total", 0.0)) or 1e-12
     parts = [f"{title}: total {timings.get('total', 0.0) * 1e3:.1f} ms"]
     stages = []
-    for name in (*_STAGES, "other"):
+    for name in (*WINDOW_STAGES, "other"):
         if name in timings:
             sec = float(timings[name])
             stages.append(f"{name} {sec * 1e3:.1f} ms ({100 * sec / total:.0f}%)")
@@ -151,7 +149,7 @@ def format_timings(timings: dict[str, Any], title: str = "sliding window") -> st
         parts.append(", ".join(stages))
     extras = []
     for key, value in timings.items():
-        if key in ("total", "other", *_STAGES) or key == "attempts":
+        if key in ("total", "other", *WINDOW_STAGES) or key == "attempts":
             continue
         extras.append(f"{key} {value:.4g}" if isinstance(value, float) else f"{key} {value}")
     if "attempts" in timings and len(timings["attempts"]) > 1:

@@ -186,10 +186,10 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
             runs, out = [], None
             for i in range(args.repeats + 1):
                 t0 = time.perf_counter()
-                out = pipe.segment_file(path, out_dir, classes=ids, overwrite=True)
+                result = pipe.segment_file(path, out_dir, classes=ids, overwrite=True)
                 _sync(dev)
                 total = time.perf_counter() - t0
-                t = pipe.timings
+                t, out = result.timings, result.output
                 run = {"load": t.get("load", 0.0), "preprocess": t.get("preprocess", 0.0),
                        "inference": t.get("inference", 0.0),
                        "post": t.get("postprocess", 0.0) + t.get("invert", 0.0), "save": t.get("save", 0.0),

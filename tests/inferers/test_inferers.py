@@ -25,6 +25,7 @@ from monai.inferers import (
     SlidingWindowInfererAdapt,
     sliding_window_inference,
 )
+from monai.inferers.sliding_window import run_sliding_window
 
 
 class OOMPredictor:
@@ -88,12 +89,12 @@ class TestSlidingWindowInferer(unittest.TestCase):
     def test_cpu_thresh_and_call_overrides(self):
         x = torch.rand(1, 1, 8, 8)
         inferer = SlidingWindowInferer(4, 2, cpu_thresh=10)
-        with mock.patch("monai.inferers.inferer._sliding_window", wraps=__import__(
-                "monai.inferers.utils", fromlist=["_sliding_window"])._sliding_window) as spy:
+        with mock.patch("monai.inferers.inferer.run_sliding_window", wraps=run_sliding_window) as spy:
             out = inferer(x, lambda w: w)
-            self.assertEqual(str(spy.call_args[0][10]), "cpu")  # the stitching device
+            self.assertEqual(str(spy.call_args[0][2].device), "cpu")  # the stitching device
             inferer(x, lambda w: w, buffer_steps=2, buffer_dim=0)
-            self.assertEqual(spy.call_args[0][14:16], (2, 0))
+            settings = spy.call_args[0][2]
+            self.assertEqual((settings.buffer_steps, settings.buffer_dim), (2, 0))
         self.assertTrue(torch.allclose(out, x))
 
     def test_with_coord(self):

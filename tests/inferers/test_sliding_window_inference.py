@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from parameterized import parameterized
 
-import monai.inferers.utils as swi
+import monai.inferers.sliding_window as swi
 from monai.inferers import (
     compute_importance_map,
     dense_patch_slices,

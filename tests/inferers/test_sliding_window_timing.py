@@ -31,7 +31,6 @@ def _fake_cuda():
     calls: dict[str, list] = {"sync": [], "push": [], "pop": []}
     patches = [
         mock.patch("monai.utils.profiling.cuda_active", lambda: True),
-        mock.patch("monai.inferers.utils.cuda_active", lambda: True),
         mock.patch("torch.cuda.synchronize", lambda *a: calls["sync"].append(a)),
         mock.patch("torch.cuda.nvtx.range_push", lambda name: calls["push"].append(name)),
         mock.patch("torch.cuda.nvtx.range_pop", lambda: calls["pop"].append(1)),

@@ -8,46 +8,24 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""SlidingWindowInfererAdapt driving the tiny VISTA3D of the recorded upstream case ``sliding_window_everything``.
-
-Skipped where ``monai.networks`` has no VISTA3D yet (the networks live on another branch until merged).
-"""
+"""SlidingWindowInfererAdapt driving the tiny VISTA3D of the recorded upstream case ``sliding_window_everything``."""
 
 from __future__ import annotations
 
-import os
 import unittest
 
 import torch
 from parameterized import parameterized
 
 from monai.inferers import SlidingWindowInfererAdapt
-
-try:
-    from monai.networks.nets import VISTA3D, SegResNetDS2
-    from monai.networks.nets.vista3d import ClassMappingClassify, PointMappingSAM
-
-    HAS_VISTA3D = True
-except ImportError:
-    HAS_VISTA3D = False
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "testing_data", "vista3d_tiny_parity.pt")
+from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
 
 
-@unittest.skipUnless(HAS_VISTA3D, "monai.networks.nets.VISTA3D is not available in this checkout")
 class TestSlidingWindowVista3D(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        ref = torch.load(DATA, weights_only=True)
-        encoder = SegResNetDS2(
-            in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=16, init_filters=16, dsdepth=1
-        )
-        cls.net = VISTA3D(
-            encoder, ClassMappingClassify(512, 16, True), PointMappingSAM(16, n_classes=512, last_supported=132)
-        )
-        cls.net.load_state_dict(ref["state_dict"])
-        cls.net.eval()
-        cls.case = ref["cases"]["sliding_window_everything"]
+        cls.net = tiny_vista3d_with_recorded_weights()
+        cls.case = load_testing_data("vista3d_tiny_parity.pt")["cases"]["sliding_window_everything"]
 
     @parameterized.expand([("recorded_batch", 3), ("auto", "auto")])
     def test_everything_parity(self, _name, sw_batch_size):

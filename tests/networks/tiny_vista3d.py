@@ -49,6 +49,14 @@ def build_tiny_vista3d(config: dict | None = None, **overrides) -> VISTA3D:
     return VISTA3D(image_encoder=encoder, class_head=class_head, point_head=point_head)
 
 
+def tiny_vista3d_with_recorded_weights() -> VISTA3D:
+    """The tiny VISTA3D of ``vista3d_tiny_parity.pt`` with its recorded weights, in eval mode."""
+    state = load_testing_data("vista3d_tiny_parity.pt")
+    model = build_tiny_vista3d(state["config"])
+    model.load_state_dict(state["state_dict"], strict=True)
+    return model.eval()
+
+
 def load_testing_data(name: str) -> dict:
     return torch.load(os.path.join(TESTING_DATA, name), weights_only=True)
 

@@ -23,7 +23,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,10 +30,27 @@ from typing import Any
 
 import torch
 
+from monai.utils.profiling import WINDOW_STAGES
+
 __all__ = ["main", "build_parser"]
 
-_STAGES = ("load", "preprocess", "inference", "postprocess", "invert", "save")
-_SUBSTAGES = ("prepare", "forward", "stitch", "finalize", "other")
+# The library's messages name its Python parameters; here they become this command's flags.
+_FLAGS = (
+    ("overwrite=True", "--overwrite"),
+    ("volume_index", "--volume-index"),
+    ("point_labels=", "--point-labels "),
+    ("points=", "--points "),
+    ("weights=PATH", "--weights PATH"),
+    ("no weights given", "no --weights given"),
+    ("device='cpu'", "--device cpu"),
+    ("sw_batch_size", "--sw-batch-size"),
+)
+
+
+def _flagged(text: str) -> str:
+    for name, flag in _FLAGS:
+        text = text.replace(name, flag)
+    return text
 
 
 class _UsageError(Exception):
@@ -98,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
     seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
     seg.add_argument("--sw-batch-size", default="1",
-                     help="windows per network call, or 'auto' (the inferer sizes it from GPU memory; default 1)")
+                     help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
+                          "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
+                          "with and without --no-streaming; see monai.inferers.batch_size)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None, help="volume of a 4D image to segment")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
@@ -134,29 +152,26 @@ def _collect_images(args: argparse.Namespace) -> list[Path]:
     return images
 
 
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+def _device(name: str | None, local_rank: int = 0) -> torch.device:
+    from .pipeline import resolve_device
+
     try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise _UsageError(f"--device must be cuda or cpu, got {name!r}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise _UsageError("--device cuda asked for, but CUDA is not available here; use --device cpu")
-    if dev.type not in ("cuda", "cpu"):
-        raise _UsageError(f"--device must be cuda or cpu, got {name!r}")
-    return dev
+        return resolve_device(name, local_rank)
+    except ValueError as e:
+        raise _UsageError(_flagged(str(e))) from None
 
 
 def _stage_table(timings: dict[str, float]) -> str:
-    total = sum(timings.get(s, 0.0) for s in _STAGES)
+    from .pipeline import STAGES
+
+    total = sum(timings.get(s, 0.0) for s in STAGES)
     rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
-    for s in _STAGES:
+    for s in STAGES:
         if s not in timings:
             continue
         rows.append(f"{s:<28}{timings[s]:>10.3f}{100 * timings[s] / max(total, 1e-12):>7.1f}%")
         if s == "inference":
-            for k in _SUBSTAGES:
+            for k in (*WINDOW_STAGES, "other"):
                 v = timings.get(f"inference/{k}")
                 if v is not None:
                     rows.append(f"  {'sliding-window ' + k:<26}{v:>10.3f}")
@@ -170,7 +185,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
     torch.manual_seed(args.seed)
     if args.weights is None:
-        print(RANDOM_WEIGHTS_WARNING, file=sys.stderr)
+        print(_flagged(RANDOM_WEIGHTS_WARNING), file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the warning above was printed already
         return Vista3DPipeline(
@@ -181,79 +196,49 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .labels import parse_classes
-    from .pipeline import parse_points
+    from .batch import pipeline_segment_fn, run_batch
+    from .prompts import parse_prompt
 
     images = _collect_images(args)
     if args.output is None and args.output_dir is None:
         raise _UsageError("give --output-dir DIR (or --output FILE for one image)")
     if args.output is not None and len(images) != 1:
         raise _UsageError("--output names one file: use --output-dir for several images")
+    if args.output is not None and not str(args.output).endswith((".nii", ".nii.gz")):
+        raise _UsageError(f"--output must end with .nii or .nii.gz, got {args.output!r}")
     sw = args.sw_batch_size
     if sw != "auto":
         sw = _ints(sw, what="--sw-batch-size")[0]
     if not 0.0 <= args.overlap < 1.0:
         raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
-    device = _device(args.device)
+    device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
     roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else (128, 128, 128)
-    # Prompt errors are found before the (slow) network build.
-    points, labels = parse_points(args.points, args.point_labels)
-    classes: Any = args.classes
-    if points is not None and classes.strip().lower() == "everything":
-        classes = None
-    if points is None:
-        parse_classes(classes)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and device.type == "cuda":
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per rank
+    prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
     pipe = _pipeline(args, device, roi, args.embed_dim or 48, sw, progress=not args.quiet and sys.stderr.isatty(),
                      streaming=args.streaming)
-    if world > 1:
-        if args.output is not None:
-            raise _UsageError("--output names one file: under torchrun use --output-dir")
-        from .batch import pipeline_segment_fn, run_batch
+    failed = []
 
-        # images are sharded over the ranks by size; rank 0 writes output_dir/summary.json
-        return run_batch(images, args.output_dir, pipeline_segment_fn(pipe, classes, points, labels),
-                         overwrite=args.overwrite, volume_index=args.volume_index, output_dtype=args.output_dtype,
-                         device=device, quiet=args.quiet)
-    failed = 0
-    t0 = time.perf_counter()
-    if args.output is not None:
-        results = [_segment_to(pipe, images[0], Path(args.output), classes, points, labels, args)]
-    else:
-        # the next image loads and the previous one saves while this one is segmented
-        results = pipe.segment_files(images, args.output_dir, classes=classes, points=points, point_labels=labels,
-                                     volume_index=args.volume_index, overwrite=args.overwrite)
-    for image, out, timings in results:
-        if isinstance(out, Exception):
-            failed += 1
-            print(f"error: {image}: {_one_line(out)}", file=sys.stderr)
-            continue
-        if not args.quiet:
-            print(f"wrote {out} ({time.perf_counter() - t0:.1f} s)")
-        t0 = time.perf_counter()
-        if args.timing:
-            print(_stage_table(timings))
+    def report(rec: dict[str, Any]) -> None:
+        if rec["status"] == "failed":
+            failed.append(rec)
+            print(f"error: {rec['image']}: {_flagged(rec['error'])}", file=sys.stderr)
+        elif args.quiet:
+            return
+        elif rec["status"] == "skipped":
+            print(f"skipped {rec['output']} (it exists; --overwrite redoes it)")
+        else:
+            print(f"wrote {rec['output']} ({rec['seconds']:.1f} s)")
+            if args.timing:
+                print(_stage_table(rec.get("stages", {})))
+
+    code = run_batch(
+        images, args.output_dir, pipeline_segment_fn(pipe, prompt), overwrite=args.overwrite,
+        outputs=None if args.output is None else [args.output], volume_index=args.volume_index,
+        output_dtype=args.output_dtype, device=device, on_image=report,
+    )
     if failed:
-        print(f"error: {failed} of {len(images)} image(s) failed", file=sys.stderr)
-    return 1 if failed else 0
-
-
-def _segment_to(pipe: Any, image: Path, out: Path, classes: Any, points: Any, labels: Any,
-                args: argparse.Namespace) -> tuple[Path, Path | Exception, dict]:
-    from .pipeline import OutputPathError, _check_output
-
-    if not str(out).endswith((".nii", ".nii.gz")):
-        raise OutputPathError(f"{out}: --output must end with .nii or .nii.gz")
-    pipe.timings = {}
-    try:
-        _check_output(image, out, args.overwrite)
-        img, geometry = pipe.load(image, volume_index=args.volume_index)
-        result = pipe.run(img, geometry.affine, classes, points, labels)
-        return image, pipe.save(result, geometry, out), pipe.timings
-    except (ValueError, OSError) as e:
-        return image, e, pipe.timings
+        print(f"error: {len(failed)} of {len(images)} image(s) failed", file=sys.stderr)
+    return code
 
 
 def _one_line(e: BaseException) -> str:
@@ -263,7 +248,8 @@ def _one_line(e: BaseException) -> str:
 
 def _benchmark(args: argparse.Namespace) -> int:
     from .phantom import write_phantom
-    from .labels import parse_classes
+    from .pipeline import STAGES
+    from .prompts import parse_prompt
 
     device = _device(args.device)
     cuda = device.type == "cuda"
@@ -277,7 +263,7 @@ def _benchmark(args: argparse.Namespace) -> int:
     embed_dim = args.embed_dim or (48 if cuda else 8)
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
-    n_classes = len(parse_classes(args.classes))
+    n_classes = len(parse_prompt(args.classes).label_ids)
     reduced = roi != (128, 128, 128) or embed_dim != 48
     amp = (cuda if args.amp is None else args.amp) and cuda
     print(f"VISTA3D pipeline benchmark on {device} ({torch.get_num_threads()} CPU threads, torch {torch.__version__},"
@@ -290,41 +276,40 @@ def _benchmark(args: argparse.Namespace) -> int:
     progress = not args.quiet and sys.stderr.isatty()
     # the full-logits path, whose inferer reports the latency study's sliding-window stages; the streamed
     # path (segment's default) is timed once after the sweep
-    pipe = _pipeline(args, device, roi, embed_dim, sws[0], progress, streaming=False)
+    base = _pipeline(args, device, roi, embed_dim, sws[0], progress, streaming=False)
+    prompt = parse_prompt(args.classes)
     runs = []
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
         src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=size, spacing=spacing, seed=args.seed)
         out_dir = Path(tmp) / "out"
         if cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
-            pipe.sw_batch_size = sws[0]
-            pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
+            base.segment_file(src, out_dir, prompt, overwrite=True)
         for sw in sws:
-            pipe.sw_batch_size = sw
-            _warm_up(pipe, 1 if sw == "auto" else sw, parse_classes(args.classes))
-            best: dict[str, float] | None = None
-            peak = None
+            pipe = base.replace(sw_batch_size=sw)
+            pipe.warm_up(1 if sw == "auto" else sw, prompt.label_ids)
+            best, peak = None, None
             for _ in range(args.repeats):
                 if cuda:
                     torch.cuda.reset_peak_memory_stats(device)
-                pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
-                t = dict(pipe.timings)
-                t["total"] = sum(t.get(s, 0.0) for s in _STAGES)
+                result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
+                t = dict(result.timings, total=sum(result.timings.get(s, 0.0) for s in STAGES))
                 if best is None or t["total"] < best["total"]:
                     best = t
                 if cuda:
                     peak = torch.cuda.max_memory_allocated(device) / 2**30
-            runs.append({"sw_batch_size": sw, "used": pipe.last_sw_batch_size, "windows": pipe.n_windows,
+            runs.append({"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows,
                          "timings": best, "peak_gpu_gib": peak})
             if not args.quiet:
                 print(f"  sw_batch_size {sw}: {best['total']:.2f} s", file=sys.stderr)
-        pipe.streaming, pipe.sw_batch_size = True, runs[-1]["used"]
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
-        pipe.segment_file(src, out_dir, classes=args.classes, overwrite=True)
-        streamed = {"sw_batch_size": pipe.last_sw_batch_size, "timings": dict(pipe.timings),
-                    "total": sum(pipe.timings.get(s, 0.0) for s in _STAGES),
+        result = base.replace(streaming=True, sw_batch_size=runs[-1]["used"]).segment_file(
+            src, out_dir, prompt, overwrite=True
+        )
+        streamed = {"sw_batch_size": result.sw_batch_size, "timings": dict(result.timings),
+                    "total": sum(result.timings.get(s, 0.0) for s in STAGES),
                     "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
-        shape_pre = tuple(pipe.record.final_shape)
+        shape_pre = tuple(result.record.final_shape)
     print(f"network input after preprocessing: {shape_pre[0]}x{shape_pre[1]}x{shape_pre[2]} voxels, "
           f"{runs[0]['windows']} windows")
     print()
@@ -357,17 +342,6 @@ def _benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
-def _warm_up(pipe: Any, sw: int, label_ids: list[int]) -> None:
-    """One network call on a batch of ``sw`` blank windows: backends pick their kernels per input shape."""
-    x = torch.zeros((sw, 1, *pipe.roi_size), device=pipe.device)
-    cv = torch.as_tensor(label_ids, device=pipe.device).view(-1, 1)
-    coords = [(slice(None), slice(None), *(slice(0, r) for r in pipe.roi_size))] * sw
-    with torch.no_grad(), pipe._autocast():
-        pipe.network(x, patch_coords=coords, class_vector=cv, prompt_class=cv, transpose=True)
-    if pipe.device.type == "cuda":
-        torch.cuda.synchronize(pipe.device)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments)."""
     parser = build_parser()
@@ -386,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1
     except (ValueError, OSError) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
+        print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

@@ -8,14 +8,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Segment many volumes, on one process or many under ``torchrun``.
+"""Segment many volumes, on one process or many under ``torchrun``: the one batch driver of the app.
 
-``run_batch`` shards the images over the ranks of ``torch.distributed`` (balanced by voxel count read from
+``run_batch`` is behind both the command line and the Python API. It shards the images over the ranks of ``torch.distributed`` (balanced by voxel count read from
 the NIfTI headers: largest first onto the least-loaded rank, the same on every rank, so no communication is
 needed), uses the GPU ``LOCAL_RANK`` names, loads the next image on a thread while the current one is
 segmented, saves on another thread, skips images whose output exists (restartable), isolates failures per
 image, and has rank 0 write a JSON summary gathered from all ranks. Without ``torchrun`` (or with one
-process) it runs everything locally, with no process group.
+process) it runs everything locally, with no process group. Images that fail before saving leave no file.
 
 Example::
 
@@ -31,7 +31,6 @@ import queue
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -42,10 +41,23 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .errors import Vista3DInputError
-from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, load_image, output_path, save_label_map
+from monai.utils.profiling import StageTimer
 
-__all__ = ["run_batch", "AsyncSaver", "collect_inputs", "shard_by_size", "output_path", "dist_context"]
+from .errors import Vista3DInputError
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
+from .pipeline import SegmentationResult, Vista3DPipeline, resolve_device
+from .prompts import Prompt, parse_prompt
+
+__all__ = [
+    "run_batch",
+    "pipeline_segment_fn",
+    "AsyncSaver",
+    "collect_inputs",
+    "shard_by_size",
+    "output_path",
+    "resolve_device",
+    "dist_context",
+]
 
 SegmentFn = Callable[[torch.Tensor, ImageGeometry], Any]
 
@@ -67,12 +79,14 @@ class AsyncSaver:
 
     Args:
         max_pending: label maps queued or being written at once (>= 1).
+        save_fn: called instead of :func:`save_label_map` with the same arguments (e.g. to time each save).
         save_kwargs: defaults for :func:`save_label_map` (``dtype``, ``compresslevel``, ``threads``).
     """
 
-    def __init__(self, max_pending: int = 1, **save_kwargs: Any) -> None:
+    def __init__(self, max_pending: int = 1, save_fn: Callable[..., Any] | None = None, **save_kwargs: Any) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        self._save_fn = save_fn
         self._defaults = save_kwargs
         self._slots = threading.BoundedSemaphore(max_pending)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vista3d-save")
@@ -92,7 +106,8 @@ class AsyncSaver:
             labels = labels.detach().to("cpu")
         self._slots.acquire()
         try:
-            fut = self._pool.submit(save_label_map, labels, geometry, path, **{**self._defaults, **kwargs})
+            save = self._save_fn or save_label_map
+            fut = self._pool.submit(save, labels, geometry, path, **{**self._defaults, **kwargs})
         except BaseException:
             self._slots.release()
             raise
@@ -216,12 +231,13 @@ def _prefetch(paths: list[Path], volume_index: int | None, depth: int):
         for p in paths:
             if stop.is_set():
                 return
-            t = time.perf_counter()
+            timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
             try:
-                image, geom = load_image(p, volume_index=volume_index)
-                item = (p, image, geom, time.perf_counter() - t, None)
+                with timer.stage("load"):
+                    image, geom = load_image(p, volume_index=volume_index)
+                item = (p, image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
-                item = (p, None, None, time.perf_counter() - t, e)
+                item = (p, None, None, timer.timings["load"], e)
             while not stop.is_set():
                 try:
                     q.put(item, timeout=0.1)
@@ -244,23 +260,41 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}" if not isinstance(e, Vista3DInputError) else msg
 
 
-def _default_segment_fn(device: torch.device, pipeline_kwargs: dict | None) -> SegmentFn:
-    from .pipeline import Vista3DPipeline  # the full pipeline only when no segment_fn is given
+def pipeline_segment_fn(pipe: Any, classes: Any = "everything", points: Any = None, point_labels: Any = None) -> SegmentFn:
+    """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline``; the prompt is parsed here."""
+    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
 
+    def segment(image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
+        return pipe.segment(image, geometry.affine, prompt)
+
+    return segment
+
+
+def _default_segment_fn(device: torch.device, pipeline_kwargs: dict | None) -> SegmentFn:
     kwargs = dict(pipeline_kwargs or {})
     classes = kwargs.pop("classes", "everything")
     points, point_labels = kwargs.pop("points", None), kwargs.pop("point_labels", None)
-    return pipeline_segment_fn(Vista3DPipeline(device=device, **kwargs), classes, points, point_labels)
+    prompt = parse_prompt(classes, points, point_labels)  # before the (slow) network build
+    return pipeline_segment_fn(Vista3DPipeline(device=device, **kwargs), prompt)
 
 
-def pipeline_segment_fn(pipe: Any, classes: Any = "everything", points: Any = None, point_labels: Any = None) -> SegmentFn:
-    """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline`` with these prompts."""
+def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
+    """What a ``segment_fn`` returned, as ``(labels, {"windows", "sw_batch_size", "stages"})``."""
+    if isinstance(result, SegmentationResult):
+        return result.labels, {"windows": result.windows, "sw_batch_size": result.sw_batch_size,
+                               "stages": result.timings}
+    if isinstance(result, tuple):
+        labels, info = result
+        info = dict(info or {})
+        return labels, {"windows": info.get("windows"), "stages": info.get("timings") or {}}
+    return result, {}
 
-    def segment(image: torch.Tensor, geometry: ImageGeometry) -> Any:
-        labels = pipe(image, geometry.affine, classes=classes, points=points, point_labels=point_labels)
-        return labels, {"windows": int(pipe.n_windows), "timings": dict(pipe.timings)}
 
-    return segment
+def _timed_save(*args: Any, **kwargs: Any) -> tuple[Path, float]:
+    timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
+    with timer.stage("save"):
+        path = save_label_map(*args, **kwargs)
+    return Path(path), timer.timings["save"]
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -270,25 +304,19 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.device:
-    """The device of this rank: ``cuda:LOCAL_RANK`` for ``None`` (when CUDA is available) and for a bare ``"cuda"``.
-
-    ``torch.cuda.set_device`` needs an index, and under ``torchrun`` a bare ``"cuda"`` should still mean one GPU
-    per rank rather than every rank on GPU 0.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    return torch.device("cuda", local_rank) if dev.type == "cuda" and dev.index is None else dev
+def _print_record(rec: dict[str, Any]) -> None:
+    extra = f": {rec['error']}" if rec["error"] else ""
+    print(f"[rank {rec['rank']}] {rec['status']} {rec['image']}{extra}", flush=True)
 
 
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
-    output_dir: str | os.PathLike,
+    output_dir: str | os.PathLike | None,
     segment_fn: SegmentFn | None = None,
     overwrite: bool = False,
     summary_path: str | os.PathLike | None = None,
     *,
+    outputs: Sequence[str | os.PathLike] | None = None,
     volume_index: int | None = None,
     output_dtype: str = DEFAULT_OUTPUT_DTYPE,
     postfix: str = "trans",
@@ -296,91 +324,80 @@ def run_batch(
     device: str | torch.device | None = None,
     backend: str | None = None,
     pipeline_kwargs: dict | None = None,
+    on_image: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
 ) -> int:
-    """Segment every image once over all ranks; returns the exit code (0: none failed, 1: some failed).
+    """Segment every image once over all ranks (one process is world size 1); returns the exit code.
+
+    The rules, the same on one process and under ``torchrun``: an image whose output exists is skipped
+    (``overwrite=True`` redoes it); a failure (unreadable file, bad prompt for that image, out of memory, ...)
+    is recorded for its image and the others go on; the next image is loaded while one is segmented and the
+    previous one saved; rank 0 writes a JSON summary of every image.
 
     Args:
         inputs: image paths, a text file listing them (one per line), or a folder of ``.nii[.gz]``.
         output_dir: results go to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming).
-        segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry) -> labels [X, Y, Z]`` on the input grid,
-            or ``(labels, info)`` with ``info["windows"]``. ``None``: the VISTA3D pipeline on this rank's
-            device, built with ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` go to the call).
-        overwrite: redo images whose output exists (by default they are skipped, so a run can be restarted).
-        summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``).
+        segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
+            :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
+            ``(labels, {"windows": ...})``. ``None``: the VISTA3D pipeline on this rank's device, built with
+            ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt).
+        overwrite: redo images whose output exists.
+        summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
+            of ``outputs``).
+        outputs: one output file per input instead of the ``output_dir`` naming.
         volume_index: for 4D inputs.
         output_dtype: label map dtype on disk (``pipeline_kwargs["output_dtype"]`` wins when given).
         postfix: output name postfix.
         prefetch: images loaded ahead of the one being segmented.
-        device: default ``cuda:LOCAL_RANK`` when CUDA is available, else cpu.
+        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU).
         backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        quiet: no per-image line on stdout.
+        on_image: called on this process's main thread with each image's summary record once it is finished
+            (``status`` "done", "skipped" or "failed").
+        quiet: without ``on_image``, no per-image line on stdout.
+
+    Returns:
+        0 when no image failed on any rank, else 1.
     """
     paths = collect_inputs(inputs)
+    if outputs is not None:
+        outs = [Path(o) for o in outputs]
+        if len(outs) != len(paths):
+            raise Vista3DInputError(f"{len(outs)} outputs for {len(paths)} images; give one output per image.")
+    elif output_dir is None:
+        raise Vista3DInputError("give output_dir, or one output file per image with outputs=")
+    else:
+        outs = [output_path(p, output_dir, postfix) for p in paths]
     output_dtype = (pipeline_kwargs or {}).get("output_dtype", output_dtype)
-    out_dir = Path(output_dir)
-    summary = Path(summary_path) if summary_path is not None else out_dir / "summary.json"
-    t_start = time.perf_counter()
-    with dist_context(backend) as (rank, world, local_rank):
+    if summary_path is not None:
+        summary = Path(summary_path)
+    else:
+        summary = Path(output_dir) / "summary.json" if output_dir is not None else outs[0].parent / "summary.json"
+    report = on_image or (None if quiet else _print_record)
+    run_timer = StageTimer(sync=False, nvtx=False)
+    with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         sizes = [_voxels(p) for p in paths]
-        mine = shard_by_size(sizes, world)[rank]
         records: dict[int, dict] = {}
         todo: list[int] = []
-        for i in mine:
-            rec = {"index": i, "image": str(paths[i]), "output": str(output_path(paths[i], out_dir, postfix)),
-                   "rank": rank, "voxels": sizes[i], "status": None, "error": None, "seconds": 0.0, "windows": None}
+        for i in shard_by_size(sizes, world)[rank]:
+            rec = {"index": i, "image": str(paths[i]), "output": str(outs[i]), "rank": rank, "voxels": sizes[i],
+                   "status": None, "error": None, "seconds": 0.0, "windows": None}
             records[i] = rec
-            if not overwrite and Path(rec["output"]).exists():
-                rec["status"] = "skipped"
-            else:
-                todo.append(i)
-        fn = segment_fn
-        pending: list[tuple[int, Any, float]] = []
-        setup_error = None
-        if fn is None and todo:
             try:
-                fn = _default_segment_fn(dev, pipeline_kwargs)
-            except Exception as e:  # e.g. a bad checkpoint: every image of this rank fails with the reason
-                setup_error = e
-        with AsyncSaver(max_pending=1, dtype=output_dtype) as saver:
-            for i, (p, image, geom, t_load, err) in zip(todo, _prefetch([paths[i] for i in todo], volume_index, prefetch)):
-                rec = records[i]
-                rec["load_seconds"] = round(t_load, 4)
-                t0 = time.perf_counter()
-                try:
-                    if setup_error is not None:
-                        raise setup_error
-                    if err is not None:
-                        raise err
-                    result = fn(image, geom)
-                    if isinstance(result, tuple):
-                        result, info = result
-                        rec["windows"] = (info or {}).get("windows")
-                        if (info or {}).get("timings"):
-                            rec["stages"] = {k: round(float(v), 4) for k, v in info["timings"].items()}
-                    if dev.type == "cuda":
-                        torch.cuda.synchronize(dev)
-                    rec["segment_seconds"] = round(time.perf_counter() - t0, 4)
-                    pending.append((i, saver.submit(result, geom, rec["output"]), time.perf_counter()))
-                except Exception as e:
-                    rec["status"], rec["error"] = "failed", _reason(e)
-                rec["seconds"] = round(t_load + time.perf_counter() - t0, 4)
-                del image
-            saver.close(raise_errors=False)
-        for i, fut, t_sub in pending:
-            rec = records[i]
-            e = fut.exception()
-            if e is not None:
+                check_output(paths[i], outs[i], overwrite=True)
+            except Vista3DInputError as e:
                 rec["status"], rec["error"] = "failed", _reason(e)
             else:
-                rec["status"] = "done"
-        for rec in records.values():
-            if not quiet:
-                extra = f": {rec['error']}" if rec["error"] else ""
-                print(f"[rank {rank}] {rec['status']} {rec['image']}{extra}", flush=True)
+                if not overwrite and outs[i].exists():
+                    rec["status"] = "skipped"
+                else:
+                    todo.append(i)
+            if rec["status"] is not None and report is not None:
+                report(rec)
+        _segment_all(todo, paths, outs, records, segment_fn, dev, pipeline_kwargs, volume_index, prefetch,
+                     output_dtype, report)
         local = [records[i] for i in sorted(records)]
         if world > 1:
             gathered: list[Any] = [None] * world
@@ -388,22 +405,90 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-        wall = time.perf_counter() - t_start
-        failed = sum(r["status"] == "failed" for r in every)
-        if rank == 0:
-            done = sum(r["status"] == "done" for r in every)
-            _write_json(
-                summary,
-                {
-                    "images": len(every),
-                    "done": done,
-                    "skipped": sum(r["status"] == "skipped" for r in every),
-                    "failed": failed,
-                    "world_size": world,
-                    "host": socket.gethostname(),
-                    "wall_seconds": round(wall, 3),
-                    "volumes_per_minute": round(60.0 * done / wall, 3) if wall > 0 else None,
-                    "per_image": every,
-                },
-            )
+    wall = run_timer.timings["wall"]
+    failed = sum(r["status"] == "failed" for r in every)
+    if rank == 0:
+        done = sum(r["status"] == "done" for r in every)
+        _write_json(
+            summary,
+            {
+                "images": len(every),
+                "done": done,
+                "skipped": sum(r["status"] == "skipped" for r in every),
+                "failed": failed,
+                "world_size": world,
+                "host": socket.gethostname(),
+                "wall_seconds": round(wall, 3),
+                "volumes_per_minute": round(60.0 * done / wall, 3) if wall > 0 else None,
+                "per_image": every,
+            },
+        )
     return 1 if failed else 0
+
+
+def _segment_all(
+    todo: list[int],
+    paths: list[Path],
+    outs: list[Path],
+    records: dict[int, dict],
+    segment_fn: SegmentFn | None,
+    dev: torch.device,
+    pipeline_kwargs: dict | None,
+    volume_index: int | None,
+    prefetch: int,
+    output_dtype: str,
+    report: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """This rank's images: load ahead, segment, save behind; each record gets its status."""
+    fn, setup_error = segment_fn, None
+    if fn is None and todo:
+        try:
+            fn = _default_segment_fn(dev, pipeline_kwargs)
+        except Exception as e:  # e.g. a bad checkpoint: every image of this rank fails with the reason
+            setup_error = e
+    pending: list[tuple[int, Future]] = []
+
+    def finish(i: int, fut: Future | None, error: BaseException | None = None) -> None:
+        rec = records[i]
+        error = error or (fut.exception() if fut is not None else None)
+        if error is not None:
+            rec["status"], rec["error"] = "failed", _reason(error)
+        else:
+            _, seconds = fut.result()  # type: ignore[union-attr]
+            rec["status"] = "done"
+            rec.setdefault("stages", {})["save"] = round(seconds, 4)
+            rec["seconds"] = round(rec["seconds"] + seconds, 4)
+        if report is not None:
+            report(rec)
+
+    with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=output_dtype) as saver:
+        for i, (_, image, geom, t_load, err) in zip(todo, _prefetch([paths[i] for i in todo], volume_index, prefetch)):
+            rec = records[i]
+            rec["load_seconds"] = round(t_load, 4)
+            timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
+            try:
+                if setup_error is not None:
+                    raise setup_error
+                if err is not None:
+                    raise err
+                with timer.stage("segment"):
+                    labels, info = _labels_and_info(fn(image, geom))  # type: ignore[misc]
+                rec["segment_seconds"] = round(timer.timings["segment"], 4)
+                rec["windows"] = info.get("windows")
+                if info.get("sw_batch_size") is not None:
+                    rec["sw_batch_size"] = info["sw_batch_size"]
+                rec["stages"] = {"load": rec["load_seconds"],
+                                 **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+                pending.append((i, saver.submit(labels, geom, outs[i])))
+            except Exception as e:
+                rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
+                finish(i, None, e)
+                continue
+            finally:
+                del image
+            rec["seconds"] = round(t_load + timer.timings["segment"], 4)
+            while pending and pending[0][1].done():
+                finish(*pending.pop(0))
+        saver.close(raise_errors=False)
+    for i, fut in pending:
+        finish(i, fut)

@@ -38,7 +38,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .errors import Vista3DInputError, Vista3DOutputError
+from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
 from .gzip_codec import GZIP_MAGIC, Gunzip, gzip_codec, write_gzip
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_OUTPUT_DTYPE",
     "available_cores",
     "output_path",
+    "check_output",
 ]
 
 #: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
@@ -170,7 +171,7 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
         if n_vol > 1:
             raise Vista3DInputError(
                 f"{path}: 4D image with {n_vol} volumes (shape {tuple(shape)}); choose one with "
-                f"volume_index (--volume-index) between 0 and {n_vol - 1}."
+                f"volume_index between 0 and {n_vol - 1}."
             )
         volume_index = 0
     if not 0 <= int(volume_index) < n_vol:
@@ -629,7 +630,7 @@ def save_label_map(
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".part")
     except OSError as e:
         raise Vista3DOutputError(
-            f"{p}: cannot write to folder {parent} ({e.strerror or e}); choose a writable --output-dir."
+            f"{p}: cannot write to folder {parent} ({e.strerror or e}); choose a writable output folder."
         ) from None
     try:
         with os.fdopen(fd, "wb") as f:
@@ -673,3 +674,24 @@ def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix
             name = name[: -len(ext)]
             break
     return pathlib.Path(output_dir) / name / f"{name}_{postfix}.nii.gz"
+
+
+def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, overwrite: bool = False) -> None:
+    """Check, before any work, that a result can be written to ``path``; creates nothing.
+
+    Raises:
+        OutputPathError: ``path`` is the input file, exists (without ``overwrite``), or its folder cannot be
+            created or written.
+    """
+    p = pathlib.Path(path)
+    if _same_file(p, None if input_path is None else str(input_path)):
+        raise OutputPathError(f"{p}: the output path is the input file; choose another output folder or name.")
+    if p.exists() and not overwrite:
+        raise OutputPathError(f"{p}: exists; pass overwrite=True to replace it.")
+    folder = p.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise OutputPathError(f"cannot create the output folder {p.parent}: {folder} is a file.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputPathError(f"the output folder {folder} is not writable; choose another one.")

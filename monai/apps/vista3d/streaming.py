@@ -45,8 +45,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.utils import pad_and_weight, plan_sliding_windows
-from monai.utils import BlendMode, PytorchPadMode, look_up_option
+from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
+from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight
+from monai.inferers.windows import plan_sliding_windows
+from monai.utils import BlendMode, PytorchPadMode
 from .postprocess import logits_to_labels
 
 __all__ = ["sliding_window_label_inference", "logits_to_labels"]  # the post-transform is re-exported
@@ -91,7 +93,7 @@ class _Tiling:
 def sliding_window_label_inference(
     inputs: torch.Tensor,
     roi_size: Sequence[int] | int,
-    sw_batch_size: int,
+    sw_batch_size: int | str,
     predictor: Callable[..., torch.Tensor],
     overlap: Sequence[float] | float = 0.25,
     mode: BlendMode | str = BlendMode.CONSTANT,
@@ -106,6 +108,7 @@ def sliding_window_label_inference(
     label_ids: Sequence[int] | torch.Tensor | None = None,
     return_max_prob: bool = False,
     *args: Any,
+    auto_cache: dict | None = None,
     **kwargs: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Sliding-window inference straight to a label map, holding only the slabs that still receive windows.
@@ -116,7 +119,7 @@ def sliding_window_label_inference(
     Args:
         inputs: ``[N, C_in, *spatial]`` image (2D or 3D spatial).
         roi_size: window size, one int or one per spatial dimension (``None`` / non-positive: the whole extent).
-        sw_batch_size: windows per predictor call.
+        sw_batch_size: windows per predictor call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
         predictor: called as ``predictor(windows, *args, **kwargs)`` (``predictor(windows, patch_coords, *args,
             **kwargs)`` with ``with_coord``), returning ``[n, C, *roi_size]`` logits for ``n`` windows.
         overlap: overlap fraction of neighbouring windows, one value or one per dimension, in ``[0, 1)``.
@@ -135,6 +138,7 @@ def sliding_window_label_inference(
         label_ids: label of each output channel (default ``1..C``); 0 is background.
         return_max_prob: also return the per-voxel maximum class probability (sigmoid of the highest logit).
         args: extra positional arguments of the predictor.
+        auto_cache: keeps the measured per-window memory of ``sw_batch_size="auto"`` across calls.
         kwargs: extra keyword arguments of the predictor (a ``condition`` tensor shaped like ``inputs`` is
             windowed with it).
 
@@ -148,23 +152,31 @@ def sliding_window_label_inference(
     """
     if not isinstance(inputs, torch.Tensor) or inputs.ndim < 3:
         raise ValueError(f"inputs must be a [N, C, *spatial] tensor, got {getattr(inputs, 'shape', type(inputs))}.")
-    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
-        raise ValueError(f"sw_batch_size must be a positive int, got {sw_batch_size!r}.")
+    sw_batch_size = check_sw_batch_size(sw_batch_size)
     ndim = inputs.ndim - 2
     if not -ndim <= slab_dim < ndim:
         raise ValueError(f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}.")
     slab_dim %= ndim
-    pad_mode = look_up_option(padding_mode, PytorchPadMode)
-    device = torch.device(device) if device is not None else inputs.device
-    sw_device = torch.device(sw_device) if sw_device is not None else inputs.device
+    settings = SlidingWindowSettings(
+        roi_size=roi_size,
+        sw_batch_size=sw_batch_size,
+        overlap=overlap,
+        mode=mode,
+        sigma_scale=sigma_scale,
+        padding_mode=padding_mode,
+        cval=cval,
+        sw_device=sw_device,
+        device=device,
+        roi_weight_map=roi_weight_map,
+        with_coord=with_coord,
+    )
+    device, sw_device = settings.result_device(inputs), settings.window_device(inputs)
     dtype = inputs.dtype
     kwargs = dict(kwargs)
     condition = kwargs.pop("condition", None)
 
-    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, pad_mode)
-    inputs, condition, weight = pad_and_weight(
-        inputs, condition, plan, pad_mode, cval, roi_weight_map, mode, sigma_scale, sw_device, dtype
-    )
+    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, padding_mode)
+    inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
     while weight.ndim < ndim + 2:
         weight = weight[None]
 
@@ -177,17 +189,30 @@ def sliding_window_label_inference(
     labels: torch.Tensor | None = None
     max_prob: torch.Tensor | None = None
 
+    auto = None
+    if sw_batch_size == "auto":  # tiles are small: no room reserved for a result on the device
+        key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
+        auto = AutoBatchSize(sw_device, auto_cache, key, stitch_on_device=False)
+
     for b in range(n_img):
         acc: dict[tuple[int, ...], torch.Tensor] = {}
         cnt: dict[tuple[int, ...], torch.Tensor] = {}
         parts: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
-        for first in range(0, len(order), sw_batch_size):
-            batch = order[first : first + sw_batch_size]
+        first = 0
+        while first < len(order):
+            left = len(order) - first
+            n = max(1, min(auto.next(left), left)) if auto is not None else sw_batch_size
+            batch = order[first : first + n]
+            first += len(batch)
             coords = [[slice(b, b + 1), slice(None), *slices[w]] for w in batch]
             windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
             if condition is not None:
                 kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
+            if auto is not None:
+                auto.before_forward(len(batch))
             out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
+            if auto is not None:
+                auto.after_forward()
             if not isinstance(out, torch.Tensor) or out.shape[0] != len(batch) or tuple(out.shape[2:]) != plan.roi_size:
                 raise ValueError(
                     "streaming label inference needs the predictor to return one [n, C, *roi_size] tensor for n "
@@ -231,6 +256,8 @@ def sliding_window_label_inference(
                                 cnt[t].add_(ww)
                         _emit(acc.pop(t)[0] / cnt.pop(t)[0], box, pad_lo, plan.image_size, b, ids, labels, max_prob)
             del out, p
+            if auto is not None:
+                auto.after_stitch()
     assert labels is not None
     if max_prob is None:
         return labels

@@ -30,9 +30,10 @@ from parameterized import parameterized
 
 from monai.apps.vista3d import batch
 from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, resolve_device, run_batch, shard_by_size
-from monai.apps.vista3d.errors import Vista3DOutputError
+from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
+from tests.apps.vista3d.stub_vista import StubVista
 
 SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
 
@@ -96,8 +97,19 @@ class TestShard(unittest.TestCase):
                            (torch.device("cuda"), 2, "cuda:2")])
     def test_device_of_rank(self, device, local_rank, expected):
         # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
-        self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
+        with mock.patch("torch.cuda.is_available", lambda: True):
+            self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
         self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
+    @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
+    def test_unsupported_device(self, device):
+        with self.assertRaisesRegex(Vista3DInputError, "use 'cuda', 'cuda:N' or 'cpu'"):
+            resolve_device(device)
+
+    def test_cuda_missing(self):
+        with mock.patch("torch.cuda.is_available", lambda: False):
+            with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
+                resolve_device("cuda")
 
 
 class TestBatchSingleProcess(unittest.TestCase):
@@ -150,7 +162,6 @@ class TestBatchSingleProcess(unittest.TestCase):
 
     def test_default_is_the_pipeline(self):
         from monai.apps.vista3d.pipeline import Vista3DPipeline
-        from tests.apps.vista3d.test_pipeline import StubVista
 
         good = [p for p in self.inputs if "broken" not in p.name][:2]
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}

@@ -30,7 +30,7 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
-from tests.apps.vista3d.test_pipeline import phantom
+from tests.apps.vista3d.stub_vista import phantom
 
 ROOT = Path(__file__).parents[3]
 TINY = ["--embed-dim", "8", "--roi-size", "32", "--classes", "1,3", "--device", "cpu", "--quiet"]
@@ -77,10 +77,15 @@ class TestSegmentCli(unittest.TestCase):
         np.testing.assert_allclose(res.affine, nib.load(self.src).affine)
         self.assertEqual(res.get_data_dtype(), np.uint8)  # the default output dtype
         self.assertTrue(set(np.unique(np.asarray(res.dataobj)).tolist()) <= {0, 1, 3})
-        # again: refused without --overwrite, fine with it, and the same seed gives the same labels
-        code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY])
-        self.assertEqual(code, 1)
-        self.assertIn("--overwrite", self._errors(err))
+        # again: the finished output is skipped and left as it is; --overwrite redoes it, and the same seed gives
+        # the same labels
+        written = path.read_bytes()
+        code, out, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY[:-1]])
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"skipped {path}", out)
+        self.assertIn("--overwrite", out)
+        self.assertEqual(path.read_bytes(), written)
+        self.assertEqual(json.loads((out_dir / "summary.json").read_text())["skipped"], 1)
         before = np.asarray(res.dataobj).copy()
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY, "--overwrite",
                                  "--output-dtype", "float32"])

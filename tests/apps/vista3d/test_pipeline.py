@@ -22,70 +22,10 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.errors import CheckpointError, EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.pipeline import Vista3DPipeline, count_windows, load_checkpoint
-
-A_MIN, A_MAX = -963.8247715525971, 1053.678477684517
-HU = {1: 300.0, 3: 600.0}  # liver and spleen in the test phantom; the body is 40 HU, air -1000 HU
-LIVER = ((-14.0, -1.0), (-10.0, 6.0), (-8.0, 9.0))  # boxes in world (RAS mm)
-SPLEEN = ((3.0, 15.0), (-8.0, 5.0), (-7.0, 9.0))
-LIVER_2 = ((-14.0, -3.0), (10.0, 16.0), (-5.0, 6.0))  # a second, disjoint liver-like region
-
-
-class StubVista(torch.nn.Module):
-    """VISTA3D's call signature; logit of a class = 20 HU - |intensity - its HU| (in the scaled units).
-
-    So a class is predicted exactly where the preprocessed image shows its Hounsfield value, and the
-    labels can be checked against the phantom after the pipeline has undone its preprocessing.
-    """
-
-    def __init__(self, levels: dict[int, float], point_level: float = 300.0):
-        super().__init__()
-        self.levels, self.point_level = levels, point_level
-        self.calls = 0
-
-    def _scaled(self, hu: float) -> float:
-        return (hu - A_MIN) / (A_MAX - A_MIN)
-
-    def forward(self, input_images, patch_coords=None, point_coords=None, point_labels=None, class_vector=None,
-                prompt_class=None, transpose=False, **kwargs):
-        self.calls += 1
-        if class_vector is not None:
-            hu = [self.levels.get(int(c), 5000.0) for c in class_vector.flatten()]
-        elif prompt_class is not None:
-            hu = [self.levels[int(c)] for c in prompt_class.flatten()]
-        else:
-            hu = [self.point_level]
-        lv = torch.tensor([self._scaled(h) for h in hu], device=input_images.device).view(1, -1, 1, 1, 1)
-        logits = 20.0 / (A_MAX - A_MIN) - (input_images - lv).abs()  # [B, C, ...]
-        return logits if transpose else logits.transpose(0, 1)
-
-
-def _rotation(a, b):
-    ca, sa, cb, sb = np.cos(a), np.sin(a), np.cos(b), np.sin(b)
-    rz = np.array([[ca, -sa, 0], [sa, ca, 0], [0, 0, 1]])
-    rx = np.array([[1, 0, 0], [0, cb, -sb], [0, sb, cb]])
-    return rz @ rx
-
-
-def phantom(shape, direction, spacing, boxes=(LIVER, SPLEEN), values=(300.0, 600.0)):
-    """A volume on the grid of ``affine`` (centred on the world origin) with organ boxes given in world mm."""
-    aff = np.eye(4)
-    aff[:3, :3] = np.asarray(direction) @ np.diag(spacing)
-    aff[:3, 3] = -aff[:3, :3] @ ((np.asarray(shape) - 1) / 2.0)
-    idx = np.stack(np.meshgrid(*[np.arange(s) for s in shape], indexing="ij"), -1).reshape(-1, 3)
-    world = (aff[:3, :3] @ idx.T).T + aff[:3, 3]
-    img = np.full(len(idx), -1000.0)
-    img[(np.abs(world) < 18).all(1)] = 40.0  # body
-    for box, v in zip(boxes, values):
-        img[_inside(world, box, 0.0)] = v
-    return img.reshape(shape).astype(np.float32), aff, world.reshape(*shape, 3)
-
-
-def _inside(world, box, grow):
-    lo = np.array([b[0] for b in box]) - grow
-    hi = np.array([b[1] for b in box]) + grow
-    return ((world >= lo) & (world <= hi)).all(-1)
-
+from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
+from monai.apps.vista3d.pipeline import Vista3DPipeline, load_checkpoint
+from monai.inferers import plan_sliding_windows
+from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
 
 def _pipe(network, **kw):
     kw.setdefault("roi_size", (32, 32, 32))
@@ -95,7 +35,7 @@ def _pipe(network, **kw):
 ORIENTATIONS = [
     ("ras_1mm", np.eye(3), (1.0, 1.0, 1.0), (40, 40, 36)),
     ("las_aniso", np.diag([-1.0, 1.0, 1.0]), (0.8, 0.9, 2.5), (46, 40, 15)),
-    ("oblique", _rotation(0.35, 0.2), (1.1, 1.0, 1.3), (36, 38, 30)),
+    ("oblique", rotation(0.35, 0.2), (1.1, 1.0, 1.3), (36, 38, 30)),
     ("pir", np.array([[0.0, 0.0, -1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]]), (1.2, 0.9, 1.0), (40, 40, 36)),
 ]
 
@@ -105,26 +45,31 @@ class TestPipelineStub(unittest.TestCase):
     def test_labels_land_on_the_organs(self, _, direction, spacing, shape):
         img, aff, world = phantom(shape, direction, spacing)
         pipe = _pipe(StubVista(HU), sw_batch_size=2)
-        out = pipe(torch.from_numpy(img), aff, classes="liver,spleen")
+        result = pipe.segment(torch.from_numpy(img), aff, classes="liver,spleen")
+        out = result.labels
         self.assertEqual(tuple(out.shape), shape)
         self.assertEqual(out.dtype, torch.int16)
         out = out.numpy()
         grow = 1.5 + max(spacing)  # nearest-neighbour round trip through the 1.5 mm grid
         for label_id, box in ((1, LIVER), (3, SPLEEN)):
-            inner = _inside(world, box, -grow)
+            inner = inside(world, box, -grow)
             self.assertGreater(inner.sum(), 10)
             self.assertTrue((out[inner] == label_id).all(), f"label {label_id} missing inside its box")
-        outer = ~_inside(world, LIVER, grow) & ~_inside(world, SPLEEN, grow)
+        outer = ~inside(world, LIVER, grow) & ~inside(world, SPLEEN, grow)
         self.assertTrue((out[outer] == 0).all(), "labels outside the organ boxes")
         self.assertEqual(set(np.unique(out).tolist()), {0, 1, 3})
         for stage in ("preprocess", "inference", "postprocess", "invert"):
-            self.assertIn(stage, pipe.timings)
-        self.assertEqual(pipe.network.calls, -(-count_windows(pipe.record.final_shape, (32,) * 3, 0.25) // 2))
+            self.assertIn(stage, result.timings)
+        windows = plan_sliding_windows(result.record.final_shape, (32,) * 3, 0.25).num_windows
+        self.assertEqual(pipe.network.calls, -(-windows // 2))
+        self.assertEqual((result.windows, result.sw_batch_size), (windows, min(2, windows)))
         # the full-logits path (upstream's) gives the same label map, with the inferer's stage split
-        full = _pipe(StubVista(HU), sw_batch_size=2)
-        full.streaming = False
-        torch.testing.assert_close(full(torch.from_numpy(img), aff, classes="liver,spleen").numpy(), out, rtol=0, atol=0)
+        full = _pipe(StubVista(HU), sw_batch_size=2, streaming=False).segment(
+            torch.from_numpy(img), aff, classes="liver,spleen"
+        )
+        torch.testing.assert_close(full.labels.numpy(), out, rtol=0, atol=0)
         self.assertIn("inference/forward", full.timings)
+        self.assertEqual((full.windows, full.sw_batch_size), (windows, min(2, windows)))
 
     def test_everything_prompt_and_sequential_ids(self):
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
@@ -139,13 +84,13 @@ class TestPipelineStub(unittest.TestCase):
         pipe = _pipe(StubVista(HU, point_level=300.0))
         out = pipe(torch.from_numpy(img), aff, points=[click.tolist()], point_labels=[1]).numpy()
         grow = 2.5
-        self.assertTrue((out[_inside(world, LIVER, -grow)] == 1).all())
-        self.assertTrue((out[_inside(world, LIVER_2, grow)] == 0).all(), "the unclicked region was kept")
+        self.assertTrue((out[inside(world, LIVER, -grow)] == 1).all())
+        self.assertTrue((out[inside(world, LIVER_2, grow)] == 0).all(), "the unclicked region was kept")
         # with a class, the label is the class id
         out = pipe(torch.from_numpy(img), aff, classes="spleen", points=[click.tolist()], point_labels=[1]).numpy()
         self.assertEqual(set(np.unique(out).tolist()) - {0, 255}, set())  # stub spleen level absent: background
         out = pipe(torch.from_numpy(img), aff, classes="liver", points=[click.tolist()], point_labels="1").numpy()
-        self.assertTrue((out[_inside(world, LIVER, -grow)] == 1).all())
+        self.assertTrue((out[inside(world, LIVER, -grow)] == 1).all())
 
     def test_voxels_outside_the_point_window_are_255(self):
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
@@ -169,7 +114,8 @@ class TestPipelineStub(unittest.TestCase):
                 nib.save(nimg, src)
                 before = src.read_bytes()
                 pipe = _pipe(StubVista(HU))
-                out = pipe.segment_file(src, Path(tmp) / "out", classes=[1, "spleen"])
+                result = pipe.segment_file(src, Path(tmp) / "out", classes=[1, "spleen"])
+                out = result.output
                 self.assertEqual(out, Path(tmp) / "out" / "ct scan" / "ct scan_trans.nii.gz")
                 res = nib.load(out)
                 self.assertEqual(res.shape, img.shape)
@@ -177,20 +123,20 @@ class TestPipelineStub(unittest.TestCase):
                 self.assertEqual(int(res.header["sform_code"]), 2)
                 self.assertEqual(res.get_data_dtype(), np.uint8)  # the default: label ids and 255 fit
                 lab = np.asarray(res.dataobj)
-                self.assertTrue((lab[_inside(world, LIVER, -3.5)] == 1).all())
-                self.assertTrue((lab[_inside(world, SPLEEN, -3.5)] == 3).all())
+                self.assertTrue((lab[inside(world, LIVER, -3.5)] == 1).all())
+                self.assertTrue((lab[inside(world, SPLEEN, -3.5)] == 3).all())
                 self.assertEqual(src.read_bytes(), before, "the input file changed")
                 for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
-                    self.assertIn(key, pipe.timings)
-                with self.assertRaisesRegex(Vista3DOutputError, "--overwrite"):
+                    self.assertIn(key, result.timings)
+                with self.assertRaisesRegex(Vista3DOutputError, "overwrite=True"):
                     pipe.segment_file(src, Path(tmp) / "out", classes=[1])
                 f32 = _pipe(StubVista(HU), output_dtype="float32").segment_file(
                     src, Path(tmp) / "out", classes=[1, "spleen"], overwrite=True)
-                back = nib.load(f32)
+                back = nib.load(f32.output)
                 self.assertEqual(back.get_data_dtype(), np.float32)  # the bundle's files
                 np.testing.assert_array_equal(np.asarray(back.dataobj), lab)
 
-    def test_segment_files_overlaps_io_and_keeps_order(self):
+    def test_batch_driver_runs_the_pipeline(self):
         with tempfile.TemporaryDirectory() as tmp:
             srcs = []
             for i, (direction, spacing) in enumerate([(np.eye(3), (1.0, 1.0, 1.5)), (np.diag([-1.0, 1, 1]), (0.9,) * 3)]):
@@ -199,14 +145,20 @@ class TestPipelineStub(unittest.TestCase):
                 nib.save(nib.Nifti1Image(img, aff), srcs[-1])
             paths = [srcs[0], Path(tmp) / "missing.nii.gz", srcs[1]]
             pipe = _pipe(StubVista(HU))
-            results = list(pipe.segment_files(paths, Path(tmp) / "batch", classes="1,3"))
-            self.assertEqual([r[0] for r in results], paths)
-            self.assertIsInstance(results[1][1], Vista3DInputError)
-            for src, (_, out, timings) in zip(srcs, (results[0], results[2])):
-                self.assertEqual(out, Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz")
+            seen = []
+            code = run_batch(paths, Path(tmp) / "batch", pipeline_segment_fn(pipe, "1,3"), on_image=seen.append)
+            self.assertEqual(code, 1)
+            self.assertEqual(sorted(r["image"] for r in seen), sorted(map(str, paths)))
+            by_name = {Path(r["image"]).name: r for r in seen}
+            self.assertEqual(by_name["missing.nii.gz"]["status"], "failed")
+            self.assertIn("no such file", by_name["missing.nii.gz"]["error"])
+            for src in srcs:
+                rec = by_name[src.name]
+                out = Path(tmp) / "batch" / src.name[:-7] / f"{src.name[:-7]}_trans.nii.gz"
+                self.assertEqual((rec["status"], rec["output"]), ("done", str(out)))
                 for key in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
-                    self.assertIn(key, timings)
-                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3")
+                    self.assertIn(key, rec["stages"])
+                one = pipe.segment_file(src, Path(tmp) / "single", classes="1,3").output
                 np.testing.assert_array_equal(np.asarray(nib.load(out).dataobj), np.asarray(nib.load(one).dataobj))
 
 
@@ -224,7 +176,7 @@ class TestNibabelFiles(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             # the stub sees MR intensities: any label is fine, the grid and the header are what is checked
             pipe = _pipe(StubVista({1: 200.0, 3: 1000.0}), roi_size=(64, 64, 64))
-            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index)
+            out = pipe.segment_file(src, tmp, classes="1,3", volume_index=volume_index).output
             res = nib.load(out)
             self.assertEqual(res.shape, ref.shape[:3])
             np.testing.assert_allclose(res.affine, ref.affine, atol=1e-5)

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import unittest
 
@@ -19,16 +18,11 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d import point_based_window_inferer
+from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
+from tests.testing_data.point_cases import StubPredictor, make_inferer_cases, make_vista3d_inferer_case
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "testing_data")
 REF = os.path.join(DATA, "point_helpers_upstream.pt")
-
-
-def _reference_script():
-    spec = importlib.util.spec_from_file_location("make_ref", os.path.join(DATA, "make_point_helpers_reference.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Recorder(torch.nn.Module):
@@ -166,18 +160,17 @@ class TestPointInfererUpstream(unittest.TestCase):
     """Outputs recorded from upstream MONAI 1.6.1 by tests/testing_data/make_point_helpers_reference.py."""
 
     def test_stub_cases(self):
-        script = _reference_script()
         ref = torch.load(REF, weights_only=True)["inferer"]["stub"]
-        cases = script.make_inferer_cases()
+        cases = make_inferer_cases()
         self.assertEqual(len(cases), len(ref))
         for case, expected in zip(cases, ref):
-            out = point_based_window_inferer(predictor=script.StubPredictor(), **case)
+            out = point_based_window_inferer(predictor=StubPredictor(), **case)
             torch.testing.assert_close(out, expected, equal_nan=True, rtol=1e-6, atol=1e-6)
 
     def test_tiny_vista3d(self):
-        script = _reference_script()
         data = torch.load(REF, weights_only=True)
-        model = script.build_tiny_vista3d(script.tiny_vista3d_state())
+        self.assertEqual(data["vista3d_case"].keys(), make_vista3d_inferer_case().keys())
+        model = tiny_vista3d_with_recorded_weights()
         with torch.no_grad():
             out = point_based_window_inferer(predictor=model, **data["vista3d_case"])
         torch.testing.assert_close(out, data["inferer"]["vista3d"], equal_nan=True, rtol=1e-4, atol=1e-5)

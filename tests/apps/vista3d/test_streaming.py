@@ -11,21 +11,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import unittest
 import weakref
+from unittest import mock
 
 import torch
 from parameterized import parameterized
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+import monai.inferers.batch_size as bsz
 from monai.apps.vista3d.streaming import logits_to_labels, sliding_window_label_inference
 from monai.inferers import sliding_window_inference
-
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "testing_data")
-
+from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
 
 def reference_labels(logits: torch.Tensor, label_ids=None) -> torch.Tensor:
     """VISTA3D's post-transform written out step by step on full ``[N, C, *spatial]`` logits (the reference)."""
@@ -186,6 +184,74 @@ class TestStreamingLabels(unittest.TestCase):
             sliding_window_label_inference(x, 16, 0, net)
 
 
+class _FakeGpuMemory:
+    """CUDA memory queries for a card with 20 of 40 GB available where each window of a call costs 1 GB."""
+
+    windows_in_call = 0
+
+    def __init__(self, device):
+        self.device = device
+
+    def available(self):
+        return 20 * 2**30, 40 * 2**30
+
+    def start_peak(self):
+        return 0
+
+    def peak(self):
+        return _FakeGpuMemory.windows_in_call * 2**30
+
+
+class TestStreamingAutoBatch(unittest.TestCase):
+    """``sw_batch_size="auto"`` means the same on the streamed path as on the full-logits one."""
+
+    def _both(self, x, net):
+        calls = {"full": [], "streamed": []}
+
+        def counted(path):
+            def run(w):
+                calls[path].append(w.shape[0])
+                _FakeGpuMemory.windows_in_call = w.shape[0]
+                return net(w)
+
+            return run
+
+        with torch.no_grad():
+            full = sliding_window_inference(x, 8, "auto", counted("full"), 0.25)
+            labels = sliding_window_label_inference(x, 8, "auto", counted("streamed"), 0.25)
+        torch.testing.assert_close(labels.long(), reference_labels(full), rtol=0, atol=0)
+        return calls
+
+    def test_cpu_rule(self):
+        calls = self._both(torch.randn(1, 1, 20, 20, 14), PerWindowConv(1, 3))
+        self.assertEqual(calls["streamed"], calls["full"])
+        self.assertEqual(sum(calls["streamed"]), 18)
+        self.assertLessEqual(max(calls["streamed"]), bsz.CPU_AUTO_BATCH)
+
+    def test_gpu_rule(self):
+        # 20 GB available - 10 % of 40 GB = 16 GB at 1.25 GB per window: 12 fit after a one-window probe; the
+        # full-logits path also keeps room for its result, the streamed one holds only tiles
+        with mock.patch.object(bsz, "_is_cuda", lambda device: True), mock.patch.object(
+            bsz, "_CudaMemory", _FakeGpuMemory
+        ):
+            calls = self._both(torch.randn(1, 1, 20, 20, 14), PerWindowConv(1, 3))
+            self.assertEqual(calls["streamed"], [1, 9, 8])
+            self.assertEqual(calls["full"], [1, 9, 8])
+            cache: dict = {}
+            net = PerWindowConv(1, 3)
+
+            def predictor(w):
+                seen.append(w.shape[0])
+                _FakeGpuMemory.windows_in_call = w.shape[0]
+                return net(w)
+
+            for expected in ([1, 9, 8], [9, 9]):  # the measured cost is kept across calls
+                seen: list = []
+                with torch.no_grad():
+                    sliding_window_label_inference(torch.randn(1, 1, 20, 20, 14), 8, "auto", predictor, auto_cache=cache)
+                self.assertEqual(seen, expected)
+
+
 class TestStreamingMemory(unittest.TestCase):
     """The memory held is bounded by the slab size and does not grow with the volume's length."""
 
@@ -223,12 +289,8 @@ class TestStreamingMemory(unittest.TestCase):
 class TestStreamingVista3D(unittest.TestCase):
     def test_tiny_vista3d_everything(self):
         """Everything-segmentation with the tiny VISTA3D against the upstream blended logits it was recorded with."""
-        spec = importlib.util.spec_from_file_location("ref", os.path.join(DATA, "make_point_helpers_reference.py"))
-        ref_script = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(ref_script)
-        state = ref_script.tiny_vista3d_state()
-        model = ref_script.build_tiny_vista3d(state)
-        case = state["cases"]["sliding_window_everything"]
+        model = tiny_vista3d_with_recorded_weights()
+        case = load_testing_data("vista3d_tiny_parity.pt")["cases"]["sliding_window_everything"]
         inp = case["inputs"]
         cv = inp["class_vector"]
         with torch.no_grad():

@@ -1,0 +1,263 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Stitching: blending the outputs of overlapping windows into full-size results.
+
+:class:`WindowStitcher` adds each batch of weighted window outputs into the result (directly, or band by band
+on the predictor's device for buffered stitching) and divides by the summed weights at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from monai.inferers.windows import Band, SlidingWindowPlan
+
+__all__ = ["WindowStitcher", "flatten_outputs", "pack_outputs"]
+
+# Nearest-neighbour mode used to resize the importance map to outputs at another scale than the input.
+_NEAREST_MODE = "nearest-exact"
+
+
+def flatten_outputs(out: Any) -> tuple[list | None, tuple[torch.Tensor, ...]]:
+    """Predictor output as a tuple of tensors, plus the sorted dict keys when it was a mapping."""
+    if isinstance(out, torch.Tensor):
+        return None, (out,)
+    if isinstance(out, Mapping):
+        keys = sorted(out.keys())
+        return keys, tuple(out[k] for k in keys)
+    if isinstance(out, (list, tuple)):
+        return None, tuple(out)
+    raise TypeError(f"the predictor must return a tensor, a tuple/list or a dict of tensors, got {type(out).__name__}.")
+
+
+def pack_outputs(outs: list[torch.Tensor], keys: list | None) -> Any:
+    if keys is not None:
+        return dict(zip(keys, outs))
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class WindowStitcher:
+    """Accumulates weighted window outputs into full-size results, one per predictor output.
+
+    Outputs may be at another scale than the input (``zoom = output window size / roi_size`` per dimension). With a
+    fixed weight map the normalising weight sum is built once per call; with a ``process_fn`` (whose weights may
+    change per window) it is accumulated window by window.
+
+    Args:
+        plan: the window plan.
+        weight: importance map ``[1, 1, *roi_size]`` (or ``[*roi_size]``).
+        device: device of the stitched results.
+        dtype: dtype of the results.
+        buffer_dim: spatial dimension of the bands when stitching is buffered, else ``None``.
+        per_window_weights: accumulate the weight sum per window (needed with a ``process_fn``).
+    """
+
+    def __init__(
+        self,
+        plan: SlidingWindowPlan,
+        weight: torch.Tensor,
+        device: torch.device,
+        dtype: torch.dtype,
+        buffer_dim: int | None = None,
+        per_window_weights: bool = False,
+    ):
+        self.plan = plan
+        self.ndim = len(plan.roi_size)
+        self.weight = _as_5d_weight(weight, self.ndim)
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.buffer_dim = buffer_dim
+        self.per_window_weights = per_window_weights
+        self.outputs: list[torch.Tensor] = []
+        self.counts: list[torch.Tensor] = []
+        self.zooms: list[tuple[float, ...]] = []
+        self._weights: dict = {}  # (output index, device) -> resized weight map
+        self._buffers: list[torch.Tensor] | None = None
+        self._band: Band | None = None
+
+    # -- geometry -----------------------------------------------------------------------------------------------------
+    def _out_slice(self, k: int, sl: slice, d: int) -> slice:
+        z = self.zooms[k][d]
+        return slice(int(sl.start * z), int(sl.stop * z)) if z != 1 else sl
+
+    def _resized_weight(self, k: int, device: torch.device, w: torch.Tensor | None = None) -> torch.Tensor:
+        if w is None:
+            key = (k, device)
+            if key not in self._weights:
+                self._weights[key] = self._resize(self.weight, k).to(device=device, dtype=self.dtype)
+            return self._weights[key]
+        return self._resize(_as_5d_weight(w, self.ndim), k).to(device=device)
+
+    def _resize(self, w: torch.Tensor, k: int) -> torch.Tensor:
+        size = tuple(int(r * z) for r, z in zip(self.plan.roi_size, self.zooms[k]))
+        if tuple(w.shape[2:]) == size:
+            return w
+        return F.interpolate(w.to(torch.float32), size, mode=_NEAREST_MODE).to(w.dtype)
+
+    def _allocate(self, outs: Sequence[torch.Tensor]) -> None:
+        """First batch: learn the channels and scale of each output and allocate results and weight sums."""
+        for k, p in enumerate(outs):
+            if p.ndim != self.ndim + 2:
+                raise ValueError(
+                    f"predictor output {k} has shape {tuple(p.shape)}; expected [windows, channels, *spatial] with "
+                    f"{self.ndim} spatial dimensions."
+                )
+            zoom = tuple(float(o) / r for o, r in zip(p.shape[2:], self.plan.roi_size))
+            self.zooms.append(zoom)
+            for d, z in enumerate(zoom):
+                if z == 1:
+                    continue
+                lengths = {(lambda o: o.stop - o.start)(self._out_slice(k, w[d], d)) for w in self.plan.slices}
+                if lengths != {p.shape[2 + d]}:
+                    raise ValueError(
+                        f"predictor output {k} is at scale {zoom} of the input window, but the scaled windows along "
+                        f"spatial dimension {d} do not all have size {p.shape[2 + d]}. Choose roi_size and overlap "
+                        "so that roi_size * (1 - overlap) * scale is an integer."
+                    )
+            size = [int(s * z) for s, z in zip(self.plan.padded_size, zoom)]
+            shape = [self.plan.batch_size, p.shape[1], *size]
+            self.outputs.append(torch.zeros(shape, dtype=self.dtype, device=self.device))
+            if self.per_window_weights:
+                self.counts.append(torch.zeros([self.plan.batch_size, 1, *size], dtype=self.dtype, device=self.device))
+            else:
+                count = torch.zeros([1, 1, *size], dtype=self.dtype, device=self.device)
+                w = self._resized_weight(k, self.device)
+                for sl in self.plan.slices:
+                    count[(slice(None), slice(None), *(self._out_slice(k, s, d) for d, s in enumerate(sl)))].add_(w)
+                self.counts.append(count)
+
+    # -- accumulation --------------------------------------------------------------------------------------------------
+    def begin_band(self, band: Band) -> None:
+        """Start a buffered band (buffered stitching only); nothing happens when ``band`` is already the current one."""
+        if self._band is band:
+            return
+        self._band = band
+        self._buffers = None
+
+    def add(self, outs: Sequence[torch.Tensor], coords: Sequence[Sequence[slice]], weight: torch.Tensor | None = None):
+        """Add the outputs of one batch of windows.
+
+        Args:
+            outs: one ``[n, C_k, *spatial_k]`` tensor per predictor output, ``n == len(coords)``.
+            coords: ``plan.coords(i)`` of each window of the batch.
+            weight: per-batch weight from a ``process_fn`` (``[*roi]``, ``[1|n, 1|C, *roi]``), else ``None``.
+        """
+        if not self.outputs:
+            self._allocate(outs)
+        for k, p in enumerate(outs):
+            if p.shape[0] != len(coords):
+                raise ValueError(
+                    f"predictor output {k} has {p.shape[0]} windows for a batch of {len(coords)}; the predictor must "
+                    "return one output per input window along dimension 0."
+                )
+            target, dst = self._target(k, p)
+            w = self._resized_weight(k, p.device, weight)
+            if dst != p.device:
+                p = (p * w).to(dst)  # weight on the predictor's device, then one copy per batch
+                wsrc = None
+            else:
+                wsrc = w
+            for j, c in enumerate(coords):
+                idx = self._target_index(k, c)
+                pj = p[j : j + 1]
+                if wsrc is None:
+                    target[idx].add_(pj)
+                else:
+                    wj = wsrc[j : j + 1] if wsrc.shape[0] > 1 else wsrc
+                    target[idx].addcmul_(pj, wj)
+                if self.per_window_weights:
+                    wc = (w[j : j + 1] if w.shape[0] > 1 else w).to(self.device)
+                    if wc.shape[1] > 1:
+                        wc = wc[:, :1]
+                    self.counts[k][self._output_index(k, c)].add_(wc)
+
+    def _target(self, k: int, p: torch.Tensor) -> tuple[torch.Tensor, torch.device]:
+        if self._band is None:
+            return self.outputs[k], self.device
+        if self._buffers is None:
+            self._buffers = []
+        while len(self._buffers) <= k:
+            kk = len(self._buffers)
+            shape = list(self.outputs[kk].shape)
+            shape[0] = 1
+            d = self.buffer_dim
+            band = self._out_slice(kk, slice(self._band.start, self._band.end), d)
+            shape[2 + d] = band.stop - band.start
+            self._buffers.append(torch.zeros(shape, dtype=self.dtype, device=p.device))
+        return self._buffers[k], self._buffers[k].device
+
+    def _output_index(self, k: int, c: Sequence[slice]) -> tuple:
+        return (c[0], slice(None), *(self._out_slice(k, s, d) for d, s in enumerate(c[2:])))
+
+    def _target_index(self, k: int, c: Sequence[slice]) -> tuple:
+        idx = list(self._output_index(k, c))
+        if self._band is not None:
+            d = self.buffer_dim
+            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
+            s = idx[2 + d]
+            idx[0] = slice(0, 1)
+            idx[2 + d] = slice(s.start - band.start, s.stop - band.start)
+        return tuple(idx)
+
+    def end_band(self) -> None:
+        """Write the finished band into the results on ``device``."""
+        if self._band is None or self._buffers is None:
+            self._band = None
+            return
+        d = self.buffer_dim
+        for k, buf in enumerate(self._buffers):
+            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
+            idx = [slice(self._band.image, self._band.image + 1), slice(None)] + [slice(None)] * self.ndim
+            idx[2 + d] = band
+            self.outputs[k][tuple(idx)] += buf.to(self.device)
+        self._band, self._buffers = None, None
+
+    def result_bytes(self, device: torch.device) -> int:
+        """Bytes of the results and weight sums allocated so far on ``device``."""
+        device = torch.device(device)
+        total = 0
+        for t in (*self.outputs, *self.counts):
+            if t.device.type == device.type and (device.index is None or t.device.index == device.index):
+                total += t.numel() * t.element_size()
+        return total
+
+    # -- finalize -----------------------------------------------------------------------------------------------------
+    def finalize(self) -> list[torch.Tensor]:
+        """Normalise by the weight sums and crop the padding; returns one tensor per predictor output."""
+        results = []
+        for k, (out, count) in enumerate(zip(self.outputs, self.counts)):
+            out /= count
+            if self.plan.padded:
+                crop = [slice(None), slice(None)]
+                for d in range(self.ndim):
+                    lo = self.plan.pad_before(d)
+                    if self.plan.padded_size[d] == self.plan.image_size[d]:
+                        crop.append(slice(None))
+                    else:
+                        z = self.zooms[k][d]
+                        crop.append(slice(int(round(lo * z)), int(round((lo + self.plan.image_size[d]) * z))))
+                out = out[tuple(crop)]
+            results.append(out)
+        self.counts = []
+        return results
+
+
+def _as_5d_weight(w: torch.Tensor, ndim: int) -> torch.Tensor:
+    """A weight map as ``[n, c, *spatial]``."""
+    w = torch.as_tensor(w)
+    while w.ndim < ndim + 2:
+        w = w[None]
+    return w
+
