@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 measurements recorded in docs/benchmarks.md, in the order they were run.
-# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B|C|D|E|F|G|H|I OUTDIR
-# A and B: the first session; C to I: the second (streaming at small window batches, batch throughput, an 80 GiB card).
-# Expects the wheels of upstream MONAI 1.6.1, nibabel and parameterized in .wheels/ (no registry there).
+# Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh A|B|...|K OUTDIR
+# A and B: the first session; C to I: the second (streaming at small window batches, batch throughput, an 80 GiB card);
+# J and K: issue 15 (file in, label map out; NIfTI I/O).
+# Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized (and isal for J, K) in .wheels/ (no registry there).
 set -u
 part=$1; out=${2:-/tmp/h200}; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
@@ -28,6 +29,12 @@ elif [ "$part" = H ]; then
   step streaming512_fp32 480 python3 tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up $S512 --classes 117 --sw-batch-size 1,2 --repeats 20 --acc-dtypes float32 --no-fork-full --json "$out/streaming512_fp32.json"
 elif [ "$part" = I ]; then  # not run yet (the session ran out of device time)
   PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json"
+elif [ "$part" = J ]; then  # issue 15: file in, label map out, against the bundle's pipeline (~4 min)
+  pip install -q --no-deps --no-index --target /tmp/deps .wheels/isal-*.whl >/dev/null 2>&1
+  step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py --device cuda --upstream /tmp/up --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json"
+elif [ "$part" = K ]; then  # issue 15: NIfTI load/save against nibabel on the host's cores (~3 min)
+  pip install -q --no-deps --no-index --target /tmp/deps .wheels/isal-*.whl >/dev/null 2>&1
+  step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json"
 elif [ "$part" = A ]; then
   step everything 240 python3 tests/benchmarks/vista3d_everything.py --device cuda --upstream /tmp/up --sw-batch-sizes 1,4,14,auto --compare-logits --json "$out/everything.json"
   step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json"

@@ -200,7 +200,10 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
                          "stages": median_stages(runs), "file_bytes": Path(out).stat().st_size})
             print(f"  fork {dtype} {Path(path).name}: total {rows[-1]['stages']['total']:.3f} s", file=sys.stderr,
                   flush=True)
-    return {"rows": rows, "monai": monai.__version__, "torch": torch.__version__}
+    from monai.apps.vista3d.gzip_codec import gzip_codec
+
+    return {"rows": rows, "monai": monai.__version__, "torch": torch.__version__,
+            "gzip_codec": gzip_codec().__name__}
 
 
 def upstream_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -385,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key}: {100 * ag['equal_voxels']:.4f} % equal voxels, same affine: {ag['same_affine']}")
     print(f"device {args.device}, sw_batch_size {args.sw_batch_size}, roi {args.roi}, "
           f"{'tiny network' if args.tiny else 'vista3d132'}, {args.classes or 117} classes, median of {args.repeats} "
-          "after a warm-up; inputs read from the page cache")
+          f"after a warm-up; inputs read from the page cache; fork gzip codec {results['fork'].get('gzip_codec')}")
     if args.json:
         meta = {"device": args.device, "sw_batch_size": args.sw_batch_size, "roi": args.roi, "tiny": args.tiny,
                 "classes": args.classes or 117, "repeats": args.repeats, "cpus": os.cpu_count(),

@@ -439,6 +439,14 @@ class TestStoredLoad(TempDirCase):
         with self.assertRaisesRegex(ValueError, "floating type or None"):
             load_image(path, dtype=torch.int16)
 
+    def test_accelerator_branch_on_meta(self):
+        # the branch that copies slabs to a device, run on the data-less "meta" device (no GPU here)
+        path = self._write(np.int16, ".nii.gz", {})
+        for dtype, expected in ((None, torch.int16), (torch.float32, torch.float32)):
+            image, geom = load_image(path, dtype=dtype, contiguous=dtype is not None, device="meta")
+            self.assertEqual((image.device.type, image.dtype, tuple(image.shape)), ("meta", expected, (1, 23, 17, 70)))
+        self.assertEqual(geom.spatial_shape, (23, 17, 70))
+
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_to_cuda(self):
         path = self._write(np.int16, ".nii.gz", {"scl_slope": 2.0, "scl_inter": 1.0})
