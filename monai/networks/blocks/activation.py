@@ -8,23 +8,10 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Activations not provided by ``torch.nn``."""
+"""Activations not provided by ``torch.nn``, under upstream's import path (defined in ``monai.networks.layers``)."""
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
-from torch import nn
+from monai.networks.layers.activations import GEGLU
 
 __all__ = ["GEGLU"]
-
-
-class GEGLU(nn.Module):
-    """Gated GELU (Shazeer, 2020): splits the last dimension into halves ``x, gate`` and returns ``x * gelu(gate)``.
-
-    The last dimension of the input must be even; the output has half of it.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        value, gate = x.chunk(2, dim=-1)
-        return value * F.gelu(gate)

@@ -166,6 +166,6 @@ for _name, _cls in (
 
 @Act.factory_function("geglu")
 def _geglu_factory() -> type:
-    from monai.networks.blocks.activation import GEGLU
+    from monai.networks.layers.activations import GEGLU
 
     return GEGLU

@@ -44,8 +44,8 @@ __all__ = [
 
 
 def _point_helpers():
-    """The point utilities of ``monai.transforms.utils``, imported on first use (only the point paths need them)."""
-    from monai.transforms import utils as tu
+    """The point utilities of ``monai.utils.point_helpers``, imported on first use (only the point paths need them)."""
+    from monai.utils import point_helpers as tu
 
     return tu
 

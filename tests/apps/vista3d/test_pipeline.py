@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.errors import CheckpointError, EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.errors import EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
-from monai.apps.vista3d.pipeline import Vista3DPipeline, load_checkpoint
+from monai.apps.vista3d.pipeline import Vista3DPipeline
 from monai.inferers import plan_sliding_windows
 from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
 
@@ -215,31 +215,6 @@ class TestPipelineErrors(unittest.TestCase):
     def test_constant_image(self):
         with self.assertRaisesRegex(EmptyForegroundError, "nothing to segment"):
             self.pipe(torch.full((20, 20, 20), -1000.0), np.eye(4))
-
-    def test_checkpoint_mismatch(self):
-        from monai.networks.nets import vista3d132
-
-        with tempfile.TemporaryDirectory() as tmp:
-            torch.manual_seed(0)
-            small = vista3d132(encoder_embed_dim=8)
-            sd = small.state_dict()
-            path = Path(tmp) / "model.pt"
-            torch.save(sd, path)
-            other = vista3d132(encoder_embed_dim=16)
-            with self.assertRaisesRegex(CheckpointError, r"shape mismatches: .*\(8, 1, 3, 3, 3\)"):
-                load_checkpoint(other, path)
-            sd.pop(next(iter(sd)))
-            sd["extra.weight"] = torch.zeros(1)
-            torch.save(sd, path)
-            with self.assertRaisesRegex(CheckpointError, "1 missing keys: .*1 unexpected keys: extra.weight"):
-                load_checkpoint(vista3d132(encoder_embed_dim=8), path)
-            # the DataParallel prefix and a {"state_dict": ...} wrapper are accepted
-            torch.save({"state_dict": {f"module.{k}": v for k, v in small.state_dict().items()}}, path)
-            net = load_checkpoint(vista3d132(encoder_embed_dim=8), path)
-            torch.testing.assert_close(net.state_dict(), small.state_dict())
-            path.write_bytes(b"not a checkpoint")
-            with self.assertRaisesRegex(CheckpointError, "cannot read checkpoint"):
-                load_checkpoint(net, path)
 
     def test_output_equal_to_input_and_unwritable(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-import monai.transforms.utils as tu
-from monai.transforms.utils import (
+import monai.utils.point_helpers as tu
+from monai.utils.point_helpers import (
     convert_points_to_disc,
     erode,
     get_largest_connected_component_mask,

@@ -1,0 +1,79 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The dependency rules of docs/architecture.md, read from every import in monai/ (function-level ones too)."""
+
+from __future__ import annotations
+
+import ast
+import unittest
+from pathlib import Path
+
+from parameterized import parameterized
+
+ROOT = Path(__file__).resolve().parents[1] / "monai"
+
+# package -> packages it must never import (its own layer and those below are allowed)
+FORBIDDEN = [
+    ("monai.utils", ("monai.networks", "monai.inferers", "monai.transforms", "monai.apps")),
+    ("monai.transforms", ("monai.networks", "monai.inferers", "monai.apps")),
+    ("monai.networks.layers", ("monai.networks.blocks", "monai.networks.nets", "monai.transforms", "monai.apps")),
+    ("monai.networks.blocks", ("monai.networks.nets", "monai.inferers", "monai.transforms", "monai.apps")),
+    ("monai.networks.nets", ("monai.inferers", "monai.transforms", "monai.apps")),
+    ("monai.inferers", ("monai.networks", "monai.transforms", "monai.apps")),
+]
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the monai modules that ``path`` imports."""
+    package = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            names.add(module)
+            names.update(f"{module}.{a.name}" for a in node.names)
+    return {n for n in names if n.startswith("monai.")}
+
+
+class TestDependencies(unittest.TestCase):
+    @parameterized.expand(FORBIDDEN)
+    def test_points_downwards(self, package, forbidden):
+        folder = ROOT.parent.joinpath(*package.split("."))
+        bad = []
+        for path in sorted(folder.rglob("*.py")):
+            for name in _imports(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    bad.append(f"{path.relative_to(ROOT.parent)} imports {name}")
+        self.assertEqual(bad, [])
+
+    def test_cli_uses_public_names(self):
+        tree = ast.parse((ROOT / "apps" / "vista3d" / "__main__.py").read_text())
+        private = [
+            f"{node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+        ]
+        imported = [
+            a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names
+            if a.name.startswith("_")
+        ]
+        self.assertEqual((private, imported), ([], []))
+
+
+if __name__ == "__main__":
+    unittest.main()
