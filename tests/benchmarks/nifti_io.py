@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 "codecs": codecs, "repeat": args.repeat, "load_average_end": os.getloadavg(),
                 "python": platform.python_version(), "nibabel": nib.__version__, "numpy": np.__version__,
                 "torch": torch.__version__, "page_cache": "warm",
-                "command": "python tests/benchmarks/nifti_io.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+                "command": "python tests/benchmarks/nifti_io.py "
+                + " ".join(argv if argv is not None else sys.argv[1:])}
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 

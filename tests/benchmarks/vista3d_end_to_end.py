@@ -299,8 +299,8 @@ def _run_worker(kind: str, pythonpath: str, args: argparse.Namespace, inputs: li
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--upstream", default=None, help="folder with upstream MONAI 1.6.1 (pip install --target PATH)")
     p.add_argument("--cases", default=None, help=f"phantoms XxYxZ@SXxSYxSZ,... (CUDA default {CUDA_CASES}; "

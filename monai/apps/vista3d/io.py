@@ -204,7 +204,8 @@ def _carrier(dtype: np.dtype) -> np.dtype:
     """The native-order type that carries stored voxels into torch exactly (the stored type where torch has it)."""
     native = dtype.newbyteorder("=")
     if native.kind == "u" and native.itemsize >= 2:  # torch has no general uint16/32/64 arithmetic
-        return np.dtype(np.int32) if native.itemsize == 2 else np.dtype(np.int64 if native.itemsize == 4 else np.float64)
+        wider = {2: np.int32, 4: np.int64}.get(native.itemsize, np.float64)
+        return np.dtype(wider)
     if native.kind == "f":
         return np.dtype(np.float32) if native.itemsize <= 4 else np.dtype(np.float64)
     if native.kind == "b":
@@ -622,7 +623,9 @@ def save_label_map(
     slice_bytes = max(1, nx * ny * out_dtype.itemsize)
     # big slabs amortise the tile loop; at least two per thread so that every core has work
     step = max(1, min(_SLAB_BYTES // slice_bytes, math.ceil(nz / (2 * threads))))
-    slabs = [functools.partial(_file_order_slab, arr, k, min(k + step, nz), out_dtype, check) for k in range(0, nz, step)]
+    slabs = [
+        functools.partial(_file_order_slab, arr, k, min(k + step, nz), out_dtype, check) for k in range(0, nz, step)
+    ]
 
     parent = p.parent
     try:

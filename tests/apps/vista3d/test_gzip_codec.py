@@ -61,7 +61,8 @@ class TestCodecs(unittest.TestCase):
             with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(vio, "_SLAB_BYTES", 4096):
                 for level, threads in [(1, 1), (1, 3), (6, 2), (0, 2)]:
                     out = save_label_map(
-                        self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level, threads=threads
+                        self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level,
+                        threads=threads,
                     )
                     raw = gzip.decompress(out.read_bytes())  # the standard library checks CRC and length
                     back = nib.load(out)

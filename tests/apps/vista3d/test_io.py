@@ -513,7 +513,8 @@ class TestSaveLabelMap(TempDirCase):
         target = self.tmp / "seg.nii.gz"
         target.write_bytes(b"previous")
         with mock.patch.object(vio, "_SLAB_BYTES", 2000):
-            with self.assertRaisesRegex(Vista3DInputError, r"\[0, 300\].*does not fit uint8 \[0, 255\].*int16 or float32"):
+            msg = r"\[0, 300\].*does not fit uint8 \[0, 255\].*int16 or float32"
+            with self.assertRaisesRegex(Vista3DInputError, msg):
                 save_label_map(view(labels), self.geom, target, "uint8", threads=2)
         self.assertEqual(target.read_bytes(), b"previous")
         self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["ct.nii.gz", "seg.nii.gz"])  # no temporary
