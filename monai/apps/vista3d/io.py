@@ -187,7 +187,7 @@ _TILE = (32, 16, 32)
 
 
 def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, contiguous: bool) -> None:
-    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in float32, tiled when the layouts differ."""
+    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in ``out``'s type, tiled when the layouts differ."""
     scale = slope is not None and (slope != 1 or (inter or 0) != 0)
     tx, ty, _ = _TILE if contiguous else arr.shape
     nx, ny, _ = arr.shape
@@ -216,10 +216,10 @@ def _carrier(dtype: np.dtype) -> np.dtype:
 class _Sink:
     """Where the voxels of each finished slab of z-slices go, while the rest of the file is still inflating.
 
-    ``float32`` mode (CPU, float32 result) converts the slab to float32 (scaling applied) into ``out``,
-    tiled when a C-contiguous result is asked for. ``stored`` mode moves the stored values unchanged (in a type
-    torch has, byte order made native) into a ``[Z, Y, X]`` buffer on ``device``; on the CPU that buffer is
-    the inflate buffer itself when nothing needs converting.
+    On the CPU, a float32 result, or a C-contiguous one, is converted slab by slab into ``out`` (float32 with
+    the scaling applied, or the stored values in a type torch has), tiled when the layouts differ. Otherwise
+    the stored values move unchanged (byte order made native) into a ``[Z, Y, X]`` buffer on ``device``; on the
+    CPU that buffer is the inflate buffer itself when nothing needs converting.
     """
 
     def __init__(
@@ -229,10 +229,12 @@ class _Sink:
         self.arr, self.slope, self.inter, self.contiguous = arr, slope, inter, contiguous
         self.stored = stored
         shape = arr.shape
-        if not stored:
-            self.out = np.empty(shape, dtype=np.float32) if contiguous else np.empty(shape[::-1], dtype=np.float32).T
-            return
         self.carrier = _carrier(arr.dtype)
+        self.convert = not stored or (device.type == "cpu" and contiguous)
+        if self.convert:
+            kind = self.carrier if stored else np.float32  # stored values are scaled later, by the caller
+            self.out = np.empty(shape, dtype=kind) if contiguous else np.empty(shape[::-1], dtype=kind).T
+            return
         self.in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
         if device.type == "cpu":  # numpy's large allocations are backed by huge pages: far fewer page faults
             self.dest = None if self.in_place else torch.from_numpy(np.empty(shape[::-1], dtype=self.carrier))
@@ -240,8 +242,9 @@ class _Sink:
             self.dest = torch.empty(shape[::-1], dtype=_torch_dtype(self.carrier), device=device)
 
     def __call__(self, k0: int, k1: int) -> None:
-        if not self.stored:
-            _convert(self.out, self.arr, k0, k1, self.slope, self.inter, self.contiguous)
+        if self.convert:
+            slope = None if self.stored else self.slope
+            _convert(self.out, self.arr, k0, k1, slope, self.inter, self.contiguous)
             return
         if self.in_place:
             return
@@ -251,8 +254,8 @@ class _Sink:
         self.dest[k0:k1].copy_(torch.from_numpy(slab))
 
     def result(self) -> torch.Tensor:
-        """``[X, Y, Z]``: float32 in ``float32`` mode; else the carrier type, in file order (F-strided)."""
-        if not self.stored:
+        """``[X, Y, Z]``: what was converted into ``out``; else the carrier type in file order (F-strided)."""
+        if self.convert:
             return torch.from_numpy(self.out)
         if self.in_place:  # the inflate buffer, whose [Z, Y, X] view is C-contiguous
             return torch.from_numpy(self.arr.T).permute(2, 1, 0)
