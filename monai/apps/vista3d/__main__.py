@@ -103,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
         p.add_argument("--embed-dim", type=int, default=None,
                        help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
-        p.add_argument("--output-dtype", choices=("float32", "uint8", "int16"), default="float32",
-                       help="voxel type of the saved label maps (default float32, like the bundle)")
+        p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
+                       help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
+                            "fit; float32 writes the bundle's files, 4x the bytes)")
         p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
 
     seg = sub.add_parser("segment", help="segment NIfTI CT images", description="Segment NIfTI CT images.")

@@ -44,7 +44,7 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import Vista3DInputError
-from .io import ImageGeometry, check_output, load_image, output_path, save_label_map
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
 from .pipeline import SegmentationResult, Vista3DPipeline, resolve_device
 from .prompts import Prompt, parse_prompt
 
@@ -222,7 +222,7 @@ class dist_context:
             dist.destroy_process_group()
 
 
-def _prefetch(paths: list[Path], volume_index: int | None, depth: int):
+def _prefetch(paths: list[Path], volume_index: int | None, depth: int, load_options: dict | None = None):
     """Yield ``(path, image, geometry, seconds, error)`` in order, loading ahead on a thread."""
     q: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
@@ -234,7 +234,7 @@ def _prefetch(paths: list[Path], volume_index: int | None, depth: int):
             timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
             try:
                 with timer.stage("load"):
-                    image, geom = load_image(p, volume_index=volume_index)
+                    image, geom = load_image(p, volume_index=volume_index, **(load_options or {}))
                 item = (p, image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
                 item = (p, None, None, timer.timings["load"], e)
@@ -318,7 +318,7 @@ def run_batch(
     *,
     outputs: Sequence[str | os.PathLike] | None = None,
     volume_index: int | None = None,
-    output_dtype: str = "float32",
+    output_dtype: str = DEFAULT_OUTPUT_DTYPE,
     postfix: str = "trans",
     prefetch: int = 1,
     device: str | torch.device | None = None,
@@ -461,8 +461,13 @@ def _segment_all(
         if report is not None:
             report(rec)
 
+    # the built-in pipeline takes a GPU image in its stored type and file order (converted on the GPU); a
+    # segment_fn given by the caller gets float32 as documented
+    load_options = {"dtype": None, "contiguous": False} if segment_fn is None and dev.type != "cpu" else None
     with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=output_dtype) as saver:
-        for i, (_, image, geom, t_load, err) in zip(todo, _prefetch([paths[i] for i in todo], volume_index, prefetch)):
+        for i, (_, image, geom, t_load, err) in zip(
+            todo, _prefetch([paths[i] for i in todo], volume_index, prefetch, load_options)
+        ):
             rec = records[i]
             rec["load_seconds"] = round(t_load, 4)
             timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work

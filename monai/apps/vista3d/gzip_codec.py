@@ -12,7 +12,7 @@
 
 Reading inflates on a background thread (zlib and isal release the GIL), so the consumer's conversion
 overlaps it. Writing compresses independent blocks on a few threads and joins them into one deflate stream
-(as pigz does), the CRC-32 combined from the blocks'. When the optional package ``isal`` (python-isal,
+(as pigz does), the CRC-32 combined from the blocks'. When ``isal`` (python-isal,
 Intel ISA-L) is installed it is used automatically; ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library.
 """
 
@@ -24,6 +24,7 @@ import queue
 import struct
 import threading
 import zlib
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -37,9 +38,12 @@ _BLOCK = 8 << 20  # bytes per independently compressed block when writing
 
 
 def gzip_codec() -> Any:
-    """The zlib-compatible module used for gzip: ``isal.isal_zlib`` when installed, else ``zlib``.
+    """The zlib-compatible module used for gzip: ``isal.isal_zlib`` when it imports, else ``zlib``.
 
-    ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal`` requires isal.
+    isal (python-isal, Intel ISA-L) is installed with the package on the platforms that have its wheels
+    (x86-64 and ARM64 Linux, macOS and Windows); elsewhere, or when it fails to import, the standard library's
+    zlib is used with the same results. ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal``
+    requires isal.
     """
     choice = os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower()
     if choice not in ("auto", "zlib", "isal"):
@@ -47,10 +51,12 @@ def gzip_codec() -> Any:
     if choice == "zlib":
         return zlib
     try:
-        from isal import isal_zlib  # optional: 2-3x faster gzip, same format
-    except ImportError:
+        from isal import isal_zlib  # a requirement where wheels exist: 2-3x faster gzip, same format
+    except (ImportError, OSError) as e:  # not installed, or its compiled library does not load here
         if choice == "isal":
-            raise Vista3DInputError("VISTA3D_GZIP_CODEC=isal but isal is not installed: pip install isal") from None
+            raise Vista3DInputError(
+                f"VISTA3D_GZIP_CODEC=isal but isal cannot be imported ({e}); pip install isal, or unset it."
+            ) from None
         return zlib
     return isal_zlib
 
@@ -59,7 +65,8 @@ def _codec_errors(codec: Any) -> tuple[type[BaseException], ...]:
     return (zlib.error, codec.error, EOFError, OSError)
 
 
-_PIECE = 1 << 20  # compressed bytes per decompress call
+_PIECE = 256 << 10  # compressed bytes read per step
+_OUT = 256 << 10  # most output bytes per decompress call: chunks stay in cache and reuse heap memory
 
 
 class Gunzip:
@@ -102,12 +109,16 @@ class Gunzip:
                                 break
                             d, started = codec.decompressobj(31), False
                         started = True
-                        out = d.decompress(piece)
+                        out = d.decompress(piece, _OUT)
                         if out and not self._put(out):
                             return
-                        piece = d.unused_data if d.eof else b""
-                if started and not d.eof:
-                    raise EOFError("incomplete or truncated stream")
+                        piece = d.unused_data if d.eof else d.unconsumed_tail
+                if started and not d.eof:  # output held back by the size limit, or a truncated stream
+                    out = d.flush()
+                    if out and not self._put(out):
+                        return
+                    if not d.eof:
+                        raise EOFError("incomplete or truncated stream")
             self._put(None)
         except BaseException as e:  # handed to the consumer
             self._put(e)
@@ -175,25 +186,39 @@ def crc32_combine(crc1: int, crc2: int, len2: int, _cache: dict = {}) -> int:  #
     return _gf2_times(_cache[len2], crc1) ^ crc2
 
 
-def write_gzip(f: Any, pieces: list, level: int, threads: int, codec: Any) -> None:
-    """Write ``pieces`` (buffers) to ``f`` as one standard gzip member, compressing blocks in parallel.
+def write_gzip(f: Any, pieces: Sequence[Any], level: int, threads: int, codec: Any) -> None:
+    """Write ``pieces`` to ``f`` as one standard gzip member, compressing blocks in parallel.
 
     Each block is an independent raw deflate stream ended by a sync flush (the last by Z_FINISH), so their
     concatenation is one valid deflate stream; the CRC-32 is combined from per-block CRCs.
+
+    Args:
+        f: binary file open for writing.
+        pieces: buffers, split into blocks of 8 MiB, or callables that return one block's buffer; a callable
+            runs on the compressing thread, so producing the bytes (a cast, a transposition) is parallel too,
+            and an exception it raises propagates here.
+        level: deflate level (isal: 0-3).
+        threads: compressing threads (1: all on the calling thread).
+        codec: ``zlib`` or ``isal.isal_zlib``.
     """
     if codec is not zlib:
         level = min(level, 3)  # ISA-L has levels 0..3 (all compress; 0 is its fastest)
     combine = getattr(codec, "crc32_combine", crc32_combine)
-    blocks: list[memoryview] = []
+    blocks: list[Any] = []
     for piece in pieces:
+        if callable(piece):
+            blocks.append(piece)
+            continue
         mv = memoryview(piece).cast("B")
         blocks.extend(mv[i : i + _BLOCK] for i in range(0, len(mv), _BLOCK))
     last = len(blocks) - 1
 
-    def work(i: int) -> tuple[bytes, int]:
+    def work(i: int) -> tuple[bytes, int, int]:
+        block = blocks[i]
+        data = memoryview(block() if callable(block) else block).cast("B")
         c = codec.compressobj(level, codec.DEFLATED, -15)
-        body = c.compress(blocks[i]) + c.flush(codec.Z_FINISH if i == last else codec.Z_SYNC_FLUSH)
-        return body, codec.crc32(blocks[i])
+        body = c.compress(data) + c.flush(codec.Z_FINISH if i == last else codec.Z_SYNC_FLUSH)
+        return body, codec.crc32(data), len(data)
 
     f.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # gzip header: deflate, no name, mtime 0, OS unknown
     crc, total = 0, 0
@@ -203,10 +228,10 @@ def write_gzip(f: Any, pieces: list, level: int, threads: int, codec: Any) -> No
     else:
         pool, results = None, map(work, range(len(blocks)))
     try:
-        for i, (body, c) in enumerate(results):
+        for i, (body, c, n) in enumerate(results):
             f.write(body)
-            crc = combine(crc, c, len(blocks[i])) if i else c
-            total += len(blocks[i])
+            crc = combine(crc, c, n) if i else c
+            total += n
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

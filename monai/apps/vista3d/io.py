@@ -22,6 +22,7 @@ inflate thread, block-parallel compression, isal when installed).
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -45,6 +46,8 @@ __all__ = [
     "load_image",
     "save_label_map",
     "DEFAULT_COMPRESSLEVEL",
+    "DEFAULT_OUTPUT_DTYPE",
+    "available_cores",
     "output_path",
     "check_output",
 ]
@@ -180,11 +183,11 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
 
 # Block of the F-order -> C-order copy: both sides of a block stay in cache (a plain copy of a 512x512x300
 # volume between the two layouts thrashes the cache and is ~7x slower).
-_TILE = (128, 32, 32)
+_TILE = (32, 16, 32)
 
 
 def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, contiguous: bool) -> None:
-    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in float32, tiled when the layouts differ."""
+    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in ``out``'s type, tiled when the layouts differ."""
     scale = slope is not None and (slope != 1 or (inter or 0) != 0)
     tx, ty, _ = _TILE if contiguous else arr.shape
     nx, ny, _ = arr.shape
@@ -197,8 +200,79 @@ def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, c
                 block += np.float32(inter or 0.0)
 
 
-def _read_voxels(p, hdr, volume_index, contiguous, stream, head):
-    """Checks the header, then reads the chosen volume into a float32 ``[1, X, Y, Z]`` tensor."""
+def _carrier(dtype: np.dtype) -> np.dtype:
+    """The native-order type that carries stored voxels into torch exactly (the stored type where torch has it)."""
+    native = dtype.newbyteorder("=")
+    if native.kind == "u" and native.itemsize >= 2:  # torch has no general uint16/32/64 arithmetic
+        wider = {2: np.int32, 4: np.int64}.get(native.itemsize, np.float64)
+        return np.dtype(wider)
+    if native.kind == "f":
+        return np.dtype(np.float32) if native.itemsize <= 4 else np.dtype(np.float64)
+    if native.kind == "b":
+        return np.dtype(np.uint8)
+    return native
+
+
+class _Sink:
+    """Where the voxels of each finished slab of z-slices go, while the rest of the file is still inflating.
+
+    On the CPU, a float32 result, or a C-contiguous one, is converted slab by slab into ``out`` (float32 with
+    the scaling applied, or the stored values in a type torch has), tiled when the layouts differ. Otherwise
+    the stored values move unchanged (byte order made native) into a ``[Z, Y, X]`` buffer on ``device``; on the
+    CPU that buffer is the inflate buffer itself when nothing needs converting.
+    """
+
+    def __init__(
+        self, arr: np.ndarray, slope: Any, inter: Any, contiguous: bool, stored: bool, device: torch.device,
+        may_alias: bool,
+    ) -> None:
+        self.arr, self.slope, self.inter, self.contiguous = arr, slope, inter, contiguous
+        self.stored = stored
+        shape = arr.shape
+        self.carrier = _carrier(arr.dtype)
+        self.convert = not stored or (device.type == "cpu" and contiguous)
+        if self.convert:
+            kind = self.carrier if stored else np.float32  # stored values are scaled later, by the caller
+            self.out = np.empty(shape, dtype=kind) if contiguous else np.empty(shape[::-1], dtype=kind).T
+            return
+        self.in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
+        if device.type == "cpu":  # numpy's large allocations are backed by huge pages: far fewer page faults
+            self.dest = None if self.in_place else torch.from_numpy(np.empty(shape[::-1], dtype=self.carrier))
+        else:
+            self.dest = torch.empty(shape[::-1], dtype=_torch_dtype(self.carrier), device=device)
+
+    def __call__(self, k0: int, k1: int) -> None:
+        if self.convert:
+            slope = None if self.stored else self.slope
+            _convert(self.out, self.arr, k0, k1, slope, self.inter, self.contiguous)
+            return
+        if self.in_place:
+            return
+        slab = self.arr[:, :, k0:k1].T  # [z, Y, X]: C-contiguous bytes of the file
+        if slab.dtype != self.carrier:
+            slab = slab.astype(self.carrier)
+        self.dest[k0:k1].copy_(torch.from_numpy(slab))
+
+    def result(self) -> torch.Tensor:
+        """``[X, Y, Z]``: what was converted into ``out``; else the carrier type in file order (F-strided)."""
+        if self.convert:
+            return torch.from_numpy(self.out)
+        if self.in_place:  # the inflate buffer, whose [Z, Y, X] view is C-contiguous
+            return torch.from_numpy(self.arr.T).permute(2, 1, 0)
+        return self.dest.permute(2, 1, 0)
+
+
+_TORCH_DTYPES = {np.dtype(k): v for k, v in [
+    (np.uint8, torch.uint8), (np.int8, torch.int8), (np.int16, torch.int16), (np.int32, torch.int32),
+    (np.int64, torch.int64), (np.float32, torch.float32), (np.float64, torch.float64)]}
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return _TORCH_DTYPES[np.dtype(dtype).newbyteorder("=")]
+
+
+def _read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
+    """Checks the header, then reads the chosen volume: ``[X, Y, Z]`` tensor (see :class:`_Sink`)."""
     shape = tuple(int(s) for s in hdr.get_data_shape())
     spatial, vol = _spatial_shape(shape, volume_index, p)
     affine = _check_geometry(hdr, shape, p)
@@ -206,63 +280,81 @@ def _read_voxels(p, hdr, volume_index, contiguous, stream, head):
     if dtype.kind not in "biuf":
         raise Vista3DInputError(f"{p}: voxel type {dtype} is not supported (complex or RGB); convert to a scalar type.")
     slope, inter = hdr.get_slope_inter()
+    scaled = slope is not None and (slope != 1 or (inter or 0) != 0)
     n3 = int(np.prod(spatial))
     nbytes = n3 * dtype.itemsize
     begin = int(hdr.get_data_offset()) + vol * nbytes
-    out = np.empty(spatial, dtype=np.float32) if contiguous else np.empty(spatial[::-1], dtype=np.float32).T
     slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
+    stored = stored or device.type != "cpu"  # an accelerator gets the stored values and converts them itself
     if stream is None:  # uncompressed: map the file read-only and cast straight from the page cache
         size = p.stat().st_size
         if size < begin + nbytes:
             raise Vista3DInputError(f"{p}: truncated: the header needs {begin + nbytes} bytes, the file has {size}.")
-        arr = np.memmap(p, dtype=dtype, mode="r", offset=begin, shape=spatial, order="F")
+        # copy-on-write mapping: writable views for torch, nothing ever written back to the file
+        arr = np.memmap(p, dtype=dtype, mode="c", offset=begin, shape=spatial, order="F")
+        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=False)  # never a view of the file
         for k in range(0, spatial[2], _TILE[2]):
-            _convert(out, arr, k, min(k + _TILE[2], spatial[2]), slope, inter, contiguous)
+            sink(k, min(k + _TILE[2], spatial[2]))
         del arr
-    else:  # gzip: copy decompressed chunks into place, convert every complete slab of z-slices
-        raw = bytearray(nbytes)
-        arr = np.frombuffer(raw, dtype=dtype).reshape(spatial, order="F")
-        mv = memoryview(raw)
-        pos, done = 0, 0  # bytes of this volume received; z-slices converted
+    else:  # gzip: copy decompressed chunks into place, hand on every complete slab of z-slices
+        # numpy memory (huge pages: a bytearray's page faults cost ~6x more) and numpy copies, which release the
+        # GIL so that inflating goes on meanwhile
+        dst = np.empty(nbytes, dtype=np.uint8)
+        arr = dst.view(dtype).reshape(spatial, order="F")
+        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
+        pos, done = 0, 0  # bytes of this volume received; z-slices handed on
         pending = [bytes(head)]
         skip = begin  # stream bytes before this volume's voxels
         for chunk in itertools.chain(pending, stream):
             if skip >= len(chunk):
                 skip -= len(chunk)
                 continue
-            piece = memoryview(chunk)[skip:]
+            piece = np.frombuffer(chunk, dtype=np.uint8)[skip:]
             skip = 0
             take = min(len(piece), nbytes - pos)
-            mv[pos : pos + take] = piece[:take]
+            dst[pos : pos + take] = piece[:take]
             pos += take
             ready = pos // slice_bytes
             if ready - done >= _TILE[2] or (ready == spatial[2] and ready > done):
-                _convert(out, arr, done, ready, slope, inter, contiguous)
+                sink(done, ready)
                 done = ready
         if pos < nbytes:
             raise Vista3DInputError(
                 f"{p}: truncated: the header needs {begin + nbytes} bytes after decompression, "
                 f"the file has {begin + pos}."
             )
-        del arr, mv, raw
-    return torch.from_numpy(out)[None], spatial, affine, dtype
+        del dst
+    image = sink.result()
+    if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
+        image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
+    return image, spatial, affine, dtype
 
 
 def load_image(
-    path: str | os.PathLike, volume_index: int | None = None, *, contiguous: bool = True
+    path: str | os.PathLike,
+    volume_index: int | None = None,
+    *,
+    contiguous: bool = True,
+    dtype: torch.dtype | None = torch.float32,
+    device: str | torch.device | None = None,
 ) -> tuple[torch.Tensor, ImageGeometry]:
-    """Read a NIfTI volume as a float32 tensor.
+    """Read a NIfTI volume as a tensor (float32 by default).
 
     Args:
         path: a ``.nii`` or ``.nii.gz`` file, any orientation, on-disk dtype and byte order.
         volume_index: for a 4D file, which volume to read (required when there are several).
-        contiguous: return a C-contiguous tensor (default). ``False`` returns a Fortran-strided view
-            ``[1, X, Y, Z]`` (strides ``(N, 1, X, X*Y)``) in the file's own layout, which skips a re-layout
-            pass (~0.3 s at 512x512x300 on one CPU core) when the next step copies the data anyway.
+        contiguous: return a C-contiguous tensor (default). ``False`` returns ``[1, X, Y, Z]`` in the file's own
+            layout (strides ``(N, 1, X, X*Y)``), which skips a re-layout pass (~0.15 s at 512x512x200 on one CPU
+            core) when the next step copies or resamples the data anyway.
+        dtype: the result's floating type; ``None`` keeps the stored values in their own type (int16 for a CT;
+            uint16/uint32 widened to int32/int64, float16 to float32) so that a consumer converts them where it
+            computes. Files with ``scl_slope``/``scl_inter`` scaling are always returned as float32 (or ``dtype``).
+        device: where the tensor is returned (``None``: the CPU). On an accelerator, each slab of z-slices is
+            copied in its stored type while the rest of the file is inflating, and converted there.
 
     Returns:
-        ``(image, geometry)``: ``image`` is ``[1, X, Y, Z]`` float32 (voxel axes as on disk, scl_slope and
-        scl_inter applied), ``geometry`` the :class:`ImageGeometry` needed to save a result on the same grid.
+        ``(image, geometry)``: ``image`` is ``[1, X, Y, Z]`` (voxel axes as on disk, scl_slope and scl_inter
+        applied), ``geometry`` the :class:`ImageGeometry` needed to save a result on the same grid.
 
     Raises:
         Vista3DInputError: missing or unreadable file, not NIfTI, corrupt or truncated gzip, 2D image, 4D image
@@ -270,6 +362,9 @@ def load_image(
 
     Spatial unit 'unknown' (``xyzt_units`` 0) is read as mm, as nibabel and MONAI do.
     """
+    if dtype is not None and not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating type or None (the stored type), got {dtype}")
+    dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
     if not p.exists():
         raise Vista3DInputError(f"{p}: no such file; check the path.")
@@ -289,16 +384,22 @@ def load_image(
             hdr = _header_from_bytes(bytes(head), p)
         else:
             hdr = _header_from_bytes(start, p)
-        image, spatial, affine, dtype = _read_voxels(p, hdr, volume_index, contiguous, stream, head if stream else None)
+        image, spatial, affine, disk_dtype = _read_voxels(
+            p, hdr, volume_index, contiguous, stream, head if stream else None, dtype is None, dev
+        )
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
     finally:
         if stream is not None:
             stream.close()
-    if dtype.kind == "f":  # integers times nibabel's (finite) slope cannot be NaN/Inf
-        # A finite float32 sum proves every voxel finite in one fast pass; count only when it is not.
+    if dtype is not None and image.dtype != dtype:
+        image = image.to(dtype)
+    if contiguous:
+        image = image.contiguous()
+    if disk_dtype.kind == "f":  # integers times nibabel's (finite) slope cannot be NaN/Inf
+        # A finite sum proves every voxel finite in one fast pass; count only when it is not.
         n_bad = 0
-        if not math.isfinite(float(image.sum())):
+        if not math.isfinite(float(image.sum(dtype=torch.float64 if image.dtype == torch.float64 else None))):
             n_bad = image.numel() - int(torch.isfinite(image).sum())
         if n_bad:
             n_nan = int(torch.isnan(image).sum())
@@ -307,9 +408,9 @@ def load_image(
                 "replace them (e.g. with the background value) before segmenting."
             )
     geometry = ImageGeometry(
-        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(dtype)
+        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype)
     )
-    return image, geometry
+    return image[None], geometry
 
 
 # ------------------------------------------------------------------------------------------------ save
@@ -361,10 +462,96 @@ def _same_file(a: pathlib.Path, b: str | None) -> bool:
         return False
 
 
-def _as_label_array(labels: Any, geometry: ImageGeometry) -> np.ndarray:
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+#: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
+_DEVICE_DTYPES = {"uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32, "float32": torch.float32,
+                  "float64": torch.float64}
+_SLAB_BYTES = 16 << 20  # most output bytes per slab of z-slices (one compression block each)
+_SAVE_TILE = (16, 64)  # (x, y) extent of the tiles of the transposing cast; every z of the slab at once
+
+
+def _fits(src_dtype: np.dtype, dtype: np.dtype) -> bool:
+    """Whether every value of ``src_dtype`` is exactly representable in ``dtype`` (no range check needed)."""
+    return dtype.kind == "f" or src_dtype.kind == "b" or (src_dtype.kind in "iu" and np.can_cast(src_dtype, dtype))
+
+
+def _tensor_fits(src: torch.dtype, dtype: np.dtype) -> bool:
+    """:func:`_fits` for a torch dtype."""
+    if dtype.kind == "f" or src == torch.bool:
+        return True
+    if src.is_floating_point or src.is_complex:
+        return False
+    info, lim = torch.iinfo(src), np.iinfo(dtype)
+    return info.min >= lim.min and info.max <= lim.max
+
+
+def _range_error(amin: Any, amax: Any, dtype: np.dtype) -> Vista3DInputError:
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    return Vista3DInputError(
+        f"label ids span [{float(amin):g}, {float(amax):g}], which does not fit {dtype.name} [{lo}, {hi}] (the output "
+        "dtype); save as int16 or float32 instead (--output-dtype, or dtype= of save_label_map)."
+    )
+
+
+def _check_values(values: Any, dtype: np.dtype) -> None:
+    """Raise when ``values`` (array or tensor) hold a label that ``dtype`` cannot represent."""
+    if isinstance(values, torch.Tensor):
+        amin, amax = (float(v) for v in torch.aminmax(values))
+    else:
+        amin, amax = float(values.min()), float(values.max())
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    if not (math.isfinite(amin) and math.isfinite(amax)) or amin < lo or amax > hi:
+        raise _range_error(amin, amax, dtype)
+
+
+def _file_order_slab(arr: np.ndarray, k0: int, k1: int, dtype: np.dtype, check: bool) -> np.ndarray:
+    """z-slices ``k0:k1`` of ``arr`` ``[X, Y, Z]`` as ``dtype`` in NIfTI order: a C-contiguous ``[k1-k0, Y, X]``.
+
+    A slab that is already in file order is cast in one linear pass (or returned as a view); otherwise the
+    transposing cast runs tile by tile, so that both sides of a tile stay in cache (a plain transposing copy of
+    a 512x512x200 volume is ~4x slower).
+    """
+    src = arr[:, :, k0:k1]
+    if check:
+        _check_values(src, dtype)
+    t = src.T
+    if t.flags.c_contiguous:
+        return t if t.dtype == dtype else t.astype(dtype)
+    out = np.empty(t.shape, dtype=dtype)
+    tx, ty = _SAVE_TILE
+    nx, ny = src.shape[0], src.shape[1]
+    for j in range(0, ny, ty):
+        for i in range(0, nx, tx):
+            np.copyto(out[:, j : j + ty, i : i + tx], t[:, j : j + ty, i : i + tx], casting="unsafe")
+    return out
+
+
+def _label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
+    """The label map as an ``[X, Y, Z]`` array, and whether its values still need a range check for ``dtype``.
+
+    A tensor on an accelerator is checked, cast to ``dtype`` and laid out in file order there, so that only the
+    output bytes cross to the host and the host-side slabs are views.
+    """
     if isinstance(labels, torch.Tensor):
-        labels = labels.detach().cpu().numpy()
+        t = labels.detach()
+        if t.ndim == 4 and t.shape[0] == 1:
+            t = t[0]
+        if t.device.type != "cpu" and dtype.name in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
+            if not _tensor_fits(t.dtype, dtype):
+                _check_values(t, dtype)
+            fo = t.to(_DEVICE_DTYPES[dtype.name]).permute(2, 1, 0).contiguous().cpu()
+            return fo.numpy().T, False
+        labels = t.cpu().numpy()
     arr = np.asarray(labels)
+    if arr.dtype.kind not in "biuf":
+        raise Vista3DInputError(f"label map of type {arr.dtype} cannot be saved; give integer or float label ids.")
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
     if tuple(arr.shape) != tuple(geometry.spatial_shape):
@@ -372,31 +559,23 @@ def _as_label_array(labels: Any, geometry: ImageGeometry) -> np.ndarray:
             f"label map shape {tuple(arr.shape)} does not match the input grid {tuple(geometry.spatial_shape)}; "
             "invert the preprocessing (orientation, crop, resampling) before saving."
         )
-    return arr
-
-
-def _check_range(arr: np.ndarray, dtype: np.dtype) -> None:
-    if dtype.kind not in "iu" or (arr.dtype.kind in "iu" and np.can_cast(arr.dtype, dtype)):
-        return
-    if arr.dtype.kind == "b":
-        return
-    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
-    amin, amax = arr.min(), arr.max()
-    if not (np.isfinite(amin) and np.isfinite(amax)) or amin < lo or amax > hi:
-        raise Vista3DInputError(
-            f"label values span [{amin}, {amax}], which does not fit {dtype} [{lo}, {hi}]; "
-            "choose a wider output dtype (e.g. float32 or int16)."
-        )
+    check = not _fits(arr.dtype, dtype)
+    if check and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        _check_values(arr, dtype)  # one linear pass; slabs of a strided array are checked one by one
+        check = False
+    return arr, check
 
 
 _OUTPUT_DTYPES = ("uint8", "int16", "uint16", "int32", "float32", "float64")
+#: the label map dtype on disk when none is given: every VISTA3D label id (0-132) and the 255 sentinel fit
+DEFAULT_OUTPUT_DTYPE = "uint8"
 
 
 def save_label_map(
     labels: torch.Tensor | np.ndarray,
     geometry: ImageGeometry,
     path: str | os.PathLike,
-    dtype: str = "float32",
+    dtype: str = DEFAULT_OUTPUT_DTYPE,
     compresslevel: int | None = None,
     *,
     threads: int | None = None,
@@ -408,19 +587,24 @@ def save_label_map(
     name in the same folder, flushed to disk and renamed, so a crash never leaves a partial file under
     ``path``; the input file is never touched.
 
+    The voxels are cast and laid out in file order slab by slab of z-slices, each slab compressed as one block
+    on ``threads`` threads (one standard gzip stream). A label map on a GPU is cast and transposed there and
+    only the output bytes are copied to the host.
+
     Args:
-        labels: ``[X, Y, Z]`` or ``[1, X, Y, Z]`` tensor or array on the input grid.
+        labels: ``[X, Y, Z]`` or ``[1, X, Y, Z]`` tensor (any device) or array on the input grid.
         geometry: the input's geometry from :func:`load_image`.
         path: ``.nii.gz`` (gzip) or ``.nii``; missing parent folders are created.
-        dtype: one of uint8, int16, uint16, int32, float32 (the bundle's choice), float64.
+        dtype: one of uint8 (the default: label ids 0-132 and the 255 sentinel fit), int16, uint16, int32,
+            float32 (what the VISTA3D bundle writes), float64.
         compresslevel: gzip level 0-9 (``None``: :data:`DEFAULT_COMPRESSLEVEL`); with isal, 1-3 map to its levels.
-        threads: compression threads (``None``: up to 4, never more than the CPU count).
+        threads: compression threads (``None``: one per available core).
 
     Returns:
         The path written.
 
     Raises:
-        Vista3DInputError: wrong shape, values that do not fit ``dtype``, unknown ``dtype`` or suffix.
+        Vista3DInputError: wrong shape, label ids that do not fit ``dtype``, unknown ``dtype`` or suffix.
         Vista3DOutputError: the output is the input file, or its folder cannot be created or written.
     """
     p = pathlib.Path(path)
@@ -435,14 +619,17 @@ def save_label_map(
     if not 0 <= level <= 9:
         raise Vista3DInputError(f"compresslevel {compresslevel} out of range; use 0 (none) to 9 (smallest).")
     out_dtype = np.dtype(dtype).newbyteorder("<")
-    arr = _as_label_array(labels, geometry)
-    _check_range(arr, out_dtype)
+    arr, check = _label_source(labels, geometry, out_dtype)
     hdr = _output_header(geometry, arr.shape, out_dtype)
     head = _header_bytes(hdr)
-    # One pass: cast and lay out in NIfTI (Fortran) order; .T of a Fortran array is C-contiguous bytes.
-    data = np.asarray(arr, dtype=out_dtype, order="F").T
-    if threads is None:
-        threads = min(4, os.cpu_count() or 1)
+    threads = available_cores() if threads is None else max(1, int(threads))
+    nx, ny, nz = arr.shape
+    slice_bytes = max(1, nx * ny * out_dtype.itemsize)
+    # big slabs amortise the tile loop; at least two per thread so that every core has work
+    step = max(1, min(_SLAB_BYTES // slice_bytes, math.ceil(nz / (2 * threads))))
+    slabs = [
+        functools.partial(_file_order_slab, arr, k, min(k + step, nz), out_dtype, check) for k in range(0, nz, step)
+    ]
 
     parent = p.parent
     try:
@@ -457,10 +644,11 @@ def save_label_map(
             if name.endswith(".gz"):
                 # ISA-L's level 0 still compresses; a stored (level 0) stream comes from zlib
                 codec = gzip_codec() if level > 0 else zlib
-                write_gzip(f, [head, data], level, max(1, int(threads)), codec)
+                write_gzip(f, [head, *slabs], level, threads, codec)
             else:
                 f.write(head)
-                f.write(memoryview(data).cast("B"))
+                for slab in slabs:
+                    f.write(memoryview(slab()).cast("B"))
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
@@ -483,7 +671,6 @@ def save_label_map(
     except OSError:
         pass
     return p
-
 
 
 def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:

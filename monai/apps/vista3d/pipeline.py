@@ -45,7 +45,7 @@ from monai.networks.kernels.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
-from .io import ImageGeometry, check_output, load_image, output_path, save_label_map
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
 from .labels import bundle_config, special_point_labels
 from .postprocess import logits_to_labels
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
@@ -213,7 +213,8 @@ class Vista3DPipeline:
         timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
-        output_dtype: ``"float32"`` (the bundle's), ``"uint8"`` or ``"int16"`` for saved label maps.
+        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
+            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
         warn_random: warn when the network has random weights.
         streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
             holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
@@ -238,7 +239,7 @@ class Vista3DPipeline:
         timing: bool = True,
         network_kwargs: dict | None = None,
         resample_dtype: torch.dtype = torch.float32,
-        output_dtype: str = "float32",
+        output_dtype: str = DEFAULT_OUTPUT_DTYPE,
         warn_random: bool = True,
         streaming: bool = True,
         fuse: bool = True,
@@ -293,14 +294,29 @@ class Vista3DPipeline:
 
     # ----------------------------------------------------------------------------------------------- stages
     def load(self, path: str | os.PathLike, volume_index: int | None = None) -> tuple[torch.Tensor, ImageGeometry]:
-        """Read a NIfTI file: ``([1, X, Y, Z] float32 HU, ImageGeometry)`` (see :func:`~.io.load_image`)."""
-        return load_image(path, volume_index=volume_index)
+        """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
+
+        On the CPU the image is float32 and C-contiguous (converted slab by slab while the file inflates). On an
+        accelerator the voxels keep their stored type (int16 for a CT) and the file's layout, so only the stored
+        bytes cross, slab by slab while the file inflates, and :meth:`preprocess` converts them there (see
+        :func:`~.io.load_image`).
+        """
+        return load_image(path, volume_index=volume_index, device=self.device, **self.load_options())
+
+    def load_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`~.io.load_image` for this pipeline's device (a prefetching loader uses them).
+
+        An accelerator gets the stored values in file order and converts them itself (fast there); on the CPU the
+        file is converted to float32 in C order while it inflates, since resampling a strided image there is slow.
+        """
+        return {} if self.device.type == "cpu" else {"dtype": None, "contiguous": False}
 
     def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
         x = torch.as_tensor(image).to(self.device, non_blocking=True)
         if not x.dtype.is_floating_point:
             x = x.float()
+        x = x.contiguous()  # a file-order image (see load) is re-laid out here; resampling strided data is slow
         cfg = bundle_config()["preprocessing"]
         sir = cfg["scale_intensity_range"]
         return preprocess(
@@ -481,7 +497,7 @@ class Vista3DPipeline:
 
     def save(self, labels: torch.Tensor, geometry: ImageGeometry, path: str | os.PathLike) -> Path:
         """Write the label map with the input's affine and header (atomically), as ``output_dtype``."""
-        return Path(save_label_map(labels.cpu(), geometry, path, dtype=self.output_dtype))
+        return Path(save_label_map(labels, geometry, path, dtype=self.output_dtype))  # a GPU map is cast there
 
     def warm_up(self, sw_batch_size: int, label_ids: Sequence[int]) -> None:
         """One network call on a batch of blank windows: backends pick their kernels per input shape."""

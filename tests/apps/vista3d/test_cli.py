@@ -75,8 +75,8 @@ class TestSegmentCli(unittest.TestCase):
         res = nib.load(path)
         self.assertEqual(res.shape, self.img.shape)
         np.testing.assert_allclose(res.affine, nib.load(self.src).affine)
-        self.assertEqual(res.get_data_dtype(), np.float32)
-        self.assertTrue(set(np.unique(np.asarray(res.dataobj)).tolist()) <= {0.0, 1.0, 3.0})
+        self.assertEqual(res.get_data_dtype(), np.uint8)  # the default output dtype
+        self.assertTrue(set(np.unique(np.asarray(res.dataobj)).tolist()) <= {0, 1, 3})
         # again: the finished output is skipped and left as it is; --overwrite redoes it, and the same seed gives
         # the same labels
         written = path.read_bytes()
@@ -88,10 +88,10 @@ class TestSegmentCli(unittest.TestCase):
         self.assertEqual(json.loads((out_dir / "summary.json").read_text())["skipped"], 1)
         before = np.asarray(res.dataobj).copy()
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY, "--overwrite",
-                                 "--output-dtype", "uint8"])
+                                 "--output-dtype", "float32"])
         self.assertEqual(code, 0, err)
         again = nib.load(path)
-        self.assertEqual(again.get_data_dtype(), np.uint8)
+        self.assertEqual(again.get_data_dtype(), np.float32)  # the bundle's files
         np.testing.assert_array_equal(np.asarray(again.dataobj), before)
 
     def test_input_list_and_folder(self):

@@ -25,6 +25,7 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d import gzip_codec as gz
+from monai.apps.vista3d import io as vio
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.io import load_image, save_label_map
 from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom
@@ -57,10 +58,11 @@ class TestCodecs(unittest.TestCase):
             image, _ = load_image(self.src)
             torch.testing.assert_close(image, self.image, rtol=0, atol=0)
             # several blocks and threads: force small blocks so the CRC combination is exercised
-            with mock.patch.object(gz, "_BLOCK", 4096):
+            with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(vio, "_SLAB_BYTES", 4096):
                 for level, threads in [(1, 1), (1, 3), (6, 2), (0, 2)]:
                     out = save_label_map(
-                        self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level, threads=threads
+                        self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level,
+                        threads=threads,
                     )
                     raw = gzip.decompress(out.read_bytes())  # the standard library checks CRC and length
                     back = nib.load(out)
@@ -76,6 +78,43 @@ class TestCodecs(unittest.TestCase):
         a, b = os.urandom(1000), os.urandom(777)
         self.assertEqual(gz.crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)), zlib.crc32(a + b))
         self.assertEqual(gz.crc32_combine(zlib.crc32(a), zlib.crc32(b""), 0), zlib.crc32(a))
+
+    def test_write_gzip_callable_blocks(self):
+        bufs = [b"head", np.arange(5000, dtype=np.int16), lambda: np.full(3000, 7, np.uint8), lambda: b"", b"tail"]
+        expected = b"head" + bufs[1].tobytes() + bytes([7] * 3000) + b"tail"
+        for threads in (1, 3):
+            out = __import__("io").BytesIO()
+            with mock.patch.object(gz, "_BLOCK", 1000):
+                gz.write_gzip(out, bufs, 1, threads, zlib)
+            self.assertEqual(gzip.decompress(out.getvalue()), expected)
+
+    def test_write_gzip_block_error_propagates(self):
+        def bad():
+            raise Vista3DInputError("label ids do not fit")
+
+        for threads in (1, 2):
+            with self.assertRaisesRegex(Vista3DInputError, "do not fit"):
+                gz.write_gzip(__import__("io").BytesIO(), [b"x" * 10, bad, b"y"], 1, threads, zlib)
+
+    @parameterized.expand([("missing", ImportError("No module named 'isal'")), ("broken", OSError("bad ELF"))])
+    def test_isal_import_falls_back_to_zlib(self, _, error):
+        real_import = __import__
+
+        def fake_import(name, *args, **kwargs):
+            if name == "isal" or name.startswith("isal."):
+                raise error
+            return real_import(name, *args, **kwargs)
+
+        with mock.patch("builtins.__import__", fake_import):
+            with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": "auto"}):
+                self.assertIs(gz.gzip_codec(), zlib)
+                out = save_label_map(self.labels, self.geom, self.tmp / "fallback.nii.gz", threads=2)
+                image, _ = load_image(self.src)
+            with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": "isal"}):
+                with self.assertRaisesRegex(Vista3DInputError, "isal cannot be imported"):
+                    gz.gzip_codec()
+        np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), self.labels)
+        torch.testing.assert_close(image, self.image, rtol=0, atol=0)
 
     def test_bad_codec_choice(self):
         with mock.patch.dict(os.environ, {"VISTA3D_GZIP_CODEC": "lz4"}):

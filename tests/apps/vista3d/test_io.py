@@ -388,5 +388,150 @@ class TestLayout(TempDirCase):
         torch.testing.assert_close(image, self.image, rtol=0, atol=0)
 
 
+# (name, numpy array written by nibabel, suffix, header edits, torch dtype of load_image(dtype=None))
+STORED_CASES = [
+    ("int16_gz", np.int16, ".nii.gz", {}, torch.int16),
+    ("int16_nii", np.int16, ".nii", {}, torch.int16),
+    ("int16_big_endian", np.int16, ".nii", {"endianness": ">"}, torch.int16),
+    ("uint8", np.uint8, ".nii.gz", {}, torch.uint8),
+    ("uint16_widened", np.uint16, ".nii.gz", {}, torch.int32),
+    ("float32", np.float32, ".nii.gz", {}, torch.float32),
+    ("float64", np.float64, ".nii", {}, torch.float64),
+    ("scaled_int16", np.int16, ".nii", {"scl_slope": 0.5, "scl_inter": -3.0}, torch.float32),
+]
+
+
+class TestStoredLoad(TempDirCase):
+    """``load_image(dtype=None)``: the stored values in the file's layout, for conversion where they are used."""
+
+    def _write(self, dtype, suffix, edits):
+        rng = np.random.default_rng(3)
+        data = rng.integers(0, 200, size=(23, 17, 70)).astype(dtype)  # > one slab of z-slices
+        path = self.tmp / f"img{suffix}"
+        nib.save(nib.Nifti1Image(data, np.diag([0.8, 0.9, 2.0, 1.0])), self.tmp / "img.nii")
+        if edits:
+            _patch_header(self.tmp / "img.nii", **edits)
+        if suffix == ".nii.gz":
+            path.write_bytes(gzip.compress((self.tmp / "img.nii").read_bytes(), 1))
+        return path
+
+    @parameterized.expand(STORED_CASES)
+    def test_stored_values_and_layout(self, _, dtype, suffix, edits, expected):
+        path = self._write(dtype, suffix, edits)
+        ref = nib.load(path).get_fdata()
+        image, geom = load_image(path, dtype=None, contiguous=False)
+        self.assertEqual(image.dtype, expected)
+        self.assertEqual(tuple(image.shape), (1, 23, 17, 70))
+        self.assertEqual(image.stride()[1:], (1, 23, 23 * 17))  # the file's own layout: no transposition
+        np.testing.assert_allclose(image[0].double().numpy(), ref, rtol=1e-6)
+        image[0, 0, 0, 0] = 1  # writable; never the file's pages
+        self.assertEqual(nib.load(path).get_fdata()[0, 0, 0], ref[0, 0, 0])
+        c_order, _ = load_image(path, dtype=None)
+        self.assertTrue(c_order.is_contiguous())
+        np.testing.assert_allclose(c_order[0].double().numpy(), ref, rtol=1e-6)
+        f64, _ = load_image(path, dtype=torch.float64, device="cpu")
+        self.assertEqual(f64.dtype, torch.float64)
+        np.testing.assert_allclose(f64[0].numpy(), ref, rtol=1e-6)
+        self.assertEqual(geom.spatial_shape, (23, 17, 70))
+
+    def test_integer_dtype_refused(self):
+        path = self._write(np.int16, ".nii.gz", {})
+        with self.assertRaisesRegex(ValueError, "floating type or None"):
+            load_image(path, dtype=torch.int16)
+
+    def test_accelerator_branch_on_meta(self):
+        # the branch that copies slabs to a device, run on the data-less "meta" device (no GPU here)
+        path = self._write(np.int16, ".nii.gz", {})
+        for dtype, expected in ((None, torch.int16), (torch.float32, torch.float32)):
+            image, geom = load_image(path, dtype=dtype, contiguous=dtype is not None, device="meta")
+            self.assertEqual((image.device.type, image.dtype, tuple(image.shape)), ("meta", expected, (1, 23, 17, 70)))
+        self.assertEqual(geom.spatial_shape, (23, 17, 70))
+
+    @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
+    def test_to_cuda(self):
+        path = self._write(np.int16, ".nii.gz", {"scl_slope": 2.0, "scl_inter": 1.0})
+        ref = nib.load(path).get_fdata()
+        for dtype in (None, torch.float32):
+            image, _ = load_image(path, dtype=dtype, contiguous=False, device="cuda")
+            self.assertEqual(image.device.type, "cuda")
+            np.testing.assert_allclose(image[0].double().cpu().numpy(), ref, rtol=1e-6)
+
+
+def _header_fields_kept(testcase, back, ref):
+    """Every header field of ``ref`` is in ``back``, except those that describe the voxel values."""
+    changed = {"datatype", "bitpix", "scl_slope", "scl_inter", "cal_min", "cal_max", "vox_offset", "dim", "glmax",
+               "glmin"}
+    for key in ref.header.keys():
+        if key not in changed:
+            np.testing.assert_array_equal(back.header[key], ref.header[key], err_msg=key)
+    testcase.assertEqual(tuple(back.header["dim"][1:4]), tuple(ref.header["dim"][1:4]))
+
+
+class TestSaveLabelMap(TempDirCase):
+    """Slab-parallel writing: any source layout and dtype, every output dtype, equal to the labels in memory."""
+
+    def setUp(self):
+        super().setUp()
+        self.src = write_phantom(self.tmp / "ct.nii.gz", (30, 26, 41), (0.78, 0.78, 2.0), seed=4, orientation="LPS")
+        self.ref = nib.load(self.src)
+        _, self.geom = load_image(self.src)
+        labels = make_phantom_labels((30, 26, 41), (0.78, 0.78, 2.0), seed=4).astype(np.int16)
+        labels[0, 0, -1] = 255  # the sentinel of voxels no window reached
+        self.labels = labels
+
+    @parameterized.expand(
+        [(dt, layout, threads) for dt in ("uint8", "int16", "uint16", "int32", "float32", "float64")
+         for layout, threads in [("c_int16", 1), ("f_int16", 3), ("strided", 2), ("c_float32", 2), ("tensor", 3)]]
+    )
+    def test_every_dtype_and_layout(self, dtype, layout, threads):
+        src = {
+            "c_int16": self.labels,
+            "f_int16": np.asfortranarray(self.labels),
+            "strided": np.pad(self.labels, ((0, 0), (0, 0), (0, 5)))[:, :, :41],
+            "c_float32": self.labels.astype(np.float32),
+            "tensor": torch.from_numpy(self.labels)[None],
+        }[layout]
+        with mock.patch.object(vio, "_SLAB_BYTES", 2000):  # several slabs, so several blocks and threads
+            out = save_label_map(src, self.geom, self.tmp / "out" / f"seg_{dtype}.nii.gz", dtype, threads=threads)
+        back = nib.load(out)
+        self.assertEqual(back.get_data_dtype(), np.dtype(dtype))
+        np.testing.assert_array_equal(np.asanyarray(back.dataobj), self.labels)
+        np.testing.assert_array_equal(back.affine, self.ref.affine)
+        _header_fields_kept(self, back, self.ref)
+        self.assertEqual((back.dataobj.slope, back.dataobj.inter), (1.0, 0.0))
+
+    def test_default_is_uint8(self):
+        out = save_label_map(self.labels, self.geom, self.tmp / "seg.nii.gz")
+        self.assertEqual(nib.load(out).get_data_dtype(), np.uint8)
+        self.assertEqual(vio.DEFAULT_OUTPUT_DTYPE, "uint8")
+        np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), self.labels)
+
+    @parameterized.expand([("contiguous", lambda a: a), ("strided", lambda a: a[:, :, ::-1])])
+    def test_label_that_does_not_fit(self, _, view):
+        labels = self.labels.copy()
+        labels[3, 4, 40] = 300  # in the last slab
+        target = self.tmp / "seg.nii.gz"
+        target.write_bytes(b"previous")
+        with mock.patch.object(vio, "_SLAB_BYTES", 2000):
+            msg = r"\[0, 300\].*does not fit uint8 \[0, 255\].*int16 or float32"
+            with self.assertRaisesRegex(Vista3DInputError, msg):
+                save_label_map(view(labels), self.geom, target, "uint8", threads=2)
+        self.assertEqual(target.read_bytes(), b"previous")
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["ct.nii.gz", "seg.nii.gz"])  # no temporary
+
+    def test_threads_default_to_the_cores(self):
+        self.assertGreaterEqual(vio.available_cores(), 1)
+        self.assertLessEqual(vio.available_cores(), os.cpu_count())
+
+    @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
+    def test_cuda_labels(self):
+        for dtype in ("uint8", "float32"):
+            out = save_label_map(torch.from_numpy(self.labels).cuda(), self.geom, self.tmp / "g.nii.gz", dtype)
+            np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), self.labels)
+        bad = torch.from_numpy(self.labels).cuda() + 300
+        with self.assertRaisesRegex(Vista3DInputError, "does not fit uint8"):
+            save_label_map(bad, self.geom, self.tmp / "g.nii.gz", "uint8")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -23,6 +23,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.errors import EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
+from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.pipeline import Vista3DPipeline
 from monai.inferers import plan_sliding_windows
 from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
@@ -121,7 +122,7 @@ class TestPipelineStub(unittest.TestCase):
                 self.assertEqual(res.shape, img.shape)
                 np.testing.assert_allclose(res.affine, nib.load(src).affine, atol=1e-6)
                 self.assertEqual(int(res.header["sform_code"]), 2)
-                self.assertEqual(res.get_data_dtype(), np.float32)
+                self.assertEqual(res.get_data_dtype(), np.uint8)  # the default: label ids and 255 fit
                 lab = np.asarray(res.dataobj)
                 self.assertTrue((lab[inside(world, LIVER, -3.5)] == 1).all())
                 self.assertTrue((lab[inside(world, SPLEEN, -3.5)] == 3).all())
@@ -130,9 +131,11 @@ class TestPipelineStub(unittest.TestCase):
                     self.assertIn(key, result.timings)
                 with self.assertRaisesRegex(Vista3DOutputError, "overwrite=True"):
                     pipe.segment_file(src, Path(tmp) / "out", classes=[1])
-                u8 = _pipe(StubVista(HU), output_dtype="uint8").segment_file(
-                    src, Path(tmp) / "out", classes=[1], overwrite=True)
-                self.assertEqual(nib.load(u8.output).get_data_dtype(), np.uint8)
+                f32 = _pipe(StubVista(HU), output_dtype="float32").segment_file(
+                    src, Path(tmp) / "out", classes=[1, "spleen"], overwrite=True)
+                back = nib.load(f32.output)
+                self.assertEqual(back.get_data_dtype(), np.float32)  # the bundle's files
+                np.testing.assert_array_equal(np.asarray(back.dataobj), lab)
 
     def test_batch_driver_runs_the_pipeline(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +167,28 @@ NIB_DATA = Path(nib.__file__).parent / "tests" / "data"
 
 
 @unittest.skipUnless((NIB_DATA / "anatomical.nii").is_file(), "nibabel's test data is not installed")
+class TestPipelineLoad(unittest.TestCase):
+    def test_stored_type_for_an_accelerator(self):
+        img, aff, _ = phantom((40, 36, 30), np.eye(3), (1.0, 1.0, 1.5))
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(img.astype(np.int16), aff), src)
+            pipe = _pipe(StubVista(HU))
+            on_cpu, _ = pipe.load(src)  # the CPU: float32, C order
+            self.assertEqual((on_cpu.dtype, on_cpu.is_contiguous()), (torch.float32, True))
+            x, _ = pipe.preprocess(on_cpu, aff)
+            # an accelerator: the stored int16 in file order on the device, converted by preprocess there; "meta"
+            # stands in for a GPU (no data), and the same tensor on the CPU shows preprocess gives the same input
+            pipe.device = torch.device("meta")
+            on_dev, geom = pipe.load(src)
+            self.assertEqual((on_dev.device.type, on_dev.dtype), ("meta", torch.int16))
+            self.assertEqual(tuple(on_dev.shape), (1, 40, 36, 30))
+            self.assertEqual(on_dev.stride()[1:], (1, 40, 40 * 36))
+            pipe.device = torch.device("cpu")
+            stored, _ = load_image(src, dtype=None, contiguous=False)
+            torch.testing.assert_close(pipe.preprocess(stored, geom.affine)[0], x, rtol=0, atol=0)
+
+
 class TestNibabelFiles(unittest.TestCase):
     """Real NIfTI files that nobody here wrote: big-endian int16 LAS, big-endian float RAS, a 4D series."""
 
