@@ -29,6 +29,7 @@ import os
 import pathlib
 import struct
 import tempfile
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_COMPRESSLEVEL",
     "output_path",
     "check_output",
+    "AIR_HU",
 ]
 
 #: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
@@ -160,7 +162,11 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
     while len(dims) > 3 and dims[-1] == 1:
         dims.pop()
     if len(dims) < 3 or min(dims[:3]) < 2:
-        raise Vista3DInputError(f"{path}: a 2D image (shape {tuple(shape)}); VISTA3D segments 3D volumes.")
+        extent = sum(d > 1 for d in dims[:3])
+        what = ("a single voxel", "a line of voxels", "a 2D image")[min(extent, 2)]
+        raise Vista3DInputError(
+            f"{path}: {what} (shape {tuple(shape)}); VISTA3D segments 3D volumes, at least 2 voxels along each axis."
+        )
     if len(dims) > 4:
         raise Vista3DInputError(f"{path}: {len(dims)}D image (shape {tuple(shape)}); only 3D or 4D are supported.")
     n_vol = dims[3] if len(dims) == 4 else 1
@@ -197,6 +203,40 @@ def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, c
                 block += np.float32(inter or 0.0)
 
 
+#: deflate cannot shrink data by more than about 1032:1, so a .nii.gz holds at most this many bytes per byte
+_MAX_DEFLATE_RATIO = 1032
+
+
+def _memory_available() -> int | None:
+    """Bytes of memory this process could still get (available RAM plus free swap), None when unknown."""
+    try:
+        info = dict(ln.split(":", 1) for ln in pathlib.Path("/proc/meminfo").read_text().splitlines() if ":" in ln)
+        return 1024 * sum(int(info[k].split()[0]) for k in ("MemAvailable", "SwapFree") if k in info)
+    except (OSError, ValueError):
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+
+def _check_size(p: pathlib.Path, file_bytes: int, memory_bytes: int, compressed: bool) -> None:
+    """Refuse, before allocating, a header whose image cannot be in this file or in this machine's memory."""
+    size = p.stat().st_size
+    if not compressed and size < file_bytes:
+        raise Vista3DInputError(f"{p}: truncated: the header needs {file_bytes} bytes, the file has {size}.")
+    if compressed and file_bytes > _MAX_DEFLATE_RATIO * size + 4096:
+        raise Vista3DInputError(
+            f"{p}: the header claims an image of {file_bytes / 2**30:.3g} GiB, more than a {size}-byte .nii.gz "
+            "can hold; the file is truncated or its header (dim) is wrong."
+        )
+    available = _memory_available()
+    if available is not None and memory_bytes > available:
+        raise Vista3DInputError(
+            f"{p}: reading it needs {memory_bytes / 2**30:.3g} GiB of memory, {available / 2**30:.3g} GiB are "
+            "available; check the header's dim, or segment it on a machine with more memory."
+        )
+
+
 def _read_voxels(p, hdr, volume_index, contiguous, stream, head):
     """Checks the header, then reads the chosen volume into a float32 ``[1, X, Y, Z]`` tensor."""
     shape = tuple(int(s) for s in hdr.get_data_shape())
@@ -209,6 +249,7 @@ def _read_voxels(p, hdr, volume_index, contiguous, stream, head):
     n3 = int(np.prod(spatial))
     nbytes = n3 * dtype.itemsize
     begin = int(hdr.get_data_offset()) + vol * nbytes
+    _check_size(p, begin + nbytes, 4 * n3 + (nbytes if stream is not None else 0), stream is not None)
     out = np.empty(spatial, dtype=np.float32) if contiguous else np.empty(spatial[::-1], dtype=np.float32).T
     slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
     if stream is None:  # uncompressed: map the file read-only and cast straight from the page cache
@@ -248,8 +289,12 @@ def _read_voxels(p, hdr, volume_index, contiguous, stream, head):
     return torch.from_numpy(out)[None], spatial, affine, dtype
 
 
+#: what non-finite voxels are read as with ``load_image(nonfinite="air")``, in HU
+AIR_HU = -1000.0
+
+
 def load_image(
-    path: str | os.PathLike, volume_index: int | None = None, *, contiguous: bool = True
+    path: str | os.PathLike, volume_index: int | None = None, *, contiguous: bool = True, nonfinite: str = "error"
 ) -> tuple[torch.Tensor, ImageGeometry]:
     """Read a NIfTI volume as a float32 tensor.
 
@@ -259,6 +304,8 @@ def load_image(
         contiguous: return a C-contiguous tensor (default). ``False`` returns a Fortran-strided view
             ``[1, X, Y, Z]`` (strides ``(N, 1, X, X*Y)``) in the file's own layout, which skips a re-layout
             pass (~0.3 s at 512x512x300 on one CPU core) when the next step copies the data anyway.
+        nonfinite: ``"error"`` refuses NaN or Inf voxels; ``"air"`` reads them as :data:`AIR_HU` and warns with
+            their count (NaN outside a resampled field of view is common).
 
     Returns:
         ``(image, geometry)``: ``image`` is ``[1, X, Y, Z]`` float32 (voxel axes as on disk, scl_slope and
@@ -273,8 +320,12 @@ def load_image(
     p = pathlib.Path(path)
     if not p.exists():
         raise Vista3DInputError(f"{p}: no such file; check the path.")
+    if p.is_dir():
+        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
     if not p.is_file():
-        raise Vista3DInputError(f"{p}: not a regular file (a directory?); give a .nii or .nii.gz file.")
+        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
+    if nonfinite not in ("error", "air"):
+        raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     stream = None
     try:
         with open(p, "rb") as f:
@@ -302,10 +353,17 @@ def load_image(
             n_bad = image.numel() - int(torch.isfinite(image).sum())
         if n_bad:
             n_nan = int(torch.isnan(image).sum())
-            raise Vista3DInputError(
-                f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
-                "replace them (e.g. with the background value) before segmenting."
-            )
+            if nonfinite == "air":
+                image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
+                warnings.warn(
+                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
+                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.", stacklevel=2,
+                )
+            else:
+                raise Vista3DInputError(
+                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
+                    "replace them (e.g. with the background value) before segmenting."
+                )
     geometry = ImageGeometry(
         affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(dtype)
     )

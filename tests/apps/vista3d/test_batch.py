@@ -29,8 +29,16 @@ import torch.multiprocessing as mp
 from parameterized import parameterized
 
 from monai.apps.vista3d import batch
-from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, resolve_device, run_batch, shard_by_size
-from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.batch import (
+    AsyncSaver,
+    collect_inputs,
+    output_path,
+    plan_outputs,
+    resolve_device,
+    run_batch,
+    shard_by_size,
+)
+from monai.apps.vista3d.errors import OutputCollisionError, Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
@@ -92,6 +100,63 @@ class TestShard(unittest.TestCase):
             self.assertEqual(collect_inputs(d / "list.txt"), paths[:2])
             self.assertEqual(collect_inputs(d), paths)
         self.assertEqual(output_path("/a/b/ct_7.nii.gz", "/o"), pathlib.Path("/o/ct_7/ct_7_trans.nii.gz"))
+
+    @parameterized.expand([
+        ("folder_mirrored", ["cts"], ["o/p1/ct/ct_trans.nii.gz", "o/p2/ct/ct_trans.nii.gz", "o/top/top_trans.nii.gz"]),
+        ("two_folders", ["cts/p1", "cts/p2"], ["o/ct/ct_trans.nii.gz"]),
+        ("files_same_name", ["cts/p1/ct.nii.gz", "cts/p2/ct.nii.gz"], ["o/ct/ct_trans.nii.gz"]),
+        ("file_and_its_folder", ["cts/top.nii.gz", "cts"], ["o/top/top_trans.nii.gz", "o/p1/ct/ct_trans.nii.gz",
+                                                            "o/p2/ct/ct_trans.nii.gz"]),
+        ("same_file_twice", ["cts/p1/ct.nii.gz", "cts/p1/../p1/ct.nii.gz"], ["o/ct/ct_trans.nii.gz"]),
+    ])
+    def test_outputs_unique_per_input(self, _, inputs, expected):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            for name in ("p1/ct.nii.gz", "p2/ct.nii.gz", "top.nii.gz", ".hidden/ct.nii.gz"):
+                (d / "cts" / name).parent.mkdir(parents=True, exist_ok=True)
+                write_phantom(d / "cts" / name, (8, 8, 8), seed=0)
+            (d / "cts" / "notes.txt").write_text("not an image")
+            items = [d / i for i in inputs]
+            if len(expected) == 1 and len(inputs) == 2 and "twice" not in _:
+                with self.assertRaisesRegex(OutputCollisionError, "would both be written to .*ct_trans.nii.gz; "
+                                            "nothing was started. Give their common folder"):
+                    plan_outputs(items, d / "o")
+                with self.assertRaises(OutputCollisionError):
+                    run_batch(items, d / "o", tiny_segment)
+                self.assertFalse((d / "o").exists())
+                return
+            plan = plan_outputs(items, d / "o")
+            self.assertEqual(sorted(str(o.relative_to(d)) for _, o in plan), sorted(expected))
+            self.assertEqual(run_batch(items, d / "o", tiny_segment), 0)
+            self.assertEqual(sorted(str(p.relative_to(d)) for p in (d / "o").rglob("*.nii.gz")), sorted(expected))
+
+    def test_volume_index_applies_to_4d_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            three = write_phantom(d / "three.nii.gz", (10, 10, 8), seed=0)
+            img = nib.load(three)
+            vols = np.stack([np.asanyarray(img.dataobj), np.asanyarray(img.dataobj) + 100], -1)
+            nib.save(nib.Nifti1Image(vols, img.affine), d / "four.nii.gz")
+            self.assertEqual(run_batch([three, d / "four.nii.gz"], d / "o", tiny_segment, volume_index=1), 0)
+            expected, _ = tiny_segment(torch.from_numpy(vols[..., 1].astype(np.float32))[None], None)
+            saved = nib.load(d / "o" / "four" / "four_trans.nii.gz").get_fdata()
+            np.testing.assert_array_equal(saved, expected.numpy())
+            self.assertEqual(run_batch([d / "four.nii.gz"], d / "o2", tiny_segment, volume_index=2), 1)
+
+    def test_failed_save_leaves_no_folder(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            (d / "cts" / "p1").mkdir(parents=True)
+            src = write_phantom(d / "cts" / "p1" / "ct.nii.gz", (10, 10, 8), seed=0)
+
+            def broken_save(*args, **kwargs):
+                pathlib.Path(args[2]).parent.mkdir(parents=True)
+                raise Vista3DOutputError("disk full (simulated)")
+
+            with mock.patch.object(batch, "save_label_map", broken_save):
+                self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment), 1)
+            self.assertEqual(sorted(p.name for p in (d / "o").rglob("*")), ["summary.json"])
+            self.assertTrue(src.is_file())
 
     @parameterized.expand([("cuda", 1, "cuda:1"), ("cuda:0", 1, "cuda:0"), ("cpu", 3, "cpu"),
                            (torch.device("cuda"), 2, "cuda:2")])
