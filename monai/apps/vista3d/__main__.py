@@ -287,10 +287,10 @@ def _segment(args: argparse.Namespace) -> int:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
         if len(items) != 1 or Path(items[0]).is_dir():
             raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
-        outputs = [output]
+        outputs, n_images = [output], 1
     else:
-        outputs = None
-        if not plan_outputs(items, output_dir):  # every output unique, checked before any work
+        outputs, n_images = None, len(plan_outputs(items, output_dir))  # every output unique, before any work
+        if not n_images:
             raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
     sw = args.sw_batch_size
     if sw != "auto":
@@ -309,8 +309,9 @@ def _segment(args: argparse.Namespace) -> int:
     started = [0]
 
     def segment_one(image: torch.Tensor, geometry: Any) -> Any:
-        started[0] += 1  # the window counter of a terminal names the image
-        pipe.progress_label = f"{rank_tag}[{started[0]}] {Path(geometry.filename or 'image').name} windows"
+        started[0] += 1  # the window counter of a terminal names the image (of those to do on this rank)
+        of = f"/{n_images}" if world == 1 else ""
+        pipe.progress_label = f"{rank_tag}[{started[0]}{of}] {geometry.filename or 'image'} windows"
         return segment(image, geometry)
 
     failed = []

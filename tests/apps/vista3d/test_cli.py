@@ -489,6 +489,14 @@ class TestCliSubprocess(unittest.TestCase):
                 self.assertEqual(a.shape, nib.load(cts / name).shape)
                 np.testing.assert_array_equal(np.asanyarray(a.dataobj), np.asanyarray(b.dataobj))
                 np.testing.assert_array_equal(a.affine, b.affine)
+            # two inputs with one output are refused on every rank before any work, as by one process
+            refused = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+                 "-m", "monai.apps.vista3d", str(cts / "ct0.nii.gz"), str(cts / "sub" / "ct0.nii.gz"), "-o",
+                 str(tmp / "refused"), *TINY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("would both be written to", refused.stderr)
+            self.assertFalse((tmp / "refused").exists())
             # a rerun skips the finished images on every rank, as one process does
             again = torchrun()
             self.assertNotEqual(again.returncode, 0, again.stderr)
