@@ -587,8 +587,9 @@ def _segment_all(
     def finish(i: int, fut: Future | None, error: BaseException | None = None) -> None:
         rec = records[i]
         error = error or (fut.exception() if fut is not None else None)
+        folders = created.pop(i, [])
         if error is not None:
-            _remove_empty(created.pop(i, []))
+            _remove_empty(folders)
             rec["status"], rec["error"] = "failed", _reason(error, paths[i])
         else:
             _, seconds = fut.result()  # type: ignore[union-attr]

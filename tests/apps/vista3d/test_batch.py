@@ -101,10 +101,36 @@ class TestShard(unittest.TestCase):
             self.assertEqual(collect_inputs(d), paths)
         self.assertEqual(output_path("/a/b/ct_7.nii.gz", "/o"), pathlib.Path("/o/ct_7/ct_7_trans.nii.gz"))
 
+    @parameterized.expand([("cuda", 1, "cuda:1"), ("cuda:0", 1, "cuda:0"), ("cpu", 3, "cpu"),
+                           (torch.device("cuda"), 2, "cuda:2")])
+    def test_device_of_rank(self, device, local_rank, expected):
+        # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
+        with mock.patch("torch.cuda.is_available", lambda: True):
+            self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
+        self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
+    @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
+    def test_unsupported_device(self, device):
+        with self.assertRaisesRegex(Vista3DInputError, "use 'cuda', 'cuda:N' or 'cpu'"):
+            resolve_device(device)
+
+    def test_cuda_missing(self):
+        with mock.patch("torch.cuda.is_available", lambda: False):
+            with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
+                resolve_device("cuda")
+
+
+def _patient_folders(root: pathlib.Path) -> None:
+    """``root/cts``: two patients' ct.nii.gz, one image at the top, a hidden copy and a text file."""
+    for name in ("p1/ct.nii.gz", "p2/ct.nii.gz", "top.nii.gz", ".hidden/ct.nii.gz"):
+        (root / "cts" / name).parent.mkdir(parents=True, exist_ok=True)
+        write_phantom(root / "cts" / name, (8, 8, 8), seed=0)
+    (root / "cts" / "notes.txt").write_text("not an image")
+
+
+class TestOutputsAndVolumes(unittest.TestCase):
     @parameterized.expand([
         ("folder_mirrored", ["cts"], ["o/p1/ct/ct_trans.nii.gz", "o/p2/ct/ct_trans.nii.gz", "o/top/top_trans.nii.gz"]),
-        ("two_folders", ["cts/p1", "cts/p2"], ["o/ct/ct_trans.nii.gz"]),
-        ("files_same_name", ["cts/p1/ct.nii.gz", "cts/p2/ct.nii.gz"], ["o/ct/ct_trans.nii.gz"]),
         ("file_and_its_folder", ["cts/top.nii.gz", "cts"], ["o/top/top_trans.nii.gz", "o/p1/ct/ct_trans.nii.gz",
                                                             "o/p2/ct/ct_trans.nii.gz"]),
         ("same_file_twice", ["cts/p1/ct.nii.gz", "cts/p1/../p1/ct.nii.gz"], ["o/ct/ct_trans.nii.gz"]),
@@ -112,23 +138,25 @@ class TestShard(unittest.TestCase):
     def test_outputs_unique_per_input(self, _, inputs, expected):
         with tempfile.TemporaryDirectory() as d:
             d = pathlib.Path(d)
-            for name in ("p1/ct.nii.gz", "p2/ct.nii.gz", "top.nii.gz", ".hidden/ct.nii.gz"):
-                (d / "cts" / name).parent.mkdir(parents=True, exist_ok=True)
-                write_phantom(d / "cts" / name, (8, 8, 8), seed=0)
-            (d / "cts" / "notes.txt").write_text("not an image")
+            _patient_folders(d)
             items = [d / i for i in inputs]
-            if len(expected) == 1 and len(inputs) == 2 and "twice" not in _:
-                with self.assertRaisesRegex(OutputCollisionError, "would both be written to .*ct_trans.nii.gz; "
-                                            "nothing was started. Give their common folder"):
-                    plan_outputs(items, d / "o")
-                with self.assertRaises(OutputCollisionError):
-                    run_batch(items, d / "o", tiny_segment)
-                self.assertFalse((d / "o").exists())
-                return
             plan = plan_outputs(items, d / "o")
             self.assertEqual(sorted(str(o.relative_to(d)) for _, o in plan), sorted(expected))
             self.assertEqual(run_batch(items, d / "o", tiny_segment), 0)
             self.assertEqual(sorted(str(p.relative_to(d)) for p in (d / "o").rglob("*.nii.gz")), sorted(expected))
+
+    @parameterized.expand([("two_folders", ["cts/p1", "cts/p2"]), ("files", ["cts/p1/ct.nii.gz", "cts/p2/ct.nii.gz"])])
+    def test_shared_output_refused_before_any_work(self, _, inputs):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            _patient_folders(d)
+            items = [d / i for i in inputs]
+            msg = "would both be written to .*ct_trans.nii.gz; nothing was started. Give their common folder"
+            with self.assertRaisesRegex(OutputCollisionError, msg):
+                plan_outputs(items, d / "o")
+            with self.assertRaisesRegex(OutputCollisionError, msg):
+                run_batch(items, d / "o", tiny_segment)
+            self.assertFalse((d / "o").exists())
 
     def test_volume_index_applies_to_4d_only(self):
         with tempfile.TemporaryDirectory() as d:
@@ -157,24 +185,6 @@ class TestShard(unittest.TestCase):
                 self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment), 1)
             self.assertEqual(sorted(p.name for p in (d / "o").rglob("*")), ["summary.json"])
             self.assertTrue(src.is_file())
-
-    @parameterized.expand([("cuda", 1, "cuda:1"), ("cuda:0", 1, "cuda:0"), ("cpu", 3, "cpu"),
-                           (torch.device("cuda"), 2, "cuda:2")])
-    def test_device_of_rank(self, device, local_rank, expected):
-        # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
-        with mock.patch("torch.cuda.is_available", lambda: True):
-            self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
-        self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
-
-    @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
-    def test_unsupported_device(self, device):
-        with self.assertRaisesRegex(Vista3DInputError, "use 'cuda', 'cuda:N' or 'cpu'"):
-            resolve_device(device)
-
-    def test_cuda_missing(self):
-        with mock.patch("torch.cuda.is_available", lambda: False):
-            with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
-                resolve_device("cuda")
 
 
 class TestBatchSingleProcess(unittest.TestCase):
