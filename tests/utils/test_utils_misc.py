@@ -1,3 +1,5 @@
+import importlib
+import importlib.util
 import unittest
 
 import torch
@@ -78,6 +80,24 @@ class TestModules(unittest.TestCase):
     def test_not_carried_name(self):
         with self.assertRaisesRegex(ImportError, "monai.transforms.Compose.*not part of this fork"):
             from monai.transforms import Compose  # noqa: F401
+
+    @parameterized.expand([["monai.apps.vista3d.transforms"], ["monai.apps.vista3d.sampler"], ["monai.apps.detection"],
+                           ["monai.networks.nets.swin_unetr"]])
+    def test_any_missing_module_names_the_fork(self, name):
+        with self.assertRaisesRegex(ImportError, f"'{name}' is not part of this fork.*upstream MONAI"):
+            importlib.import_module(name)
+
+    @parameterized.expand([["monai.networks.nets", "SegResNet"], ["monai.networks.nets", "SwinUNETR"],
+                           ["monai.apps", "download_url"], ["monai.inferers", "DiffusionInferer"]])
+    def test_any_missing_name_names_the_fork(self, module, name):
+        with self.assertRaisesRegex(ImportError, f"'{module}.{name}' is not part of this fork.*upstream MONAI"):
+            exec(f"from {module} import {name}", {})
+
+    def test_carried_modules_still_import(self):
+        from monai.networks.nets import VISTA3D, vista3d132  # noqa: F401
+        from monai.transforms import utils  # noqa: F401
+
+        self.assertIsNone(importlib.util.find_spec("not_monai_at_all"))
 
     def test_version(self):
         self.assertTrue(monai.__version__.startswith("1.6.1+"))

@@ -8,11 +8,14 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Command line of the VISTA3D pipeline: ``python -m monai.apps.vista3d {segment,benchmark} ...``.
+"""Command line of the VISTA3D pipeline: ``vista3d`` (or ``python -m monai.apps.vista3d``).
 
-``segment`` writes ``DIR/<name>/<name>_trans.nii.gz`` (the bundle's naming) for each input image;
-``benchmark`` segments a synthetic CT phantom with random weights and prints where the time goes.
-Exit status: 0 on success, 1 when an image failed, 2 for bad arguments; failures print one line.
+``vista3d -i ct.nii.gz -o out/`` (the ``segment`` command, the default) writes ``out/<name>/<name>_trans.nii.gz``
+(the bundle's naming) for each input image; images found in a given folder keep their subfolder under ``out/``.
+``vista3d --list-classes`` prints the label ids and names; ``vista3d benchmark`` segments a synthetic CT
+phantom with random weights and prints where the time goes.
+Exit status: 0 on success, 1 when an image failed, 2 for bad arguments, 130 on SIGINT, 143 on SIGTERM;
+failures print one line.
 """
 
 from __future__ import annotations
@@ -21,8 +24,11 @@ import argparse
 import json
 import os
 import platform
+import signal
 import sys
 import tempfile
+import threading
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,11 +38,17 @@ import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
+from .errors import OutputCollisionError
+
 __all__ = ["main", "build_parser"]
 
 # The library's messages name its Python parameters; here they become this command's flags.
 _FLAGS = (
     ("overwrite=True", "--overwrite"),
+    ("encoder_embed_dim=", "--embed-dim "),
+    ("encoder_embed_dim", "--embed-dim"),
+    ("roi_size", "--roi-size"),
+    ("nonfinite='error'", "--strict"),
     ("volume_index", "--volume-index"),
     ("point_labels=", "--point-labels "),
     ("points=", "--points "),
@@ -55,6 +67,18 @@ def _flagged(text: str) -> str:
 
 class _UsageError(Exception):
     """Bad command-line arguments (exit status 2)."""
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
+
+
+_COMMANDS = ("segment", "benchmark")
+
+
+def _prog() -> str:
+    """The name the user typed: ``vista3d`` for the console script, else the module form."""
+    return "vista3d" if Path(sys.argv[0]).name == "vista3d" else "python -m monai.apps.vista3d"
 
 
 def _ints(text: str, n: int | None = None, what: str = "value") -> tuple[int, ...]:
@@ -82,9 +106,13 @@ def _floats(text: str, n: int, what: str) -> tuple[float, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m monai.apps.vista3d``."""
+    prog = _prog()
     parser = argparse.ArgumentParser(
-        prog="python -m monai.apps.vista3d",
-        description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark.",
+        prog=prog,
+        usage=f"{prog} [segment] [-i IMAGE_OR_FOLDER ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
+              f"       {prog} benchmark [options]",
+        description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
+                    "Without a command, 'segment' is meant.",
     )
     sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark}")
 
@@ -108,11 +136,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "fit; float32 writes the bundle's files, 4x the bytes)")
         p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
 
-    seg = sub.add_parser("segment", help="segment NIfTI CT images", description="Segment NIfTI CT images.")
-    seg.add_argument("images", nargs="*", help=".nii / .nii.gz files")
+    seg = sub.add_parser("segment", help="segment NIfTI CT images (the default command)",
+                         description="Segment NIfTI CT images.")
+    seg.add_argument("images", nargs="*", help=".nii / .nii.gz files, or folders (searched recursively)")
+    seg.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="IMAGE_OR_FOLDER",
+                     help="a .nii / .nii.gz file or a folder searched recursively for them (repeatable); an image "
+                          "found in a folder keeps its subfolder under the output folder")
     seg.add_argument("--input-list", default=None, help="a text file with one image path per line, or a folder")
-    seg.add_argument("--output-dir", default=None, help="writes OUTPUT_DIR/<name>/<name>_trans.nii.gz")
-    seg.add_argument("-o", "--output", default=None, help="exact output file (one input image only)")
+    seg.add_argument("-o", "--output", default=None,
+                     help="output folder (writes OUTPUT/<name>/<name>_trans.nii.gz), or a .nii / .nii.gz file "
+                          "for one input image")
+    seg.add_argument("--output-dir", default=None, help="output folder (the same as -o FOLDER)")
+    seg.add_argument("--list-classes", action="store_true",
+                     help="print the label ids and names VISTA3D knows ('*': in --classes everything) and exit")
+    seg.add_argument("--strict", action="store_true",
+                     help="refuse images with NaN or Inf voxels (default: read them as air, -1000 HU, with a warning)")
     seg.add_argument("--weights", default=None, help="VISTA3D checkpoint (the bundle's models/model.pt)")
     seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
     seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
@@ -121,7 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
                           "with and without --no-streaming; see monai.inferers.batch_size)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
-    seg.add_argument("--volume-index", type=int, default=None, help="volume of a 4D image to segment")
+    seg.add_argument("--volume-index", type=int, default=None,
+                     help="the volume to segment of each 4D image (3D images are read as they are)")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
@@ -142,17 +181,52 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _collect_images(args: argparse.Namespace) -> list[Path]:
-    from .batch import collect_inputs
+def _collect_images(args: argparse.Namespace) -> list[Any]:
+    """The images and folders named on the command line, the lines of ``--input-list`` expanded."""
+    from .batch import read_input_list
 
-    images = [Path(p) for p in args.images]
+    items: list[Any] = [Path(p) for p in (*args.images, *args.inputs)]  # a missing one fails as its image
     if args.input_list:
-        if not Path(args.input_list).exists():
+        src = Path(args.input_list)
+        if src.is_dir():
+            items.append(src)
+        elif src.is_file():
+            items += read_input_list(src)
+        else:
             raise _UsageError(f"--input-list {args.input_list!r} is neither a file nor a folder")
-        images += collect_inputs(args.input_list)
-    if not images:
-        raise _UsageError("no input images: give IMAGE paths or --input-list")
-    return images
+    if not items:
+        raise _UsageError("no input images: give -i IMAGE_OR_FOLDER (or IMAGE paths, or --input-list)")
+    return items
+
+
+def _list_classes() -> int:
+    from .labels import everything_labels, label_names
+
+    everything = set(everything_labels())
+    print("id   name  (* = in --classes everything)")
+    for label_id, name in sorted(label_names().items()):
+        if label_id:
+            print(f"{label_id:>3}{'*' if label_id in everything else ' '} {name}")
+    print(f"{len(everything)} classes in 'everything'; --classes takes ids or names, e.g. --classes 3,liver")
+    return 0
+
+
+def _roi(text: str, what: str = "--roi-size") -> tuple[int, ...]:
+    from .pipeline import ROI_MULTIPLE
+
+    roi = _ints(text, 3, what)
+    if any(r % ROI_MULTIPLE for r in roi):
+        raise _UsageError(f"{what} must be multiples of {ROI_MULTIPLE} (VISTA3D halves the window four times), "
+                          f"got {text!r}; e.g. 128 (the bundle's) or 64")
+    return roi
+
+
+def _embed_dim(value: int | None, default: int) -> int:
+    dim = default if value is None else value
+    if dim < 8 or dim % 8:
+        raise _UsageError(f"--embed-dim must be a positive multiple of 8, got {dim}; the published checkpoint "
+                          "uses 48 (the default)")
+    return dim
 
 
 def _device(name: str | None, local_rank: int = 0) -> torch.device:
@@ -199,48 +273,88 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .batch import pipeline_segment_fn, run_batch
+    from .batch import pipeline_segment_fn, plan_outputs, run_batch
     from .prompts import parse_prompt
 
-    images = _collect_images(args)
-    if args.output is None and args.output_dir is None:
-        raise _UsageError("give --output-dir DIR (or --output FILE for one image)")
-    if args.output is not None and len(images) != 1:
-        raise _UsageError("--output names one file: use --output-dir for several images")
-    if args.output is not None and not str(args.output).endswith((".nii", ".nii.gz")):
-        raise _UsageError(f"--output must end with .nii or .nii.gz, got {args.output!r}")
+    if args.list_classes:
+        return _list_classes()
+    items = _collect_images(args)
+    output, output_dir = args.output, args.output_dir
+    if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
+        if output_dir is not None:
+            raise _UsageError("give one output folder: -o FOLDER or --output-dir FOLDER")
+        output, output_dir = None, output
+    if output is None and output_dir is None:
+        raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+    if output is not None:
+        if output_dir is not None:
+            raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
+        if len(items) != 1 or Path(items[0]).is_dir():
+            raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
+        outputs, n_images = [output], 1
+    else:
+        outputs, n_images = None, len(plan_outputs(items, output_dir))  # every output unique, before any work
+        if not n_images:
+            raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
     sw = args.sw_batch_size
     if sw != "auto":
         sw = _ints(sw, what="--sw-batch-size")[0]
     if not 0.0 <= args.overlap < 1.0:
         raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
+    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    embed_dim = _embed_dim(args.embed_dim, 48)
     device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
-    roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else (128, 128, 128)
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
-    pipe = _pipeline(args, device, roi, args.embed_dim or 48, sw, progress=not args.quiet and sys.stderr.isatty(),
-                     streaming=args.streaming)
+    tty = sys.stderr.isatty()
+    pipe = _pipeline(args, device, roi, embed_dim, sw, progress=not args.quiet and tty, streaming=args.streaming)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank_tag = f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
+    segment = pipeline_segment_fn(pipe, prompt)
+    started = [0]
+
+    def segment_one(image: torch.Tensor, geometry: Any) -> Any:
+        started[0] += 1  # the window counter of a terminal names the image (of those to do on this rank)
+        of = f"/{n_images}" if world == 1 else ""
+        pipe.progress_label = f"{rank_tag}[{started[0]}{of}] {geometry.filename or 'image'} windows"
+        return segment(image, geometry)
+
     failed = []
 
     def report(rec: dict[str, Any]) -> None:
+        k, n = rec["progress"]
+        head = f"{rank_tag}[{k}/{n}] {rec['image']}"
         if rec["status"] == "failed":
             failed.append(rec)
-            print(f"error: {rec['image']}: {_flagged(rec['error'])}", file=sys.stderr)
+            print(f"error: {rec['image']}: {_flagged(rec['error'])}", file=sys.stderr, flush=True)
         elif args.quiet:
             return
         elif rec["status"] == "skipped":
-            print(f"skipped {rec['output']} (it exists; --overwrite redoes it)")
+            print(f"{head} skipped: {rec['output']} exists (--overwrite redoes it)", flush=True)
         else:
-            print(f"wrote {rec['output']} ({rec['seconds']:.1f} s)")
+            print(f"{head} {rec['seconds']:.1f} s -> {rec['output']}", flush=True)
             if args.timing:
-                print(_stage_table(rec.get("stages", {})))
+                print(_stage_table(rec.get("stages", {})), flush=True)
 
+    start = time.perf_counter()
     code = run_batch(
-        images, args.output_dir, pipeline_segment_fn(pipe, prompt), overwrite=args.overwrite,
-        outputs=None if args.output is None else [args.output], volume_index=args.volume_index,
-        output_dtype=args.output_dtype, device=device, on_image=report,
+        items, output_dir, segment_one, overwrite=args.overwrite, outputs=outputs,
+        volume_index=args.volume_index, output_dtype=args.output_dtype, device=device, on_image=report,
+        nonfinite="error" if args.strict else "air",
     )
-    if failed:
-        print(f"error: {len(failed)} of {len(images)} image(s) failed", file=sys.stderr)
+    summary_file = Path(output_dir) / "summary.json" if output_dir is not None else Path(output).parent / "summary.json"
+    if os.environ.get("RANK", "0") == "0":
+        try:
+            summary = json.loads(summary_file.read_text())
+        except (OSError, ValueError):
+            summary = None
+        if summary is not None:
+            if summary["failed"]:
+                print(f"error: {summary['failed']} of {summary['images']} image(s) failed", file=sys.stderr)
+            if not args.quiet:
+                print(f"{summary['images']} image(s): {summary['done']} done, {summary['skipped']} skipped, "
+                      f"{summary['failed']} failed in {time.perf_counter() - start:.1f} s; summary in {summary_file}")
+    elif failed:
+        print(f"error: {len(failed)} image(s) failed on this rank", file=sys.stderr)
     return code
 
 
@@ -262,8 +376,8 @@ def _benchmark(args: argparse.Namespace) -> int:
     if args.sw_batch_sizes:
         sws = tuple("auto" if t.strip() == "auto" else _ints(t, what="--sw-batch-sizes")[0]
                     for t in args.sw_batch_sizes.split(",") if t.strip())
-    roi = _ints(args.roi_size, 3, "--roi-size") if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
-    embed_dim = args.embed_dim or (48 if cuda else 8)
+    roi = _roi(args.roi_size) if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
+    embed_dim = _embed_dim(args.embed_dim, 48 if cuda else 8)
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
     n_classes = len(parse_prompt(args.classes).label_ids)
@@ -345,13 +459,28 @@ def _benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {_flagged(str(message))}", file=sys.stderr, flush=True)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments)."""
+    """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments, 130/143 stopped)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if argv and argv[0] not in _COMMANDS and argv[0] not in ("-h", "--help"):
+        argv.insert(0, "segment")  # segment is the default command
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_handler = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
+    old_showwarning = warnings.showwarning
+    warnings.showwarning = _one_line_warning
     try:
         if args.command == "segment":
             return _segment(args)
@@ -359,15 +488,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except OutputCollisionError as e:
+        print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
+        return 2
     except torch.cuda.OutOfMemoryError:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1
     except (ValueError, OSError) as e:
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 1
+    except _Terminated:
+        print("error: terminated (SIGTERM); finished outputs are kept, unfinished images left nothing",
+              file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        print("error: interrupted; finished outputs are kept, unfinished images left nothing", file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = old_showwarning
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_handler)
 
 
 if __name__ == "__main__":

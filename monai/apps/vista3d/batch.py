@@ -43,7 +43,7 @@ import torch.distributed as dist
 
 from monai.utils.profiling import StageTimer
 
-from .errors import Vista3DInputError
+from .errors import OutputCollisionError, Vista3DInputError
 from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
 from .pipeline import SegmentationResult, Vista3DPipeline, resolve_device
 from .prompts import Prompt, parse_prompt
@@ -53,6 +53,8 @@ __all__ = [
     "pipeline_segment_fn",
     "AsyncSaver",
     "collect_inputs",
+    "plan_outputs",
+    "read_input_list",
     "shard_by_size",
     "output_path",
     "resolve_device",
@@ -155,26 +157,104 @@ class AsyncSaver:
             print(f"vista3d: a background save failed: {e}", file=sys.stderr)
 
 
-def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
-    """Image paths from a list of paths, a text file (one path per line, ``#`` comments), or a folder."""
-    if isinstance(inputs, (str, os.PathLike)):
-        src = Path(inputs)
+_NIFTI_SUFFIXES = (".nii", ".nii.gz")
+
+
+def _is_nifti(path: Path) -> bool:
+    return path.name.lower().endswith(_NIFTI_SUFFIXES)
+
+
+def _find_nifti(folder: Path) -> list[Path]:
+    """The ``.nii`` / ``.nii.gz`` files under ``folder``, recursively, sorted; hidden entries are ignored."""
+    found = []
+    for p in folder.rglob("*"):
+        rel = p.relative_to(folder).parts
+        if _is_nifti(p) and p.is_file() and not any(part.startswith(".") for part in rel):
+            found.append(p)
+    return sorted(found)
+
+
+def _collect(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
+    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder."""
+    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
+    found: list[tuple[Path, Path]] = []
+    for item in items:
+        src = Path(item)
         if src.is_dir():
-            return sorted(p for p in src.iterdir() if p.name.lower().endswith((".nii", ".nii.gz")))
-        if src.is_file() and not src.name.lower().endswith((".nii", ".nii.gz")):
-            base = src.parent
-            lines = [ln.strip() for ln in src.read_text().splitlines()]
-            return [Path(ln) if Path(ln).is_absolute() else base / ln for ln in lines if ln and not ln.startswith("#")]
-        return [src]
-    return [Path(p) for p in inputs]
+            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src)]
+        elif src.is_file() and not _is_nifti(src) and isinstance(inputs, (str, os.PathLike)):
+            found += [(p, Path()) for p in read_input_list(src)]
+        else:
+            found.append((src, Path()))
+    return found
 
 
-def _voxels(path: Path) -> int:
-    """Voxel count from the header only (0 when unreadable: the image then fails where it is processed)."""
+def read_input_list(path: str | os.PathLike) -> list[Path]:
+    """The paths of a text file, one per line (``#`` starts a comment line); relative ones are taken from the
+    file's folder."""
+    src = Path(path)
     try:
-        return int(np.prod(nib.load(path).header.get_data_shape()[:3]))
+        lines = [ln.strip() for ln in src.read_text().splitlines()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise Vista3DInputError(f"{src}: cannot read it as a list of image paths ({e}); give a text file.") from None
+    return [Path(ln) if Path(ln).is_absolute() else src.parent / ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
+    """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
+
+    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders are skipped).
+    """
+    return [p for p, _ in _collect(inputs)]
+
+
+def plan_outputs(
+    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike, postfix: str = "trans"
+) -> list[tuple[Path, Path]]:
+    """``(image, output)`` for every input, each output unique; checked before any work starts.
+
+    An image given directly goes to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming); an
+    image found in a given folder keeps its subfolder under ``output_dir`` (``cts/p1/ct.nii.gz`` ->
+    ``output_dir/p1/ct/ct_<postfix>.nii.gz``), so patient folders that all hold ``ct.nii.gz`` stay apart. The
+    same file given twice is segmented once.
+
+    Raises:
+        OutputCollisionError: two different images would be written to the same output.
+    """
+    plan: list[tuple[Path, Path]] = []
+    seen: dict[Path, Path] = {}
+    for path, sub in _collect(inputs):
+        out = output_path(path, Path(output_dir) / sub, postfix)
+        key = Path(os.path.abspath(out))
+        if key in seen:
+            if _same_input(seen[key], path):
+                continue
+            raise OutputCollisionError(
+                f"{seen[key]} and {path} would both be written to {out}; nothing was started. Give their common "
+                "folder as the input instead (its subfolders are kept under the output folder), or rename one."
+            )
+        seen[key] = path
+        plan.append((path, out))
+    return plan
+
+
+def _same_input(a: Path, b: Path) -> bool:
+    try:
+        return os.path.abspath(a) == os.path.abspath(b) or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _header_info(path: Path) -> tuple[int, bool]:
+    """``(voxels of one volume, whether it is 4D)`` from the header only (``(0, False)`` when unreadable: the
+    image then fails where it is processed)."""
+    try:
+        dims = list(nib.load(path).header.get_data_shape())
     except Exception:
-        return 0
+        return 0, False
+    while len(dims) > 3 and dims[-1] == 1:
+        dims.pop()
+    return int(np.prod(dims[:3])), len(dims) == 4
 
 
 def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
@@ -222,19 +302,21 @@ class dist_context:
             dist.destroy_process_group()
 
 
-def _prefetch(paths: list[Path], volume_index: int | None, depth: int, load_options: dict | None = None):
+def _prefetch(
+    paths: list[Path], volume_indices: list[int | None], depth: int, nonfinite: str = "air", load_options: dict | None = None
+):
     """Yield ``(path, image, geometry, seconds, error)`` in order, loading ahead on a thread."""
     q: queue.Queue = queue.Queue(maxsize=max(1, depth))
     stop = threading.Event()
 
     def work() -> None:
-        for p in paths:
+        for p, volume_index in zip(paths, volume_indices):
             if stop.is_set():
                 return
             timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
             try:
                 with timer.stage("load"):
-                    image, geom = load_image(p, volume_index=volume_index, **(load_options or {}))
+                    image, geom = load_image(p, volume_index=volume_index, nonfinite=nonfinite, **(load_options or {}))
                 item = (p, image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
                 item = (p, None, None, timer.timings["load"], e)
@@ -255,9 +337,16 @@ def _prefetch(paths: list[Path], volume_index: int | None, depth: int, load_opti
         th.join()
 
 
-def _reason(e: BaseException) -> str:
+def _reason(e: BaseException, path: Path | None = None) -> str:
+    """One line for a failed image, without the image's path (the record names it)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {msg}" if not isinstance(e, Vista3DInputError) else msg
+    if isinstance(e, MemoryError):
+        return f"not enough memory ({msg or 'allocation failed'}); free memory or segment it on a larger machine"
+    if not isinstance(e, Vista3DInputError):
+        return f"{type(e).__name__}: {msg}"
+    if path is not None and msg.startswith(f"{path}: "):
+        msg = msg[len(f"{path}: "):]
+    return msg
 
 
 def pipeline_segment_fn(pipe: Any, classes: Any = "everything", points: Any = None, point_labels: Any = None) -> SegmentFn:
@@ -290,6 +379,24 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
     return result, {}
 
 
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a failed save created, deepest first, as long as they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+
+
 def _timed_save(*args: Any, **kwargs: Any) -> tuple[Path, float]:
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
     with timer.stage("save"):
@@ -302,6 +409,19 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
     tmp.write_text(json.dumps(obj, indent=1))
     os.replace(tmp, path)
+
+
+def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[dict[str, Any]], None] | None:
+    """``report`` called with a copy of each record that carries ``progress``: ``(k, n)``."""
+    if report is None:
+        return None
+    count = [0]
+
+    def counted(rec: dict[str, Any]) -> None:
+        count[0] += 1
+        report(dict(rec, progress=(count[0], n)))
+
+    return counted
 
 
 def _print_record(rec: dict[str, Any]) -> None:
@@ -326,6 +446,7 @@ def run_batch(
     pipeline_kwargs: dict | None = None,
     on_image: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
+    nonfinite: str = "air",
 ) -> int:
     """Segment every image once over all ranks (one process is world size 1); returns the exit code.
 
@@ -335,8 +456,11 @@ def run_batch(
     previous one saved; rank 0 writes a JSON summary of every image.
 
     Args:
-        inputs: image paths, a text file listing them (one per line), or a folder of ``.nii[.gz]``.
-        output_dir: results go to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming).
+        inputs: image paths and folders (searched recursively for ``.nii[.gz]``), or a text file listing images
+            (one per line).
+        output_dir: results go to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming); an image
+            found in a folder keeps its subfolder (see :func:`plan_outputs`). Two images that would get the same
+            output raise before any work starts.
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
             :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
             ``(labels, {"windows": ...})``. ``None``: the VISTA3D pipeline on this rank's device, built with
@@ -345,50 +469,62 @@ def run_batch(
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
         outputs: one output file per input instead of the ``output_dir`` naming.
-        volume_index: for 4D inputs.
+        volume_index: the volume of each 4D input; 3D inputs are read as they are.
         output_dtype: label map dtype on disk (``pipeline_kwargs["output_dtype"]`` wins when given).
         postfix: output name postfix.
         prefetch: images loaded ahead of the one being segmented.
         device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU).
         backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
         on_image: called on this process's main thread with each image's summary record once it is finished
-            (``status`` "done", "skipped" or "failed").
+            (``status`` "done", "skipped" or "failed"), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
+        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
+            fails such images.
 
     Returns:
         0 when no image failed on any rank, else 1.
+
+    Raises:
+        OutputCollisionError: two images would be written to the same output (nothing was started).
     """
-    paths = collect_inputs(inputs)
     if outputs is not None:
+        paths = collect_inputs(inputs)
         outs = [Path(o) for o in outputs]
         if len(outs) != len(paths):
             raise Vista3DInputError(f"{len(outs)} outputs for {len(paths)} images; give one output per image.")
     elif output_dir is None:
         raise Vista3DInputError("give output_dir, or one output file per image with outputs=")
     else:
-        outs = [output_path(p, output_dir, postfix) for p in paths]
+        plan = plan_outputs(inputs, output_dir, postfix)  # before any work: every output unique
+        paths, outs = [p for p, _ in plan], [o for _, o in plan]
+    if nonfinite not in ("air", "error"):
+        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
     output_dtype = (pipeline_kwargs or {}).get("output_dtype", output_dtype)
     if summary_path is not None:
         summary = Path(summary_path)
     else:
         summary = Path(output_dir) / "summary.json" if output_dir is not None else outs[0].parent / "summary.json"
-    report = on_image or (None if quiet else _print_record)
     run_timer = StageTimer(sync=False, nvtx=False)
     with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
-        sizes = [_voxels(p) for p in paths]
+        info = [_header_info(p) for p in paths]
+        sizes = [n for n, _ in info]
+        # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
+        volumes = [volume_index if four_d else None for _, four_d in info]
+        mine = shard_by_size(sizes, world)[rank]
+        report = _counted(on_image or (None if quiet else _print_record), len(mine))
         records: dict[int, dict] = {}
         todo: list[int] = []
-        for i in shard_by_size(sizes, world)[rank]:
+        for i in mine:
             rec = {"index": i, "image": str(paths[i]), "output": str(outs[i]), "rank": rank, "voxels": sizes[i],
                    "status": None, "error": None, "seconds": 0.0, "windows": None}
             records[i] = rec
             try:
                 check_output(paths[i], outs[i], overwrite=True)
             except Vista3DInputError as e:
-                rec["status"], rec["error"] = "failed", _reason(e)
+                rec["status"], rec["error"] = "failed", _reason(e, paths[i])
             else:
                 if not overwrite and outs[i].exists():
                     rec["status"] = "skipped"
@@ -396,8 +532,8 @@ def run_batch(
                     todo.append(i)
             if rec["status"] is not None and report is not None:
                 report(rec)
-        _segment_all(todo, paths, outs, records, segment_fn, dev, pipeline_kwargs, volume_index, prefetch,
-                     output_dtype, report)
+        _segment_all(todo, paths, outs, records, segment_fn, dev, pipeline_kwargs, volumes, prefetch,
+                     output_dtype, report, nonfinite)
         local = [records[i] for i in sorted(records)]
         if world > 1:
             gathered: list[Any] = [None] * world
@@ -434,10 +570,11 @@ def _segment_all(
     segment_fn: SegmentFn | None,
     dev: torch.device,
     pipeline_kwargs: dict | None,
-    volume_index: int | None,
+    volumes: list[int | None],
     prefetch: int,
     output_dtype: str,
     report: Callable[[dict[str, Any]], None] | None,
+    nonfinite: str = "air",
 ) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status."""
     fn, setup_error = segment_fn, None
@@ -447,12 +584,15 @@ def _segment_all(
         except Exception as e:  # e.g. a bad checkpoint: every image of this rank fails with the reason
             setup_error = e
     pending: list[tuple[int, Future]] = []
+    created: dict[int, list[Path]] = {}  # folders a save will create, removed again when it fails
 
     def finish(i: int, fut: Future | None, error: BaseException | None = None) -> None:
         rec = records[i]
         error = error or (fut.exception() if fut is not None else None)
+        folders = created.pop(i, [])
         if error is not None:
-            rec["status"], rec["error"] = "failed", _reason(error)
+            _remove_empty(folders)
+            rec["status"], rec["error"] = "failed", _reason(error, paths[i])
         else:
             _, seconds = fut.result()  # type: ignore[union-attr]
             rec["status"] = "done"
@@ -465,9 +605,8 @@ def _segment_all(
     # segment_fn given by the caller gets float32 as documented
     load_options = {"dtype": None, "contiguous": False} if segment_fn is None and dev.type != "cpu" else None
     with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=output_dtype) as saver:
-        for i, (_, image, geom, t_load, err) in zip(
-            todo, _prefetch([paths[i] for i in todo], volume_index, prefetch, load_options)
-        ):
+        loads = _prefetch([paths[i] for i in todo], [volumes[i] for i in todo], prefetch, nonfinite, load_options)
+        for i, (_, image, geom, t_load, err) in zip(todo, loads):
             rec = records[i]
             rec["load_seconds"] = round(t_load, 4)
             timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
@@ -484,6 +623,7 @@ def _segment_all(
                     rec["sw_batch_size"] = info["sw_batch_size"]
                 rec["stages"] = {"load": rec["load_seconds"],
                                  **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+                created[i] = _missing_folders(outs[i].parent)
                 pending.append((i, saver.submit(labels, geom, outs[i])))
             except Exception as e:
                 rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)

@@ -12,7 +12,11 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import pickle
+import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -20,6 +24,52 @@ import torch
 from .errors import CheckpointError
 
 __all__ = ["build_network", "load_checkpoint"]
+
+_EXPECTED = (
+    "expected a VISTA3D state dict, e.g. models/model.pt of the VISTA3D bundle from the MONAI model zoo "
+    "(downloaded by you; this package downloads nothing)."
+)
+
+
+def _plain(e: BaseException) -> str:
+    """The first sentence of an error, without terminal escapes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(e).__name__}: {first.split('. ')[0]}".rstrip(": ")
+
+
+def _is_nifti(head: bytes) -> bool:
+    return (len(head) >= 348 and head[344:348] in (b"n+1\x00", b"ni1\x00")) or head[4:8] in (b"n+2\x00", b"ni2\x00")
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """What the file is when it plainly is no torch checkpoint (None when it may be one)."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        return "is empty (0 bytes)"
+    if head[:2] == b"\x1f\x8b":
+        try:
+            with gzip.open(path, "rb") as g:
+                inner = g.read(544)
+        except (OSError, EOFError):
+            inner = b""
+        if _is_nifti(inner):
+            return "is a NIfTI image (.nii.gz), not a checkpoint"
+        return "is a gzip file, not a checkpoint"
+    if _is_nifti(head):
+        return "is a NIfTI image (.nii), not a checkpoint"
+    if head.startswith(b"version https://git-lfs"):
+        return "is a Git LFS pointer (a small text file), not the checkpoint itself; fetch it with git lfs pull"
+    if head.lstrip().startswith((b"<!DOCTYPE", b"<html", b"<HTML")):
+        return "is an HTML page (a download that saved a web page), not a checkpoint"
+    if b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        return "is a text file, not a checkpoint"
+    return None
 
 
 def build_network(network_kwargs: dict | None = None) -> torch.nn.Module:
@@ -39,18 +89,40 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
         CheckpointError: the file cannot be read, or its keys or shapes differ from the network's.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"checkpoint {str(path)!r} is a folder; {_EXPECTED}")
     if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file")
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist or is not a file; {_EXPECTED}")
+    what = _not_a_checkpoint(path)
+    if what is not None:
+        raise CheckpointError(f"checkpoint {str(path)!r} {what}; {_EXPECTED}")
     try:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - any unreadable file is reported the same way
-        raise CheckpointError(f"cannot read checkpoint {str(path)!r}: {type(e).__name__}: {e}".splitlines()[0]) from e
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's notes on pickle protocols
+            sd = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        name = re.search(r"GLOBAL ([\w.]+)", str(e))
+        held = f" ({name.group(1)})" if name else ""
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds pickled Python objects{held}, not only tensors: a whole network saved "
+            f"with torch.save(model) or another program's pickle; save model.state_dict() instead; {_EXPECTED}"
+        ) from None
+    except Exception as e:  # noqa: BLE001 - any other unreadable file is reported the same way
+        with open(path, "rb") as f:
+            zipped = f.read(4) == b"PK\x03\x04"  # torch's own format: a zip archive that no longer reads
+        if zipped or isinstance(e, EOFError):
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is truncated or damaged ({_plain(e)}); download it again; {_EXPECTED}"
+            ) from None
+        raise CheckpointError(f"cannot read checkpoint {str(path)!r} ({_plain(e)}); {_EXPECTED}") from None
     for key in ("state_dict", "model", "network"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
             sd = sd[key]
             break
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a state dict of tensors")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is a {type(sd).__name__}, not a state dict of tensors; {_EXPECTED}"
+        )
     if sd and all(k.startswith("module.") for k in sd):
         sd = {k[len("module.") :]: v for k, v in sd.items()}
     own = network.state_dict()
@@ -62,6 +134,13 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
     def _few(items: list[str]) -> str:
         return ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
 
+    width = "image_encoder.encoder.conv_init.weight"  # [encoder_embed_dim, 1, 3, 3, 3]
+    if width in sd and width in own and sd[width].shape[0] != own[width].shape[0]:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is a vista3d132 with encoder_embed_dim={sd[width].shape[0]}, the network "
+            f"was built with {own[width].shape[0]}; set encoder_embed_dim={sd[width].shape[0]} (the published "
+            "checkpoint uses 48)."
+        )
     problems = []
     if missing:
         problems.append(f"{len(missing)} missing keys: {_few(missing)}")

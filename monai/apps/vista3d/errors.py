@@ -24,6 +24,7 @@ __all__ = [
     "CheckpointError",
     "EmptyForegroundError",
     "OutputPathError",
+    "OutputCollisionError",
 ]
 
 
@@ -53,3 +54,7 @@ class EmptyForegroundError(Vista3DInputError):
 
 class OutputPathError(Vista3DOutputError):
     """The output cannot be written where asked (not writable, or it would overwrite the input)."""
+
+
+class OutputCollisionError(Vista3DOutputError):
+    """Two different inputs would be written to the same output file; raised before any work starts."""

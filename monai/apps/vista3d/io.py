@@ -30,6 +30,7 @@ import os
 import pathlib
 import struct
 import tempfile
+import warnings
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ __all__ = [
     "available_cores",
     "output_path",
     "check_output",
+    "AIR_HU",
 ]
 
 #: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
@@ -163,7 +165,11 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
     while len(dims) > 3 and dims[-1] == 1:
         dims.pop()
     if len(dims) < 3 or min(dims[:3]) < 2:
-        raise Vista3DInputError(f"{path}: a 2D image (shape {tuple(shape)}); VISTA3D segments 3D volumes.")
+        extent = sum(d > 1 for d in dims[:3])
+        what = ("a single voxel", "a line of voxels", "a 2D image")[min(extent, 2)]
+        raise Vista3DInputError(
+            f"{path}: {what} (shape {tuple(shape)}); VISTA3D segments 3D volumes, at least 2 voxels along each axis."
+        )
     if len(dims) > 4:
         raise Vista3DInputError(f"{path}: {len(dims)}D image (shape {tuple(shape)}); only 3D or 4D are supported.")
     n_vol = dims[3] if len(dims) == 4 else 1
@@ -198,6 +204,40 @@ def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, c
             if scale:  # while the block is in cache
                 block *= np.float32(slope)
                 block += np.float32(inter or 0.0)
+
+
+#: deflate cannot shrink data by more than about 1032:1, so a .nii.gz holds at most this many bytes per byte
+_MAX_DEFLATE_RATIO = 1032
+
+
+def _memory_available() -> int | None:
+    """Bytes of memory this process could still get (available RAM plus free swap), None when unknown."""
+    try:
+        info = dict(ln.split(":", 1) for ln in pathlib.Path("/proc/meminfo").read_text().splitlines() if ":" in ln)
+        return 1024 * sum(int(info[k].split()[0]) for k in ("MemAvailable", "SwapFree") if k in info)
+    except (OSError, ValueError):
+        try:
+            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+
+def _check_size(p: pathlib.Path, file_bytes: int, memory_bytes: int, compressed: bool) -> None:
+    """Refuse, before allocating, a header whose image cannot be in this file or in this machine's memory."""
+    size = p.stat().st_size
+    if not compressed and size < file_bytes:
+        raise Vista3DInputError(f"{p}: truncated: the header needs {file_bytes} bytes, the file has {size}.")
+    if compressed and file_bytes > _MAX_DEFLATE_RATIO * size + 4096:
+        raise Vista3DInputError(
+            f"{p}: the header claims an image of {file_bytes / 2**30:.3g} GiB, more than a {size}-byte .nii.gz "
+            "can hold; the file is truncated or its header (dim) is wrong."
+        )
+    available = _memory_available()
+    if available is not None and memory_bytes > available:
+        raise Vista3DInputError(
+            f"{p}: reading it needs {memory_bytes / 2**30:.3g} GiB of memory, {available / 2**30:.3g} GiB are "
+            "available; check the header's dim, or segment it on a machine with more memory."
+        )
 
 
 def _carrier(dtype: np.dtype) -> np.dtype:
@@ -284,12 +324,10 @@ def _read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
     n3 = int(np.prod(spatial))
     nbytes = n3 * dtype.itemsize
     begin = int(hdr.get_data_offset()) + vol * nbytes
+    _check_size(p, begin + nbytes, 4 * n3 + (nbytes if stream is not None else 0), stream is not None)
     slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
     stored = stored or device.type != "cpu"  # an accelerator gets the stored values and converts them itself
-    if stream is None:  # uncompressed: map the file read-only and cast straight from the page cache
-        size = p.stat().st_size
-        if size < begin + nbytes:
-            raise Vista3DInputError(f"{p}: truncated: the header needs {begin + nbytes} bytes, the file has {size}.")
+    if stream is None:  # uncompressed (its size was checked above): map it and cast straight from the page cache
         # copy-on-write mapping: writable views for torch, nothing ever written back to the file
         arr = np.memmap(p, dtype=dtype, mode="c", offset=begin, shape=spatial, order="F")
         sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=False)  # never a view of the file
@@ -330,6 +368,10 @@ def _read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
     return image, spatial, affine, dtype
 
 
+#: what non-finite voxels are read as with ``load_image(nonfinite="air")``, in HU
+AIR_HU = -1000.0
+
+
 def load_image(
     path: str | os.PathLike,
     volume_index: int | None = None,
@@ -337,6 +379,7 @@ def load_image(
     contiguous: bool = True,
     dtype: torch.dtype | None = torch.float32,
     device: str | torch.device | None = None,
+    nonfinite: str = "error",
 ) -> tuple[torch.Tensor, ImageGeometry]:
     """Read a NIfTI volume as a tensor (float32 by default).
 
@@ -351,6 +394,8 @@ def load_image(
             computes. Files with ``scl_slope``/``scl_inter`` scaling are always returned as float32 (or ``dtype``).
         device: where the tensor is returned (``None``: the CPU). On an accelerator, each slab of z-slices is
             copied in its stored type while the rest of the file is inflating, and converted there.
+        nonfinite: ``"error"`` refuses NaN or Inf voxels; ``"air"`` reads them as :data:`AIR_HU` and warns with
+            their count (NaN outside a resampled field of view is common).
 
     Returns:
         ``(image, geometry)``: ``image`` is ``[1, X, Y, Z]`` (voxel axes as on disk, scl_slope and scl_inter
@@ -368,8 +413,12 @@ def load_image(
     p = pathlib.Path(path)
     if not p.exists():
         raise Vista3DInputError(f"{p}: no such file; check the path.")
+    if p.is_dir():
+        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
     if not p.is_file():
-        raise Vista3DInputError(f"{p}: not a regular file (a directory?); give a .nii or .nii.gz file.")
+        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
+    if nonfinite not in ("error", "air"):
+        raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     stream = None
     try:
         with open(p, "rb") as f:
@@ -403,10 +452,17 @@ def load_image(
             n_bad = image.numel() - int(torch.isfinite(image).sum())
         if n_bad:
             n_nan = int(torch.isnan(image).sum())
-            raise Vista3DInputError(
-                f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
-                "replace them (e.g. with the background value) before segmenting."
-            )
+            if nonfinite == "air":
+                image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
+                warnings.warn(
+                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
+                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.", stacklevel=2,
+                )
+            else:
+                raise Vista3DInputError(
+                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
+                    "replace them (e.g. with the background value) before segmenting."
+                )
     geometry = ImageGeometry(
         affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype)
     )

@@ -61,6 +61,9 @@ __all__ = [
     "load_checkpoint",
     "resolve_device",
     "segment_file",
+    "as_roi_size",
+    "check_network_kwargs",
+    "ROI_MULTIPLE",
 ]
 
 #: the stages of one image, in order (``inference`` has the sliding-window stages as ``inference/<stage>``)
@@ -195,6 +198,42 @@ class _CountingPredictor:
 
 _OUTPUT_DTYPES = ("float32", "uint8", "int16")
 
+#: VISTA3D's encoder halves the grid four times, so windows are multiples of this
+ROI_MULTIPLE = 16
+
+
+def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
+    """A window size as three ints: one int is a cube; each must be a positive multiple of ``multiple``.
+
+    Raises:
+        Vista3DInputError: not one or three positive multiples of ``multiple``.
+    """
+    try:
+        roi = (int(value),) * 3 if isinstance(value, (int, np.integer)) else tuple(int(r) for r in value)
+    except (TypeError, ValueError):
+        roi = ()
+    if len(roi) != 3 or any(r < multiple or r < 1 or r % multiple for r in roi):
+        why = " (VISTA3D halves the window four times)" if multiple > 1 else ""
+        raise Vista3DInputError(
+            f"roi_size must be one or three positive multiples of {multiple}{why}, got {value!r}; e.g. 128 (the "
+            "bundle's) or 64."
+        )
+    return roi
+
+
+def check_network_kwargs(network_kwargs: dict | None) -> None:
+    """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
+
+    Raises:
+        Vista3DInputError: ``encoder_embed_dim`` is not a positive multiple of 8 (the point head's attention
+            splits half of it over 4 heads).
+    """
+    dim = (network_kwargs or {}).get("encoder_embed_dim", 48)
+    if not isinstance(dim, (int, np.integer)) or dim < 8 or dim % 8:
+        raise Vista3DInputError(
+            f"encoder_embed_dim must be a positive multiple of 8, got {dim!r}; the published checkpoint uses 48."
+        )
+
 
 class Vista3DPipeline:
     """The VISTA3D bundle's inference, stage by stage, on plain tensors.
@@ -205,7 +244,7 @@ class Vista3DPipeline:
         weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
             built network keeps random weights and a warning says so.
         device: where to compute (see :func:`resolve_device`); None picks CUDA when available.
-        roi_size: sliding-window size (the bundle's 128³).
+        roi_size: sliding-window size, one int for a cube or three (the bundle's 128³); multiples of 16.
         overlap: window overlap (the bundle's 0.25).
         sw_batch_size: windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
         amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
@@ -221,6 +260,8 @@ class Vista3DPipeline:
             out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
         fuse: run class prompts through the network's fused channels-last path (``VISTA3D.fuse()``) where its
             kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
+        nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
+            or ``"error"`` (refused).
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
@@ -231,7 +272,7 @@ class Vista3DPipeline:
         network: torch.nn.Module | Callable | None = None,
         weights: str | os.PathLike | None = None,
         device: str | torch.device | None = None,
-        roi_size: Sequence[int] = (128, 128, 128),
+        roi_size: int | Sequence[int] = (128, 128, 128),
         overlap: float = 0.25,
         sw_batch_size: int | str = 1,
         amp: bool | None = None,
@@ -243,10 +284,12 @@ class Vista3DPipeline:
         warn_random: bool = True,
         streaming: bool = True,
         fuse: bool = True,
+        nonfinite: str = "air",
     ) -> None:
         self.device = resolve_device(device)
         self.random_weights = False
         if network is None:
+            check_network_kwargs(network_kwargs)
             network = build_network(network_kwargs)
             self.random_weights = weights is None
         if weights is not None:
@@ -261,16 +304,22 @@ class Vista3DPipeline:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
         self.network = network
         self.resample_dtype = resample_dtype
+        self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
+        from monai.networks.nets import VISTA3D
+
+        self._roi_multiple = ROI_MULTIPLE if isinstance(network, VISTA3D) else 1
         self._configure(
             roi_size=roi_size, overlap=overlap, sw_batch_size=sw_batch_size, amp=amp, progress=progress,
-            timing=timing, output_dtype=output_dtype, streaming=streaming,
+            timing=timing, output_dtype=output_dtype, streaming=streaming, nonfinite=nonfinite,
         )
 
     def _configure(self, **options: Any) -> None:
         """Check and set the per-run options (the network and device stay)."""
         for key, value in options.items():
             if key == "roi_size":
-                value = tuple(int(r) for r in value)
+                value = as_roi_size(value, self._roi_multiple)
+            elif key == "nonfinite" and value not in ("air", "error"):
+                raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
             elif key == "overlap":
                 value = float(value)
             elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
@@ -301,7 +350,8 @@ class Vista3DPipeline:
         bytes cross, slab by slab while the file inflates, and :meth:`preprocess` converts them there (see
         :func:`~.io.load_image`).
         """
-        return load_image(path, volume_index=volume_index, device=self.device, **self.load_options())
+        options = self.load_options()
+        return load_image(path, volume_index=volume_index, device=self.device, nonfinite=self.nonfinite, **options)
 
     def load_options(self) -> dict[str, Any]:
         """Keyword arguments of :func:`~.io.load_image` for this pipeline's device (a prefetching loader uses them).
@@ -415,7 +465,7 @@ class Vista3DPipeline:
             if point_coords is None:
                 cv = self._class_vector(label_ids)
                 n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
-                predictor.start(_Progress(n_win, self.progress))
+                predictor.start(_Progress(n_win, self.progress, self.progress_label))
                 inferer = self._sliding_inferer()
                 try:
                     logits = inferer(inp, predictor, transpose=True, class_vector=cv, prompt_class=cv,
@@ -457,7 +507,7 @@ class Vista3DPipeline:
         inp = x[None] if x.ndim == 4 else x
         n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
         predictor = self._counting
-        predictor.start(_Progress(n_win, self.progress))
+        predictor.start(_Progress(n_win, self.progress, self.progress_label))
         try:
             with torch.no_grad(), self._autocast():
                 labels = sliding_window_label_inference(
@@ -590,6 +640,8 @@ class Vista3DPipeline:
                 be written.
         """
         path = Path(path)
+        if path.is_dir():
+            raise Vista3DInputError(f"{path}: is a folder, not an image; give a .nii or .nii.gz file.")
         if not path.is_file():
             raise Vista3DInputError(f"{path}: no such file; check the path.")
         out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])

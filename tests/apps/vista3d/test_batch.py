@@ -29,8 +29,16 @@ import torch.multiprocessing as mp
 from parameterized import parameterized
 
 from monai.apps.vista3d import batch
-from monai.apps.vista3d.batch import AsyncSaver, collect_inputs, output_path, resolve_device, run_batch, shard_by_size
-from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.batch import (
+    AsyncSaver,
+    collect_inputs,
+    output_path,
+    plan_outputs,
+    resolve_device,
+    run_batch,
+    shard_by_size,
+)
+from monai.apps.vista3d.errors import OutputCollisionError, Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
@@ -110,6 +118,73 @@ class TestShard(unittest.TestCase):
         with mock.patch("torch.cuda.is_available", lambda: False):
             with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
                 resolve_device("cuda")
+
+
+def _patient_folders(root: pathlib.Path) -> None:
+    """``root/cts``: two patients' ct.nii.gz, one image at the top, a hidden copy and a text file."""
+    for name in ("p1/ct.nii.gz", "p2/ct.nii.gz", "top.nii.gz", ".hidden/ct.nii.gz"):
+        (root / "cts" / name).parent.mkdir(parents=True, exist_ok=True)
+        write_phantom(root / "cts" / name, (8, 8, 8), seed=0)
+    (root / "cts" / "notes.txt").write_text("not an image")
+
+
+class TestOutputsAndVolumes(unittest.TestCase):
+    @parameterized.expand([
+        ("folder_mirrored", ["cts"], ["o/p1/ct/ct_trans.nii.gz", "o/p2/ct/ct_trans.nii.gz", "o/top/top_trans.nii.gz"]),
+        ("file_and_its_folder", ["cts/top.nii.gz", "cts"], ["o/top/top_trans.nii.gz", "o/p1/ct/ct_trans.nii.gz",
+                                                            "o/p2/ct/ct_trans.nii.gz"]),
+        ("same_file_twice", ["cts/p1/ct.nii.gz", "cts/p1/../p1/ct.nii.gz"], ["o/ct/ct_trans.nii.gz"]),
+    ])
+    def test_outputs_unique_per_input(self, _, inputs, expected):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            _patient_folders(d)
+            items = [d / i for i in inputs]
+            plan = plan_outputs(items, d / "o")
+            self.assertEqual(sorted(str(o.relative_to(d)) for _, o in plan), sorted(expected))
+            self.assertEqual(run_batch(items, d / "o", tiny_segment), 0)
+            self.assertEqual(sorted(str(p.relative_to(d)) for p in (d / "o").rglob("*.nii.gz")), sorted(expected))
+
+    @parameterized.expand([("two_folders", ["cts/p1", "cts/p2"]), ("files", ["cts/p1/ct.nii.gz", "cts/p2/ct.nii.gz"])])
+    def test_shared_output_refused_before_any_work(self, _, inputs):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            _patient_folders(d)
+            items = [d / i for i in inputs]
+            msg = "would both be written to .*ct_trans.nii.gz; nothing was started. Give their common folder"
+            with self.assertRaisesRegex(OutputCollisionError, msg):
+                plan_outputs(items, d / "o")
+            with self.assertRaisesRegex(OutputCollisionError, msg):
+                run_batch(items, d / "o", tiny_segment)
+            self.assertFalse((d / "o").exists())
+
+    def test_volume_index_applies_to_4d_only(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            three = write_phantom(d / "three.nii.gz", (10, 10, 8), seed=0)
+            img = nib.load(three)
+            vols = np.stack([np.asanyarray(img.dataobj), np.asanyarray(img.dataobj) + 100], -1)
+            nib.save(nib.Nifti1Image(vols, img.affine), d / "four.nii.gz")
+            self.assertEqual(run_batch([three, d / "four.nii.gz"], d / "o", tiny_segment, volume_index=1), 0)
+            expected, _ = tiny_segment(torch.from_numpy(vols[..., 1].astype(np.float32))[None], None)
+            saved = nib.load(d / "o" / "four" / "four_trans.nii.gz").get_fdata()
+            np.testing.assert_array_equal(saved, expected.numpy())
+            self.assertEqual(run_batch([d / "four.nii.gz"], d / "o2", tiny_segment, volume_index=2), 1)
+
+    def test_failed_save_leaves_no_folder(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = pathlib.Path(d)
+            (d / "cts" / "p1").mkdir(parents=True)
+            src = write_phantom(d / "cts" / "p1" / "ct.nii.gz", (10, 10, 8), seed=0)
+
+            def broken_save(*args, **kwargs):
+                pathlib.Path(args[2]).parent.mkdir(parents=True)
+                raise Vista3DOutputError("disk full (simulated)")
+
+            with mock.patch.object(batch, "save_label_map", broken_save):
+                self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment), 1)
+            self.assertEqual(sorted(p.name for p in (d / "o").rglob("*")), ["summary.json"])
+            self.assertTrue(src.is_file())
 
 
 class TestBatchSingleProcess(unittest.TestCase):

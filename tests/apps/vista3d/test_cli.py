@@ -16,6 +16,7 @@ import contextlib
 import io
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -70,7 +71,9 @@ class TestSegmentCli(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("RANDOM weights", err)
         path = out_dir / "ct" / "ct_trans.nii.gz"
-        self.assertIn(f"wrote {path}", out)
+        self.assertIn(f"[1/1] {self.src} ", out)
+        self.assertIn(f" s -> {path}", out)
+        self.assertIn("1 image(s): 1 done, 0 skipped, 0 failed in", out)
         self.assertIn("postprocess", out)  # the --timing table
         res = nib.load(path)
         self.assertEqual(res.shape, self.img.shape)
@@ -82,8 +85,7 @@ class TestSegmentCli(unittest.TestCase):
         written = path.read_bytes()
         code, out, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY[:-1]])
         self.assertEqual(code, 0, err)
-        self.assertIn(f"skipped {path}", out)
-        self.assertIn("--overwrite", out)
+        self.assertIn(f"[1/1] {self.src} skipped: {path} exists (--overwrite redoes it)", out)
         self.assertEqual(path.read_bytes(), written)
         self.assertEqual(json.loads((out_dir / "summary.json").read_text())["skipped"], 1)
         before = np.asarray(res.dataobj).copy()
@@ -139,8 +141,7 @@ class TestSegmentCli(unittest.TestCase):
         code, _, err = run_main(["segment", self.src, "--output-dir", self.dir / "out5", *TINY, "--weights", ckpt])
         self.assertEqual(code, 1)
         msg = self._errors(err)
-        self.assertIn("does not match the VISTA3D network", msg)
-        self.assertIn("shape mismatches", msg)
+        self.assertIn("is a vista3d132 with --embed-dim 16, the network was built with 8; set --embed-dim 16", msg)
         self.assertNotIn("RANDOM", err)
 
     def test_output_errors(self):
@@ -183,7 +184,7 @@ class TestSegmentCli(unittest.TestCase):
 
     @parameterized.expand([
         ("no_images", ["segment", "--output-dir", "x"], "no input images"),
-        ("no_output", ["segment", "a.nii.gz"], "--output-dir"),
+        ("no_output", ["segment", "a.nii.gz"], "-o FOLDER"),
         ("bad_sw", ["segment", "a.nii.gz", "--output-dir", "x", "--sw-batch-size", "zero"], "--sw-batch-size"),
         ("bad_roi", ["benchmark", "--roi-size", "32,32", "--device", "cpu"], "--roi-size"),
     ])
@@ -215,6 +216,219 @@ class TestBenchmarkCli(unittest.TestCase):
             for stage in ("load", "preprocess", "inference", "postprocess", "invert", "save"):
                 self.assertGreater(r["timings"][stage], 0.0)
             self.assertGreaterEqual(r["windows"], 1)
+
+
+# what the installed console script runs (setup.py: vista3d=monai.apps.vista3d.__main__:main)
+CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.__main__ import main; sys.argv[0] = 'vista3d'; sys.exit(main())"
+
+
+def vista3d(*args, timeout=300):
+    """Run the ``vista3d`` console script's entry point in a subprocess on this worktree's monai."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _write_ct(path: Path, shape=(30, 30, 20), seed: int = 0, four_d: bool = False) -> Path:
+    img, aff, _ = phantom(shape, np.eye(3), (1.0, 1.0, 1.5))
+    img = np.round(img + 10 * seed).astype(np.int16)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nib.save(nib.Nifti1Image(np.stack([img - 500, img], -1) if four_d else img, aff), path)
+    return path
+
+
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as in a terminal, even when this test runs where SIGINT is ignored (a background job)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _one_line_errors(test: unittest.TestCase, stderr: str) -> list[str]:
+    test.assertNotIn("Traceback", stderr)
+    lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("WARNING: no --weights")]
+    test.assertTrue(all(ln.startswith(("error: ", "warning: ")) for ln in lines), stderr)
+    return lines
+
+
+@pytest.mark.slow
+class TestCliAsUsersExpect(unittest.TestCase):
+    """The ``vista3d`` entry point in a subprocess on NIfTI files, as a user runs it."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def test_patient_folders_rerun_and_mixed_4d(self):
+        cts = self.tmp / "cts"
+        _write_ct(cts / "p1" / "ct.nii.gz", seed=0)
+        _write_ct(cts / "p2" / "ct.nii.gz", seed=1)
+        _write_ct(cts / "p3" / "ct.nii.gz", (24, 26, 18), seed=2, four_d=True)
+        out = self.tmp / "out"
+        res = vista3d("-i", cts, "-o", out, *TINY[:-1], "--volume-index", "1")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        results = {p: out / p / "ct" / "ct_trans.nii.gz" for p in ("p1", "p2", "p3")}
+        for p, path in results.items():
+            self.assertEqual(nib.load(path).shape, nib.load(cts / p / "ct.nii.gz").shape[:3])
+            self.assertIn(f"{cts / p / 'ct.nii.gz'} ", res.stdout)
+        self.assertRegex(res.stdout, r"\[3/3\] .* s -> ")
+        self.assertIn("3 image(s): 3 done, 0 skipped, 0 failed in", res.stdout)
+        written = {p: path.read_bytes() for p, path in results.items()}
+        # the same names given as files cannot both be written: refused before any work
+        res = vista3d(cts / "p1" / "ct.nii.gz", cts / "p2" / "ct.nii.gz", "-o", self.tmp / "flat", *TINY)
+        self.assertEqual(res.returncode, 2)
+        lines = _one_line_errors(self, res.stderr)
+        self.assertEqual(len(lines), 1, res.stderr)
+        self.assertIn("would both be written to", lines[0])
+        self.assertFalse((self.tmp / "flat").exists())
+        # a rerun skips what is finished and exits 0; --overwrite redoes it
+        res = vista3d("-i", cts, "-o", out, *TINY[:-1], "--volume-index", "1")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(res.stdout.count("skipped: "), 3, res.stdout)
+        self.assertEqual({p: path.read_bytes() for p, path in results.items()}, written)
+        self.assertEqual(json.loads((out / "summary.json").read_text())["skipped"], 3)
+        res = vista3d("segment", "--input-list", cts, "--output-dir", out, *TINY, "--volume-index", "1",
+                      "--overwrite")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(json.loads((out / "summary.json").read_text())["done"], 3)
+
+    @parameterized.expand([
+        ("sigterm", signal.SIGTERM, 143, "terminated"),
+        ("sigint", signal.SIGINT, 130, "interrupted"),
+    ])
+    def test_stopped_run_leaves_only_finished_outputs(self, _, sig, code, word):
+        for i in range(8):
+            _write_ct(self.tmp / "cts" / f"ct{i}.nii.gz", (48, 48, 32), seed=i)
+        out = self.tmp / "out"
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", str(self.tmp / "cts"), "-o", str(out),
+                                 *TINY[:-1]], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=_default_sigint)
+        first = proc.stdout.readline()  # the first image is finished
+        self.assertIn("[1/8]", first)
+        proc.send_signal(sig)
+        stdout, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, code, stderr)
+        lines = _one_line_errors(self, stderr)
+        self.assertEqual(len(lines), 1, stderr)
+        self.assertIn(word, lines[0])
+        self.assertNotIn("[8/8]", stdout)
+        leftovers = [p for p in out.rglob("*") if p.name != "summary.json"]
+        for p in leftovers:  # every folder holds a complete result, nothing else
+            if p.is_dir():
+                self.assertEqual([c.name for c in p.iterdir()], [f"{p.name}_trans.nii.gz"])
+            else:
+                self.assertEqual(nib.load(p).shape, (48, 48, 32))
+        self.assertGreaterEqual(len(leftovers), 2)
+
+    def test_bad_images_one_line_each(self):
+        good = _write_ct(self.tmp / "in" / "good.nii.gz")
+        hdr = nib.Nifti1Header()
+        hdr.set_data_shape((4000, 4000, 4000))
+        hdr.set_data_dtype(np.int16)
+        hdr["vox_offset"] = 352
+        (self.tmp / "in" / "huge.nii").write_bytes(hdr.binaryblock + bytes(4) + bytes(20000))
+        nib.save(nib.Nifti1Image(np.zeros((1, 1, 1), np.int16), np.eye(4)), self.tmp / "in" / "dot.nii.gz")
+        img = nib.load(good).get_fdata().astype(np.float32)
+        img[:3, :3, :2] = np.nan  # outside the body, as after a resampling
+        nib.save(nib.Nifti1Image(img, nib.load(good).affine), self.tmp / "in" / "nan.nii.gz")
+        out = self.tmp / "out"
+        res = vista3d("-i", self.tmp / "in", "-o", out, *TINY)
+        self.assertEqual(res.returncode, 1, res.stderr)
+        lines = _one_line_errors(self, res.stderr)
+        text = "\n".join(lines)
+        self.assertIn("huge.nii: truncated: the header needs", text)
+        self.assertIn("dot.nii.gz: a single voxel (shape (1, 1, 1))", text)
+        self.assertIn("nan.nii.gz: 18 voxel(s) are not finite (18 NaN, 0 Inf); read as air (-1000 HU). Use --strict",
+                      text)
+        self.assertIn("error: 2 of 4 image(s) failed", text)
+        for ln in lines:
+            name = next((n for n in ("huge.nii", "dot.nii.gz", "nan.nii.gz") if n in ln), None)
+            if name:
+                self.assertEqual(ln.count(name), 1, ln)  # the path once
+        self.assertTrue((out / "nan" / "nan_trans.nii.gz").is_file())
+        self.assertEqual(sorted(p.name for p in out.iterdir()), ["good", "nan", "summary.json"])
+        res = vista3d(self.tmp / "in" / "nan.nii.gz", "-o", out, *TINY, "--strict", "--overwrite")
+        self.assertEqual(res.returncode, 1)
+        self.assertIn("18 voxel(s) are not finite", _one_line_errors(self, res.stderr)[0])
+
+    def test_list_classes_and_usage(self):
+        res = vista3d("--list-classes")
+        self.assertEqual(res.returncode, 0, res.stderr)
+        lines = res.stdout.splitlines()
+        self.assertIn("  1* liver", lines)
+        self.assertIn("  2  kidney", lines)  # a group, not in "everything"
+        self.assertIn("117 classes in 'everything'", res.stdout)
+        res = vista3d("--help")
+        self.assertEqual(res.returncode, 0)
+        self.assertTrue(res.stdout.startswith("usage: vista3d [segment] [-i IMAGE_OR_FOLDER ...] -o OUTPUT"))
+        res = vista3d("segment", "--help")
+        self.assertIn("--list-classes", res.stdout)
+        self.assertIn("--strict", res.stdout)
+
+
+def _checkpoint(kind: str, folder: Path) -> Path:
+    from monai.networks.nets import vista3d132
+
+    path = folder / f"{kind}.pt"
+    if kind == "text":
+        path.write_text("model weights: see the bundle\n")
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind in ("truncated", "embed16"):
+        torch.save(vista3d132(encoder_embed_dim=16 if kind == "embed16" else 8).state_dict(), path)
+        if kind == "truncated":
+            path.write_bytes(path.read_bytes()[:5000])
+    elif kind == "nifti":
+        nib.save(nib.Nifti1Image(np.zeros((4, 4, 4), np.int16), np.eye(4)), folder / "x.nii.gz")
+        path.write_bytes((folder / "x.nii.gz").read_bytes())
+    elif kind == "module":
+        torch.save(vista3d132(encoder_embed_dim=8), path)
+    return path
+
+
+@pytest.mark.slow
+class TestCliOneLineErrors(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.tmp = Path(cls._tmp.name)
+        cls.src = _write_ct(cls.tmp / "ct.nii.gz")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    @parameterized.expand([
+        ("text", 1, "is a text file, not a checkpoint; expected a VISTA3D state dict"),
+        ("empty", 1, "is empty (0 bytes); expected a VISTA3D state dict"),
+        ("truncated", 1, "is truncated or damaged"),
+        ("nifti", 1, "is a NIfTI image (.nii.gz), not a checkpoint; expected a VISTA3D state dict"),
+        ("module", 1, "holds pickled Python objects (monai.networks.nets.vista3d.VISTA3D), not only tensors"),
+        ("embed16", 1, "with --embed-dim 16, the network was built with 8; set --embed-dim 16"),
+    ])
+    def test_checkpoint(self, kind, code, msg):
+        res = vista3d(self.src, "-o", self.tmp / kind, *TINY, "--weights", _checkpoint(kind, self.tmp))
+        self.assertEqual(res.returncode, code, res.stderr)
+        lines = _one_line_errors(self, res.stderr)
+        self.assertEqual(len(lines), 1, res.stderr)
+        self.assertIn(msg, lines[0])
+        self.assertIn("bundle", lines[0]) if kind != "embed16" else None
+        self.assertNotIn("\x1b", res.stderr)
+        self.assertFalse((self.tmp / kind).exists())
+
+    @parameterized.expand([
+        ("roi_50", ["--roi-size", "50"], "--roi-size must be multiples of 16"),
+        ("embed_7", ["--embed-dim", "7"], "--embed-dim must be a positive multiple of 8, got 7"),
+        ("file_output_for_a_folder", ["-o", "x.nii.gz"], "-o FILE.nii.gz names one output"),
+    ])
+    def test_usage(self, _, extra, msg):
+        res = vista3d("-i", self.tmp, "-o", self.tmp / "u", *TINY, *extra)
+        self.assertEqual(res.returncode, 2, res.stderr)
+        lines = _one_line_errors(self, res.stderr)
+        self.assertEqual(len(lines), 1, res.stderr)
+        self.assertIn(msg, lines[0])
 
 
 def _free_port() -> int:
@@ -249,30 +463,50 @@ class TestCliSubprocess(unittest.TestCase):
     def test_torchrun_two_ranks_equal_single_process(self):
         with tempfile.TemporaryDirectory() as tmp:
             tmp = Path(tmp)
-            for i, shape in enumerate([(30, 30, 20), (24, 26, 18), (34, 28, 20)]):
-                img, aff, _ = phantom(shape, np.eye(3), (1.0, 1.0, 1.5))
-                nib.save(nib.Nifti1Image(np.round(img).astype(np.int16), aff), tmp / f"ct{i}.nii.gz")
-            nib.save(nib.Nifti1Image(np.zeros((8, 8), np.int16), np.eye(4)), tmp / "flat.nii.gz")  # a 2D image fails
-            single = self._run("segment", "--input-list", tmp, "--output-dir", tmp / "single", *TINY)
+            cts = tmp / "cts"
+            names = ["ct0.nii.gz", "ct1.nii.gz", "ct2.nii.gz", "sub/ct0.nii.gz"]  # two images named ct0.nii.gz
+            for name, shape in zip(names, [(30, 30, 20), (24, 26, 18), (34, 28, 20), (26, 30, 18)]):
+                _write_ct(cts / name, shape)
+            nib.save(nib.Nifti1Image(np.zeros((8, 8), np.int16), np.eye(4)), cts / "flat.nii.gz")  # a 2D image fails
+            single = self._run("segment", "--input-list", cts, "--output-dir", tmp / "single", *TINY)
             self.assertEqual(single.returncode, 1, single.stderr)  # the 2D image
             env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-            multi = subprocess.run(
-                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
-                 "-m", "monai.apps.vista3d", "segment", "--input-list", str(tmp), "--output-dir", str(tmp / "multi"),
-                 *TINY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+            def torchrun():
+                return subprocess.run(
+                    [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                     f"--master_port={_free_port()}", "-m", "monai.apps.vista3d", "-i", str(cts), "-o",
+                     str(tmp / "multi"), *TINY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+            multi = torchrun()
             self.assertNotEqual(multi.returncode, 0, multi.stderr)  # the failure is reported in the exit code
             summary = json.loads((tmp / "multi" / "summary.json").read_text())
             records = summary["per_image"]
-            self.assertEqual((summary["world_size"], summary["done"], summary["failed"]), (2, 3, 1))
-            status = {Path(r["image"]).name: r["status"] for r in records}
-            self.assertEqual(sorted(status), ["ct0.nii.gz", "ct1.nii.gz", "ct2.nii.gz", "flat.nii.gz"])
-            self.assertEqual(sum(s == "done" for s in status.values()), 3, status)
+            self.assertEqual((summary["world_size"], summary["done"], summary["failed"]), (2, 4, 1))
+            status = {str(Path(r["image"]).relative_to(cts)): r["status"] for r in records}
+            self.assertEqual(sorted(status), sorted([*names, "flat.nii.gz"]))
+            self.assertEqual(sum(s == "done" for s in status.values()), 4, status)
             self.assertEqual(len({r.get("rank") for r in records}), 2, records)  # both ranks worked
-            for i in range(3):
-                a = nib.load(tmp / "single" / f"ct{i}" / f"ct{i}_trans.nii.gz")
-                b = nib.load(tmp / "multi" / f"ct{i}" / f"ct{i}_trans.nii.gz")
+            for name in names:
+                rel = Path(name).parent / Path(name).name.split(".")[0]
+                a = nib.load(tmp / "single" / rel / f"{rel.name}_trans.nii.gz")
+                b = nib.load(tmp / "multi" / rel / f"{rel.name}_trans.nii.gz")
+                self.assertEqual(a.shape, nib.load(cts / name).shape)
                 np.testing.assert_array_equal(np.asanyarray(a.dataobj), np.asanyarray(b.dataobj))
                 np.testing.assert_array_equal(a.affine, b.affine)
+            # two inputs with one output are refused on every rank before any work, as by one process
+            refused = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+                 "-m", "monai.apps.vista3d", str(cts / "ct0.nii.gz"), str(cts / "sub" / "ct0.nii.gz"), "-o",
+                 str(tmp / "refused"), *TINY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+            self.assertNotEqual(refused.returncode, 0)
+            self.assertIn("would both be written to", refused.stderr)
+            self.assertFalse((tmp / "refused").exists())
+            # a rerun skips the finished images on every rank, as one process does
+            again = torchrun()
+            self.assertNotEqual(again.returncode, 0, again.stderr)
+            summary = json.loads((tmp / "multi" / "summary.json").read_text())
+            self.assertEqual((summary["skipped"], summary["done"], summary["failed"]), (4, 0, 1))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import os
 import pathlib
+import re
 import tempfile
 import unittest
 from unittest import mock
@@ -251,7 +252,7 @@ class TestBadInput(TempDirCase):
     def test_missing(self):
         with self.assertRaisesRegex(Vista3DInputError, "no such file"):
             load_image(self.tmp / "nope.nii.gz")
-        with self.assertRaisesRegex(Vista3DInputError, "not a regular file"):
+        with self.assertRaisesRegex(Vista3DInputError, "is a folder, not an image"):
             load_image(self.tmp)
 
     @parameterized.expand(
@@ -295,10 +296,34 @@ class TestBadInput(TempDirCase):
         with self.assertRaisesRegex(Vista3DInputError, "truncated"):
             load_image(self.tmp / "cut.nii")
 
-    @parameterized.expand([((10, 12),), ((10, 12, 1),), ((10, 1, 12),)])
-    def test_2d(self, shape):
-        with self.assertRaisesRegex(Vista3DInputError, "2D image"):
+    @parameterized.expand([((10, 12), "a 2D image"), ((10, 12, 1), "a 2D image"), ((10, 1, 12), "a 2D image"),
+                           ((1, 1, 1), "a single voxel"), ((1, 9, 1), "a line of voxels")])
+    def test_not_3d(self, shape, what):
+        msg = re.escape(f"{what} (shape {tuple(shape)}); VISTA3D segments 3D")
+        with self.assertRaisesRegex(Vista3DInputError, msg):
             load_image(self._write(np.zeros(shape, np.int16)))
+
+    @parameterized.expand([
+        ("x.nii", "truncated: the header needs"),
+        ("x.nii.gz", "more than a .*-byte .nii.gz can hold"),
+    ])
+    def test_header_claims_a_huge_volume(self, name, msg):
+        hdr = nib.Nifti1Header()
+        hdr.set_data_shape((4000, 4000, 4000))
+        hdr.set_data_dtype(np.int16)
+        hdr["vox_offset"] = 352
+        raw = hdr.binaryblock + b"\x00" * 4 + b"\x01\x00" * 5000
+        path = self.tmp / name
+        path.write_bytes(gzip.compress(raw) if name.endswith(".gz") else raw)
+        with mock.patch.object(np, "empty", side_effect=AssertionError("allocated")):
+            with self.assertRaisesRegex(Vista3DInputError, msg):
+                load_image(path)
+
+    def test_more_than_the_memory(self):
+        path = self._write(np.ones((20, 20, 20), np.int16), name="x.nii")
+        with mock.patch.object(vio, "_memory_available", return_value=1000):
+            with self.assertRaisesRegex(Vista3DInputError, "reading it needs .* GiB of memory"):
+                load_image(path)
 
     def test_4d_singleton_is_3d(self):
         image, geom = load_image(self._write(np.ones((5, 6, 7, 1), np.int16)))
@@ -316,6 +341,20 @@ class TestBadInput(TempDirCase):
         data[1, 2, 3] = value
         with self.assertRaisesRegex(Vista3DInputError, msg):
             load_image(self._write(data))
+        with self.assertWarnsRegex(UserWarning, f"1 voxel\\(s\\) are not finite \\({msg}\\); read as air"):
+            image, _ = load_image(self._write(data), nonfinite="air")
+        self.assertEqual(float(image[0, 1, 2, 3]), vio.AIR_HU)
+        self.assertEqual(float(image.sum()), vio.AIR_HU)
+
+    def test_nibabel_image_with_nan_outside_the_field_of_view(self):
+        path = pathlib.Path(data_path) / "resampled_anat_moved.nii"
+        n_nan = int(np.isnan(np.asanyarray(nib.load(path).dataobj)).sum())
+        self.assertGreater(n_nan, 0)
+        with self.assertRaisesRegex(Vista3DInputError, f"{n_nan} NaN"):
+            load_image(path)
+        with self.assertWarnsRegex(UserWarning, f"{n_nan} voxel\\(s\\) are not finite"):
+            image, _ = load_image(path, nonfinite="air")
+        self.assertTrue(bool(torch.isfinite(image).all()))
 
     def test_zero_spacing(self):
         path = self._write(np.ones((6, 6, 6), np.int16), name="x.nii")

@@ -253,5 +253,63 @@ class TestPipelineErrors(unittest.TestCase):
             _pipe(StubVista(HU), sw_batch_size=0)
 
 
+class RecordingStub(StubVista):
+    """The stub network, keeping the point labels and window sizes it was called with."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.point_labels_seen, self.windows_seen = [], []
+
+    def forward(self, input_images, *args, point_labels=None, **kwargs):
+        if point_labels is not None:
+            self.point_labels_seen.append(point_labels.flatten().tolist())
+        self.windows_seen.append(tuple(input_images.shape[2:]))
+        return super().forward(input_images, *args, point_labels=point_labels, **kwargs)
+
+
+class TestPromptsAndOptions(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.img, cls.aff, _ = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
+
+    @parameterized.expand([
+        ("special_class", "25", [3, 2]),  # a vessel / tumour class of the bundle: labels 0/1 become 2/3
+        ("ordinary_class", "1", [1, 0]),
+        ("no_class", None, [1, 0]),
+    ])
+    def test_special_classes_shift_point_labels(self, _, classes, expected):
+        net = RecordingStub({1: 300.0, 25: 300.0})
+        pipe = _pipe(net)
+        pipe.segment(torch.from_numpy(self.img), self.aff, classes=classes, points="20,20,18;3,20,18",
+                     point_labels="1,0")
+        self.assertTrue(net.point_labels_seen)
+        self.assertTrue(all(seen == expected for seen in net.point_labels_seen), net.point_labels_seen)
+
+    @parameterized.expand([
+        ("int", 32, (32, 32, 32)),
+        ("tuple", (32, 32, 16), (32, 32, 16)),
+        ("list", [16] * 3, (16,) * 3),
+    ])
+    def test_roi_size_forms(self, _, roi, expected):
+        net = RecordingStub(HU)
+        pipe = _pipe(net, roi_size=roi)
+        self.assertEqual(pipe.roi_size, expected)
+        pipe.segment(torch.from_numpy(self.img), self.aff, classes="liver")
+        self.assertEqual(set(net.windows_seen), {expected})
+
+    @parameterized.expand([("not_16", {"roi_size": 50}, "roi_size must be one or three positive multiples of 16"),
+                           ("two_values", {"roi_size": (32, 32)}, "roi_size must be"),
+                           ("embed_dim", {"network_kwargs": {"encoder_embed_dim": 7}},
+                            "encoder_embed_dim must be a positive multiple of 8, got 7")])
+    def test_vista3d_options_checked_up_front(self, _, kwargs, msg):
+        with self.assertRaisesRegex(Vista3DInputError, msg):
+            Vista3DPipeline(device="cpu", warn_random=False, **{"roi_size": 32, **kwargs})
+
+    def test_folder_is_not_an_image(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaisesRegex(Vista3DInputError, "is a folder, not an image"):
+                _pipe(StubVista(HU)).segment_file(tmp, Path(tmp) / "out")
+
+
 if __name__ == "__main__":
     unittest.main()
