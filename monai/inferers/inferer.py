@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -259,11 +258,16 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
     ) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
         """Sliding-window prediction with out-of-memory fallbacks; arguments as :class:`SlidingWindowInferer`."""
         self.attempts: list[dict] = []
-        call_start = time.perf_counter()
+        clock = StageTimer(sync=False, nvtx=False)  # host time for the adaptation record
+        with clock.stage("call_total"):
+            out, stitching = self._adapt(inputs, network, args, kwargs, clock)
+        self._finish(stitching, clock.timings["call_total"])
+        return out
+
+    def _adapt(self, inputs: torch.Tensor, network: Callable, args: tuple, kwargs: dict, clock: StageTimer) -> tuple:
+        """Try the stitching modes from the cheapest that may fit; returns ``(output, stitching mode)``."""
         if self.device is not None:
-            out = self._call(inputs, network, args, kwargs)
-            self._finish("fixed", call_start)
-            return out
+            return self._call(inputs, network, args, kwargs), "fixed"
 
         numel = int(inputs.shape[2:].numel())
         on_gpu = self._on_accelerator(inputs)
@@ -277,7 +281,7 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
         longest = spatial.index(max(spatial))
         buffer_dim = longest if spatial[longest] / spatial[-1] >= 2 else -1
 
-        for _ in range(self.max_attempts):
+        for n in range(self.max_attempts):
             stitch_device = inputs.device if gpu_stitching else torch.device("cpu")
             attempt = {
                 "stitching": "gpu" if gpu_stitching else "buffered" if buffered else "cpu",
@@ -287,16 +291,15 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
                 "error": None,
             }
             self.attempts.append(attempt)
-            start = time.perf_counter()
             call_kwargs = dict(kwargs, device=stitch_device, buffer_dim=buffer_dim)
             call_kwargs["buffer_steps"] = attempt["buffer_steps"]
             try:
-                out = self._call(inputs, network, args, call_kwargs)
-                attempt["seconds"] = time.perf_counter() - start
-                self._finish(attempt["stitching"], call_start)
-                return out
+                with clock.stage(f"attempt {n}"):
+                    out = self._call(inputs, network, args, call_kwargs)
+                attempt["seconds"] = clock.timings[f"attempt {n}"]
+                return out, attempt["stitching"]
             except RuntimeError as e:
-                attempt["seconds"] = time.perf_counter() - start
+                attempt["seconds"] = clock.timings[f"attempt {n}"]
                 if not _is_oom(e) or not (gpu_stitching or buffered):
                     raise
                 attempt["error"] = f"{type(e).__name__}: {e}"
@@ -333,10 +336,10 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
             f"{self.attempts}"
         )
 
-    def _finish(self, stitching: str, call_start: float) -> None:
+    def _finish(self, stitching: str, call_total: float) -> None:
         """Add the adaptation record to ``timings`` and log them."""
         if self.timing and self.timings:
             self.timings["stitching"] = stitching
             self.timings["attempts"] = [dict(a) for a in self.attempts]
-            self.timings["call_total"] = time.perf_counter() - call_start
+            self.timings["call_total"] = call_total
         self._report()

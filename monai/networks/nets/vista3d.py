@@ -319,8 +319,6 @@ class VISTA3D(nn.Module):
             mapping_index: ``[B]`` bool, the rows that have clicks.
             thred: probability threshold of a foreground voxel.
         """
-        if hasattr(logits, "as_tensor"):  # a MetaTensor from upstream MONAI
-            logits = logits.as_tensor()
         auto = logits[mapping_index]
         # does any click of a row hit the automatic foreground? (padding clicks included, as in MONAI 1.6.1)
         idx = point_coords.round().long()
@@ -371,8 +369,6 @@ class VISTA3D(nn.Module):
             point_logits.shape[-3:], point_coords, point_labels, radius=radius
         )
         weight = (1 - discs.sum(1, keepdim=True)).clamp_(min=0)
-        if hasattr(logits, "as_tensor"):
-            logits = logits.as_tensor()
         logits[mapping_index] *= weight
         logits[mapping_index] += (1 - weight) * point_logits
         return logits
