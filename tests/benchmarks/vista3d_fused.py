@@ -235,6 +235,7 @@ _KINDS = [
 
 
 def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -276,7 +277,8 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
     totals: dict[str, float] = {}
     names: dict[str, set] = {}
     for evt in prof.key_averages():
-        # self device time: a kernel's own time; the CPU-side operators that launched it have none
+        if evt.device_type != DeviceType.CUDA:  # count kernels only: the operators that launched them repeat them
+            continue
         us = getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0.0)
         if not us:
             continue

@@ -131,6 +131,13 @@ class FusedClassBranch:
     # ---- the operations ----------------------------------------------------------------------------------------
     def _conv(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weights(conv, x.dtype, x.shape[1])
+        pointwise = conv.kernel_size == (1, 1, 1) and conv.stride == (1, 1, 1) and conv.padding == (0, 0, 0)
+        if isinstance(conv, nn.Conv3d) and pointwise and conv.groups == 1:
+            # a GEMM over the voxels' channel rows: cuBLAS adds the bias in its epilogue, where cuDNN leaves it to a
+            # separate broadcast add (measured on the H200: 5.3 ms per 14 full-resolution windows)
+            rows = x.permute(0, 2, 3, 4, 1).reshape(-1, x.shape[1])
+            y = F.linear(rows, w.reshape(w.shape[0], -1), b)
+            return y.view(x.shape[0], *x.shape[2:], -1).permute(0, 4, 1, 2, 3)
         if isinstance(conv, nn.ConvTranspose3d):
             y = F.conv_transpose3d(x, w, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
         else:
