@@ -274,6 +274,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import pipeline_segment_fn, plan_outputs, run_batch
+    from .pipeline import text_bar
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -313,9 +314,13 @@ def _segment(args: argparse.Namespace) -> int:
     started = [0]
 
     def segment_one(image: torch.Tensor, geometry: Any) -> Any:
-        started[0] += 1  # the window counter of a terminal names the image (of those to do on this rank)
-        of = f"/{n_images}" if world == 1 else ""
-        pipe.progress_label = f"{rank_tag}[{started[0]}{of}] {geometry.filename or 'image'} windows"
+        started[0] += 1  # a terminal's window bar follows a bar of the images (of those to do on this rank)
+        name = geometry.filename or "image"
+        if world == 1:
+            images = f"images {text_bar(started[0] - 1, n_images)} {started[0]}/{n_images}"
+            pipe.progress_label = f"{images} {name} | windows"
+        else:
+            pipe.progress_label = f"{rank_tag}[{started[0]}] {name} windows"
         return segment(image, geometry)
 
     failed = []

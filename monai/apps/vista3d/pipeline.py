@@ -134,8 +134,14 @@ class SegmentationResult:
     output: Path | None = None
 
 
+def text_bar(done: int, total: int, width: int = 20) -> str:
+    """``done`` of ``total`` as a fixed-width text bar, e.g. ``[#####---------------]``."""
+    filled = width * min(done, total) // max(total, 1)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
 class _Progress:
-    """Counts windows; tqdm on a terminal when installed, else a one-line counter on stderr."""
+    """Counts windows; tqdm on a terminal when installed, else a one-line text bar on stderr."""
 
     def __init__(self, total: int, enabled: bool, desc: str = "windows"):
         self.total, self.n, self.enabled, self.desc = total, 0, enabled, desc
@@ -155,7 +161,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.update(k)
         else:
-            sys.stderr.write(f"\r{self.desc}: {min(self.n, self.total)}/{self.total}")
+            sys.stderr.write(f"\r{self.desc} {text_bar(self.n, self.total)} {min(self.n, self.total)}/{self.total}")
             sys.stderr.flush()
 
     def close(self) -> None:
@@ -164,7 +170,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.close()
         else:
-            sys.stderr.write("\r" + " " * (len(self.desc) + 24) + "\r")
+            sys.stderr.write("\r" + " " * (len(self.desc) + 48) + "\r")
             sys.stderr.flush()
 
 

@@ -353,6 +353,40 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertEqual(res.returncode, 1)
         self.assertIn("18 voxel(s) are not finite", _one_line_errors(self, res.stderr)[0])
 
+    def test_progress_bars_on_a_terminal(self):
+        cts = self.tmp / "cts"
+        for i in range(2):
+            _write_ct(cts / f"ct{i}.nii.gz", seed=i)
+        import pty
+
+        leader, follower = pty.openpty()  # stderr on a terminal, as for a user at a shell
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+        with subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", cts, "-o", self.tmp / "out", *TINY[:-1]],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=follower, text=True) as proc:
+            os.close(follower)
+            seen = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen += chunk
+            stdout, _ = proc.communicate(timeout=300)
+        os.close(leader)
+        self.assertEqual(proc.returncode, 0, seen)
+        text = seen.decode(errors="replace")
+        self.assertIn("images [--------------------] 1/2", text)  # no image finished yet while the first runs
+        self.assertIn("images [##########----------] 2/2", text)
+        try:
+            import tqdm  # noqa: F401  (with tqdm the windows get tqdm's bar)
+        except ImportError:
+            self.assertIn("| windows [####################] 1/1", text)
+        else:
+            self.assertIn("| windows", text)
+        self.assertIn("2 image(s): 2 done, 0 skipped, 0 failed in", stdout)
+
     def test_list_classes_and_usage(self):
         res = vista3d("--list-classes")
         self.assertEqual(res.returncode, 0, res.stderr)
