@@ -542,6 +542,30 @@ class TestCliSubprocess(unittest.TestCase):
             summary = json.loads((tmp / "multi" / "summary.json").read_text())
             self.assertEqual((summary["skipped"], summary["done"], summary["failed"]), (4, 0, 1))
 
+    def test_torchrun_ranks_stop_together(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            for i in range(10):
+                _write_ct(tmp / "cts" / f"ct{i}.nii.gz", (48, 48, 32), seed=i)
+            out = tmp / "out"
+            env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
+                 "-m", "monai.apps.vista3d", "-i", str(tmp / "cts"), "-o", str(out), *TINY[:-1]],
+                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            line = ""
+            while "->" not in line:  # an image is finished on one of the ranks
+                line = proc.stdout.readline()
+                self.assertTrue(line, "torchrun ended before any image was finished")
+            proc.send_signal(signal.SIGTERM)  # torchrun forwards it to both ranks
+            stdout, stderr = proc.communicate(timeout=120)  # returns only when both ranks have stopped
+            self.assertNotEqual(proc.returncode, 0)
+            self.assertIn("terminated", stderr)
+            self.assertNotIn("10 image(s)", stdout)  # the run did not go on to its end on either rank
+            for folder in (p for p in out.rglob("*") if p.is_dir()):  # only complete results are left
+                self.assertEqual([c.name for c in folder.iterdir()], [f"{folder.name}_trans.nii.gz"])
+                self.assertEqual(nib.load(folder / f"{folder.name}_trans.nii.gz").shape, (48, 48, 32))
+
 
 if __name__ == "__main__":
     unittest.main()
