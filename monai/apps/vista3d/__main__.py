@@ -274,7 +274,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import pipeline_segment_fn, plan_outputs, run_batch
-    from .pipeline import text_bar
+    from .progress import text_bar
     from .prompts import parse_prompt
 
     if args.list_classes:

@@ -16,19 +16,18 @@ affine and header, atomically. Both validate their input and raise :class:`Vista
 subclass :class:`Vista3DOutputError`) with a message that says what is wrong and how to fix it.
 
 Speed: the voxels are read into a buffer of the right size and cast once to float32 (nibabel's ``get_fdata``
-goes through a float64 copy); gzip is read and written by :mod:`monai.apps.vista3d.gzip_codec` (a background
-inflate thread, block-parallel compression, isal when installed).
+goes through a float64 copy) or moved in their stored type onto the GPU, slab by slab while the file inflates
+(:mod:`monai.apps.vista3d.nifti_read`); gzip is read and written by :mod:`monai.apps.vista3d.gzip_codec` (a
+background inflate thread, block-parallel compression, isal when installed).
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import itertools
 import math
 import os
 import pathlib
-import struct
 import tempfile
 import warnings
 import zlib
@@ -41,6 +40,7 @@ import torch
 
 from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
 from .gzip_codec import GZIP_MAGIC, Gunzip, gzip_codec, write_gzip
+from .nifti_read import header_from_bytes, read_voxels, vox_offset
 
 __all__ = [
     "ImageGeometry",
@@ -58,7 +58,6 @@ __all__ = [
 #: is several times faster than the gzip default (6) for a few percent larger files.
 DEFAULT_COMPRESSLEVEL = 1
 
-_SPATIAL_UNITS_MM = {"mm", "unknown"}
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -85,287 +84,6 @@ class ImageGeometry:
     def spacing(self) -> tuple[float, float, float]:
         """Voxel size in mm along each voxel axis (column norms of the affine)."""
         return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
-
-
-# ------------------------------------------------------------------------------------------------ load
-
-
-def _vox_offset(start: bytes) -> int:
-    """vox_offset from the first bytes of a NIfTI-1/2 header (0 when they are not one)."""
-    if len(start) >= 112:
-        for end in "<>":
-            if struct.unpack(end + "i", start[:4])[0] == 348:
-                return int(struct.unpack(end + "f", start[108:112])[0])
-            if struct.unpack(end + "i", start[:4])[0] == 540 and len(start) >= 176:
-                return int(struct.unpack(end + "q", start[168:176])[0])
-    return 0
-
-
-def _header_from_bytes(buf: bytes | memoryview, path: pathlib.Path) -> Any:
-    """Parse a single-file NIfTI-1/2 header (with extensions) from the start of ``buf``."""
-    if len(buf) < 348:
-        raise Vista3DInputError(f"{path}: not a NIfTI file (only {len(buf)} bytes; a NIfTI header has 348).")
-    sizeof_hdr = {struct.unpack("<i", buf[:4])[0], struct.unpack(">i", buf[:4])[0]}
-    if 348 in sizeof_hdr:
-        klass, magic = nib.Nifti1Header, bytes(buf[344:348])
-        ok, pair = magic == b"n+1\x00", magic == b"ni1\x00"
-    elif 540 in sizeof_hdr and len(buf) >= 540:
-        klass, magic = nib.Nifti2Header, bytes(buf[4:8])
-        ok, pair = magic == b"n+2\x00", magic == b"ni2\x00"
-    else:
-        raise Vista3DInputError(f"{path}: not a NIfTI file (bad header size field); VISTA3D reads .nii and .nii.gz.")
-    if pair:
-        raise Vista3DInputError(
-            f"{path}: this is the header of a two-file NIfTI pair (.hdr/.img), not a single .nii file; "
-            "convert it, e.g. nibabel.save(nibabel.load('x.hdr'), 'x.nii.gz')."
-        )
-    if not ok:
-        raise Vista3DInputError(f"{path}: not a NIfTI file (no NIfTI magic; Analyze 7.5 is not supported).")
-    try:
-        raw = klass.from_fileobj(io.BytesIO(buf), check=False)
-    except Exception as e:  # nibabel raises HeaderDataError and others for inconsistent headers
-        raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
-    # nibabel silently turns a zero pixdim into 1 mm; when pixdim is what places the voxels, refuse it.
-    pixdim = np.asarray(raw["pixdim"][1:4], dtype=np.float64)
-    if int(raw["sform_code"]) == 0 and (not np.all(np.isfinite(pixdim)) or np.any(pixdim == 0)):
-        raise Vista3DInputError(
-            f"{path}: zero or non-finite voxel spacing (pixdim {tuple(pixdim)}); "
-            "set pixdim/qform/sform to the real voxel size in mm."
-        )
-    try:
-        return klass.from_fileobj(io.BytesIO(buf))  # with nibabel's checks and fixes, as nibabel.load does
-    except Exception as e:
-        raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
-
-
-def _check_geometry(hdr: Any, shape: tuple[int, ...], path: pathlib.Path) -> np.ndarray:
-    affine = np.asarray(hdr.get_best_affine(), dtype=np.float64)
-    if not np.all(np.isfinite(affine)):
-        raise Vista3DInputError(f"{path}: the affine (qform/sform) has non-finite entries; fix the header.")
-    spacing = np.linalg.norm(affine[:3, :3], axis=0)
-    if np.any(spacing <= 0) or abs(np.linalg.det(affine[:3, :3])) < 1e-12 * max(float(np.prod(spacing)), 1e-300):
-        raise Vista3DInputError(
-            f"{path}: zero or degenerate voxel spacing {tuple(np.round(spacing, 6))} (pixdim {hdr['pixdim'][1:4]}); "
-            "set pixdim/qform/sform to the real voxel size in mm."
-        )
-    units = hdr.get_xyzt_units()[0]
-    if units not in _SPATIAL_UNITS_MM:
-        # NIfTI allows meters and microns; MONAI and nibabel ignore the unit, which would silently turn a
-        # 0.0008 m voxel into 0.0008 mm. Refuse instead of guessing.
-        raise Vista3DInputError(
-            f"{path}: spatial unit is {units!r}, VISTA3D needs mm; rescale pixdim/affine to mm and "
-            "set header.set_xyzt_units('mm')."
-        )
-    return affine
-
-
-def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathlib.Path) -> tuple[tuple, int]:
-    """(X, Y, Z) and the index of the volume to read, after the dimension checks."""
-    dims = list(shape)
-    while len(dims) > 3 and dims[-1] == 1:
-        dims.pop()
-    if len(dims) < 3 or min(dims[:3]) < 2:
-        extent = sum(d > 1 for d in dims[:3])
-        what = ("a single voxel", "a line of voxels", "a 2D image")[min(extent, 2)]
-        raise Vista3DInputError(
-            f"{path}: {what} (shape {tuple(shape)}); VISTA3D segments 3D volumes, at least 2 voxels along each axis."
-        )
-    if len(dims) > 4:
-        raise Vista3DInputError(f"{path}: {len(dims)}D image (shape {tuple(shape)}); only 3D or 4D are supported.")
-    n_vol = dims[3] if len(dims) == 4 else 1
-    if volume_index is None:
-        if n_vol > 1:
-            raise Vista3DInputError(
-                f"{path}: 4D image with {n_vol} volumes (shape {tuple(shape)}); choose one with "
-                f"volume_index between 0 and {n_vol - 1}."
-            )
-        volume_index = 0
-    if not 0 <= int(volume_index) < n_vol:
-        raise Vista3DInputError(
-            f"{path}: volume_index {volume_index} out of range; the image has {n_vol} volume(s) (0..{n_vol - 1})."
-        )
-    return tuple(int(d) for d in dims[:3]), int(volume_index)
-
-
-# Block of the F-order -> C-order copy: both sides of a block stay in cache (a plain copy of a 512x512x300
-# volume between the two layouts thrashes the cache and is ~7x slower).
-_TILE = (32, 16, 32)
-
-
-def _convert(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, contiguous: bool) -> None:
-    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in ``out``'s type, tiled when the layouts differ."""
-    scale = slope is not None and (slope != 1 or (inter or 0) != 0)
-    tx, ty, _ = _TILE if contiguous else arr.shape
-    nx, ny, _ = arr.shape
-    for j in range(0, ny, ty):
-        for i in range(0, nx, tx):
-            block = out[i : i + tx, j : j + ty, k0:k1]
-            np.copyto(block, arr[i : i + tx, j : j + ty, k0:k1], casting="unsafe")
-            if scale:  # while the block is in cache
-                block *= np.float32(slope)
-                block += np.float32(inter or 0.0)
-
-
-#: deflate cannot shrink data by more than about 1032:1, so a .nii.gz holds at most this many bytes per byte
-_MAX_DEFLATE_RATIO = 1032
-
-
-def _memory_available() -> int | None:
-    """Bytes of memory this process could still get (available RAM plus free swap), None when unknown."""
-    try:
-        info = dict(ln.split(":", 1) for ln in pathlib.Path("/proc/meminfo").read_text().splitlines() if ":" in ln)
-        return 1024 * sum(int(info[k].split()[0]) for k in ("MemAvailable", "SwapFree") if k in info)
-    except (OSError, ValueError):
-        try:
-            return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, AttributeError):
-            return None
-
-
-def _check_size(p: pathlib.Path, file_bytes: int, memory_bytes: int, compressed: bool) -> None:
-    """Refuse, before allocating, a header whose image cannot be in this file or in this machine's memory."""
-    size = p.stat().st_size
-    if not compressed and size < file_bytes:
-        raise Vista3DInputError(f"{p}: truncated: the header needs {file_bytes} bytes, the file has {size}.")
-    if compressed and file_bytes > _MAX_DEFLATE_RATIO * size + 4096:
-        raise Vista3DInputError(
-            f"{p}: the header claims an image of {file_bytes / 2**30:.3g} GiB, more than a {size}-byte .nii.gz "
-            "can hold; the file is truncated or its header (dim) is wrong."
-        )
-    available = _memory_available()
-    if available is not None and memory_bytes > available:
-        raise Vista3DInputError(
-            f"{p}: reading it needs {memory_bytes / 2**30:.3g} GiB of memory, {available / 2**30:.3g} GiB are "
-            "available; check the header's dim, or segment it on a machine with more memory."
-        )
-
-
-def _carrier(dtype: np.dtype) -> np.dtype:
-    """The native-order type that carries stored voxels into torch exactly (the stored type where torch has it)."""
-    native = dtype.newbyteorder("=")
-    if native.kind == "u" and native.itemsize >= 2:  # torch has no general uint16/32/64 arithmetic
-        wider = {2: np.int32, 4: np.int64}.get(native.itemsize, np.float64)
-        return np.dtype(wider)
-    if native.kind == "f":
-        return np.dtype(np.float32) if native.itemsize <= 4 else np.dtype(np.float64)
-    if native.kind == "b":
-        return np.dtype(np.uint8)
-    return native
-
-
-class _Sink:
-    """Where the voxels of each finished slab of z-slices go, while the rest of the file is still inflating.
-
-    On the CPU, a float32 result, or a C-contiguous one, is converted slab by slab into ``out`` (float32 with
-    the scaling applied, or the stored values in a type torch has), tiled when the layouts differ. Otherwise
-    the stored values move unchanged (byte order made native) into a ``[Z, Y, X]`` buffer on ``device``; on the
-    CPU that buffer is the inflate buffer itself when nothing needs converting.
-    """
-
-    def __init__(
-        self, arr: np.ndarray, slope: Any, inter: Any, contiguous: bool, stored: bool, device: torch.device,
-        may_alias: bool,
-    ) -> None:
-        self.arr, self.slope, self.inter, self.contiguous = arr, slope, inter, contiguous
-        self.stored = stored
-        shape = arr.shape
-        self.carrier = _carrier(arr.dtype)
-        self.convert = not stored or (device.type == "cpu" and contiguous)
-        if self.convert:
-            kind = self.carrier if stored else np.float32  # stored values are scaled later, by the caller
-            self.out = np.empty(shape, dtype=kind) if contiguous else np.empty(shape[::-1], dtype=kind).T
-            return
-        self.in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
-        if device.type == "cpu":  # numpy's large allocations are backed by huge pages: far fewer page faults
-            self.dest = None if self.in_place else torch.from_numpy(np.empty(shape[::-1], dtype=self.carrier))
-        else:
-            self.dest = torch.empty(shape[::-1], dtype=_torch_dtype(self.carrier), device=device)
-
-    def __call__(self, k0: int, k1: int) -> None:
-        if self.convert:
-            slope = None if self.stored else self.slope
-            _convert(self.out, self.arr, k0, k1, slope, self.inter, self.contiguous)
-            return
-        if self.in_place:
-            return
-        slab = self.arr[:, :, k0:k1].T  # [z, Y, X]: C-contiguous bytes of the file
-        if slab.dtype != self.carrier:
-            slab = slab.astype(self.carrier)
-        self.dest[k0:k1].copy_(torch.from_numpy(slab))
-
-    def result(self) -> torch.Tensor:
-        """``[X, Y, Z]``: what was converted into ``out``; else the carrier type in file order (F-strided)."""
-        if self.convert:
-            return torch.from_numpy(self.out)
-        if self.in_place:  # the inflate buffer, whose [Z, Y, X] view is C-contiguous
-            return torch.from_numpy(self.arr.T).permute(2, 1, 0)
-        return self.dest.permute(2, 1, 0)
-
-
-_TORCH_DTYPES = {np.dtype(k): v for k, v in [
-    (np.uint8, torch.uint8), (np.int8, torch.int8), (np.int16, torch.int16), (np.int32, torch.int32),
-    (np.int64, torch.int64), (np.float32, torch.float32), (np.float64, torch.float64)]}
-
-
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return _TORCH_DTYPES[np.dtype(dtype).newbyteorder("=")]
-
-
-def _read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
-    """Checks the header, then reads the chosen volume: ``[X, Y, Z]`` tensor (see :class:`_Sink`)."""
-    shape = tuple(int(s) for s in hdr.get_data_shape())
-    spatial, vol = _spatial_shape(shape, volume_index, p)
-    affine = _check_geometry(hdr, shape, p)
-    dtype = hdr.get_data_dtype()
-    if dtype.kind not in "biuf":
-        raise Vista3DInputError(f"{p}: voxel type {dtype} is not supported (complex or RGB); convert to a scalar type.")
-    slope, inter = hdr.get_slope_inter()
-    scaled = slope is not None and (slope != 1 or (inter or 0) != 0)
-    n3 = int(np.prod(spatial))
-    nbytes = n3 * dtype.itemsize
-    begin = int(hdr.get_data_offset()) + vol * nbytes
-    _check_size(p, begin + nbytes, 4 * n3 + (nbytes if stream is not None else 0), stream is not None)
-    slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
-    stored = stored or device.type != "cpu"  # an accelerator gets the stored values and converts them itself
-    if stream is None:  # uncompressed (its size was checked above): map it and cast straight from the page cache
-        # copy-on-write mapping: writable views for torch, nothing ever written back to the file
-        arr = np.memmap(p, dtype=dtype, mode="c", offset=begin, shape=spatial, order="F")
-        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=False)  # never a view of the file
-        for k in range(0, spatial[2], _TILE[2]):
-            sink(k, min(k + _TILE[2], spatial[2]))
-        del arr
-    else:  # gzip: copy decompressed chunks into place, hand on every complete slab of z-slices
-        # numpy memory (huge pages: a bytearray's page faults cost ~6x more) and numpy copies, which release the
-        # GIL so that inflating goes on meanwhile
-        dst = np.empty(nbytes, dtype=np.uint8)
-        arr = dst.view(dtype).reshape(spatial, order="F")
-        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
-        pos, done = 0, 0  # bytes of this volume received; z-slices handed on
-        pending = [bytes(head)]
-        skip = begin  # stream bytes before this volume's voxels
-        for chunk in itertools.chain(pending, stream):
-            if skip >= len(chunk):
-                skip -= len(chunk)
-                continue
-            piece = np.frombuffer(chunk, dtype=np.uint8)[skip:]
-            skip = 0
-            take = min(len(piece), nbytes - pos)
-            dst[pos : pos + take] = piece[:take]
-            pos += take
-            ready = pos // slice_bytes
-            if ready - done >= _TILE[2] or (ready == spatial[2] and ready > done):
-                sink(done, ready)
-                done = ready
-        if pos < nbytes:
-            raise Vista3DInputError(
-                f"{p}: truncated: the header needs {begin + nbytes} bytes after decompression, "
-                f"the file has {begin + pos}."
-            )
-        del dst
-    image = sink.result()
-    if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
-        image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
-    return image, spatial, affine, dtype
 
 
 #: what non-finite voxels are read as with ``load_image(nonfinite="air")``, in HU
@@ -428,12 +146,12 @@ def load_image(
             head = bytearray()
             for chunk in stream:  # gather the header and its extensions
                 head += chunk
-                if len(head) >= max(540, _vox_offset(bytes(head[:540]))):
+                if len(head) >= max(540, vox_offset(bytes(head[:540]))):
                     break
-            hdr = _header_from_bytes(bytes(head), p)
+            hdr = header_from_bytes(bytes(head), p)
         else:
-            hdr = _header_from_bytes(start, p)
-        image, spatial, affine, disk_dtype = _read_voxels(
+            hdr = header_from_bytes(start, p)
+        image, spatial, affine, disk_dtype = read_voxels(
             p, hdr, volume_index, contiguous, stream, head if stream else None, dtype is None, dev
         )
     except OSError as e:

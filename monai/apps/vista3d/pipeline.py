@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import copy
 import os
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -49,6 +48,7 @@ from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, o
 from .labels import bundle_config, special_point_labels
 from .postprocess import logits_to_labels
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
+from .progress import WindowProgress
 from .prompts import ClassSpec, Prompt, parse_prompt
 
 __all__ = [
@@ -134,55 +134,15 @@ class SegmentationResult:
     output: Path | None = None
 
 
-def text_bar(done: int, total: int, width: int = 20) -> str:
-    """``done`` of ``total`` as a fixed-width text bar, e.g. ``[#####---------------]``."""
-    filled = width * min(done, total) // max(total, 1)
-    return "[" + "#" * filled + "-" * (width - filled) + "]"
-
-
-class _Progress:
-    """Counts windows; tqdm on a terminal when installed, else a one-line text bar on stderr."""
-
-    def __init__(self, total: int, enabled: bool, desc: str = "windows"):
-        self.total, self.n, self.enabled, self.desc = total, 0, enabled, desc
-        self.bar = None
-        if enabled:
-            try:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=desc, unit="win", leave=False, file=sys.stderr)
-            except ImportError:
-                self.bar = None
-
-    def update(self, k: int) -> None:
-        self.n += k
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.update(k)
-        else:
-            sys.stderr.write(f"\r{self.desc} {text_bar(self.n, self.total)} {min(self.n, self.total)}/{self.total}")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if not self.enabled:
-            return
-        if self.bar is not None:
-            self.bar.close()
-        else:
-            sys.stderr.write("\r" + " " * (len(self.desc) + 48) + "\r")
-            sys.stderr.flush()
-
-
 class _CountingPredictor:
     """Wraps the network: advances a progress counter and records the windows of each call."""
 
     def __init__(self, network: Callable):
         self.network = network
-        self.progress: _Progress | None = None
+        self.progress: WindowProgress | None = None
         self.batches: list[int] = []
 
-    def start(self, progress: _Progress) -> None:
+    def start(self, progress: WindowProgress) -> None:
         """Begin one image's pass."""
         self.progress, self.batches = progress, []
 
@@ -471,7 +431,7 @@ class Vista3DPipeline:
             if point_coords is None:
                 cv = self._class_vector(label_ids)
                 n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
-                predictor.start(_Progress(n_win, self.progress, self.progress_label))
+                predictor.start(WindowProgress(n_win, self.progress, self.progress_label))
                 inferer = self._sliding_inferer()
                 try:
                     logits = inferer(inp, predictor, transpose=True, class_vector=cv, prompt_class=cv,
@@ -485,7 +445,7 @@ class Vista3DPipeline:
                 from monai.apps.vista3d.inferer import point_based_window_inferer
 
                 pc = None if label_ids is None else torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
-                predictor.start(_Progress(int(point_coords.shape[1]), self.progress))
+                predictor.start(WindowProgress(int(point_coords.shape[1]), self.progress))
                 try:
                     logits = point_based_window_inferer(
                         inp, self.roi_size, predictor, point_coords, point_labels,
@@ -513,7 +473,7 @@ class Vista3DPipeline:
         inp = x[None] if x.ndim == 4 else x
         n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
         predictor = self._counting
-        predictor.start(_Progress(n_win, self.progress, self.progress_label))
+        predictor.start(WindowProgress(n_win, self.progress, self.progress_label))
         try:
             with torch.no_grad(), self._autocast():
                 labels = sliding_window_label_inference(

@@ -27,6 +27,7 @@ from nibabel.testing import data_path
 from parameterized import parameterized
 
 from monai.apps.vista3d import io as vio
+from monai.apps.vista3d import nifti_read
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import ImageGeometry, load_image, save_label_map
 from monai.apps.vista3d.phantom import PHANTOM_HU, PHANTOM_LABELS, make_phantom, make_phantom_labels, write_phantom
@@ -321,7 +322,7 @@ class TestBadInput(TempDirCase):
 
     def test_more_than_the_memory(self):
         path = self._write(np.ones((20, 20, 20), np.int16), name="x.nii")
-        with mock.patch.object(vio, "_memory_available", return_value=1000):
+        with mock.patch.object(nifti_read, "_memory_available", return_value=1000):
             with self.assertRaisesRegex(Vista3DInputError, "reading it needs .* GiB of memory"):
                 load_image(path)
 

@@ -1,0 +1,57 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Progress on a terminal: a text bar, and the window counter of one image's inference."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["text_bar", "WindowProgress"]
+
+
+def text_bar(done: int, total: int, width: int = 20) -> str:
+    """``done`` of ``total`` as a fixed-width text bar, e.g. ``[#####---------------]``."""
+    filled = width * min(done, total) // max(total, 1)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+class WindowProgress:
+    """Counts windows; tqdm on a terminal when installed, else a one-line text bar on stderr."""
+
+    def __init__(self, total: int, enabled: bool, desc: str = "windows"):
+        self.total, self.n, self.enabled, self.desc = total, 0, enabled, desc
+        self.bar = None
+        if enabled:
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, unit="win", leave=False, file=sys.stderr)
+            except ImportError:
+                self.bar = None
+
+    def update(self, k: int) -> None:
+        self.n += k
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(k)
+        else:
+            sys.stderr.write(f"\r{self.desc} {text_bar(self.n, self.total)} {min(self.n, self.total)}/{self.total}")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            sys.stderr.write("\r" + " " * (len(self.desc) + 48) + "\r")
+            sys.stderr.flush()
