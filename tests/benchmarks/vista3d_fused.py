@@ -23,7 +23,8 @@ Three parts, each optional:
   labels (argmax over classes, background where no logit is > 0).
 * ``--profile B``: the CUDA kernels of one fused forward of batch ``B``, grouped by kind, with their share.
 
-    python tests/benchmarks/vista3d_fused.py --device cuda --kernels --conv --forward --sw-batch-sizes 1,2,14 --profile 14
+    python tests/benchmarks/vista3d_fused.py --device cuda --kernels --conv --forward \
+        --sw-batch-sizes 1,2,14 --profile 14
     python tests/benchmarks/vista3d_fused.py --forward     # CPU: the tiny network, the PyTorch reference kernels
 """
 
@@ -76,7 +77,9 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
     w = (torch.randn(48, 48, 3, 3, 3, generator=g) / 36).to(dev, torch.float16)
     x_cl, w_cl = x.contiguous(memory_format=torch.channels_last_3d), w.contiguous(memory_format=torch.channels_last_3d)
     x_pad = pad_channels(x, 64)
-    w_pad = F.pad(w, (0, 0, 0, 0, 0, 0, 0, 16, 0, 16)).contiguous(memory_format=torch.channels_last_3d)  # [64, 64, 3, 3, 3]
+    w_pad = F.pad(w, (0, 0, 0, 0, 0, 0, 0, 16, 0, 16)).contiguous(
+        memory_format=torch.channels_last_3d
+    )  # [64, 64, 3, 3, 3]
     ref = F.conv3d(x[:1].double(), w.double(), padding=1)
     flop = 2 * 48 * 48 * 27 * batch * size**3
     rows = []
@@ -94,22 +97,43 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
     gamma_p, beta_p = F.pad(gamma, (0, 16)), F.pad(beta, (0, 16))
     yd = y[:1].double()
     var, mean = torch.var_mean(yd, dim=(2, 3, 4), unbiased=False, keepdim=True)
-    ref = torch.relu((yd - mean) / torch.sqrt(var + 1e-5) * gamma.double().view(1, -1, 1, 1, 1) + beta.double().view(1, -1, 1, 1, 1))
+    ref = torch.relu(
+        (yd - mean) / torch.sqrt(var + 1e-5) * gamma.double().view(1, -1, 1, 1, 1) + beta.double().view(1, -1, 1, 1, 1)
+    )
     moved = 2 * y.numel() * 2  # one read and one write of fp16 (the fused kernel also reads once for statistics)
     spec = NormAct(act="relu")
     variants = [
         ("instance norm + ReLU, PyTorch NCDHW", lambda: torch.relu(F.instance_norm(y, weight=gamma, bias=beta))),
-        ("instance norm + ReLU, PyTorch NDHWC", lambda: torch.relu(F.instance_norm(y.contiguous(memory_format=torch.channels_last_3d), weight=gamma, bias=beta))),
-        ("instance norm + ReLU, fused kernel NDHWC padded to 64", lambda: norm_act(y_pad, gamma_p, beta_p, spec, real_channels=48)),
+        (
+            "instance norm + ReLU, PyTorch NDHWC",
+            lambda: torch.relu(
+                F.instance_norm(y.contiguous(memory_format=torch.channels_last_3d), weight=gamma, bias=beta)
+            ),
+        ),
+        (
+            "instance norm + ReLU, fused kernel NDHWC padded to 64",
+            lambda: norm_act(y_pad, gamma_p, beta_p, spec, real_channels=48),
+        ),
     ]
     for block_s, warps in ((64, 4), (128, 4), (128, 8), (256, 8)):
-        variants.append((f"norm statistics alone, block {block_s}, {warps} warps",
-                         lambda b=block_s, nw=warps: instance_stats(y_pad, block_s=b, num_warps=nw)[0].view(-1, 64, 1, 1, 1)))
+        variants.append(
+            (
+                f"norm statistics alone, block {block_s}, {warps} warps",
+                lambda b=block_s, nw=warps: instance_stats(y_pad, block_s=b, num_warps=nw)[0].view(-1, 64, 1, 1, 1),
+            )
+        )
     moved_stats = y_pad.numel() * 2
     for name, fn in variants:
         ms = bench(fn, cuda)
         if name.startswith("norm statistics"):
-            rows.append({"op": name, "ms": ms, "gbps": moved_stats / ms / 1e6, "rel_err": rel_error(fn()[:1, :48], mean.view(1, 48, 1, 1, 1))})
+            rows.append(
+                {
+                    "op": name,
+                    "ms": ms,
+                    "gbps": moved_stats / ms / 1e6,
+                    "rel_err": rel_error(fn()[:1, :48], mean.view(1, 48, 1, 1, 1)),
+                }
+            )
             continue
         err = rel_error(fn()[:1, :48], ref)
         rows.append({"op": name, "ms": ms, "gbps": moved / ms / 1e6, "rel_err": err})
@@ -135,23 +159,43 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
     ref = F.conv3d(x[:1, :channels].double(), w[:channels, :channels].double(), padding=1)
     flop = 2 * channels * channels * 27 * batch * size**3  # the real channels' work
     variants = [(f"cuDNN NDHWC padded to {cp}", lambda: F.conv3d(x, w_cl, padding=1))]
-    for bh, bw, warps, stages in ((8, 16, 4, 3), (8, 16, 4, 4), (8, 16, 8, 3), (16, 16, 8, 3), (8, 32, 8, 3), (16, 16, 4, 3)):
+    for bh, bw, warps, stages in (
+        (8, 16, 4, 3),
+        (8, 16, 4, 4),
+        (8, 16, 8, 3),
+        (16, 16, 8, 3),
+        (8, 32, 8, 3),
+        (16, 16, 4, 3),
+    ):
         for stats in (False, True):
             name = f"Triton {bh}x{bw} voxels, {warps} warps, {stages} stages{', +stats' if stats else ''}"
-            variants.append((name, lambda bh=bh, bw=bw, nw=warps, ns=stages, st=stats: conv3x3x3(
-                x, w_gemm, stats=st, block_h=bh, block_w=bw, num_warps=nw, num_stages=ns)[0]))
+            variants.append(
+                (
+                    name,
+                    lambda bh=bh, bw=bw, nw=warps, ns=stages, st=stats: conv3x3x3(
+                        x, w_gemm, stats=st, block_h=bh, block_w=bw, num_warps=nw, num_stages=ns
+                    )[0],
+                )
+            )
     # the preceding norm + ReLU applied as the input is loaded (its apply pass gone), with the statistics epilogue
     scale = torch.rand(batch, cp, generator=g).to(dev) + 0.5
     shift = torch.randn(batch, cp, generator=g).to(dev)
     for bh, bw, warps in ((16, 16, 4), (16, 16, 8), (8, 32, 8)):
-        variants.append((f"Triton {bh}x{bw} voxels, {warps} warps, 3 stages, +norm prologue +stats",
-                         lambda bh=bh, bw=bw, nw=warps: conv3x3x3(x, w_gemm, stats=True, prologue=(scale, shift, 0.0),
-                                                                  block_h=bh, block_w=bw, num_warps=nw)[0]))
+        variants.append(
+            (
+                f"Triton {bh}x{bw} voxels, {warps} warps, 3 stages, +norm prologue +stats",
+                lambda bh=bh, bw=bw, nw=warps: conv3x3x3(
+                    x, w_gemm, stats=True, prologue=(scale, shift, 0.0), block_h=bh, block_w=bw, num_warps=nw
+                )[0],
+            )
+        )
     rows = []
     for name, fn in variants:
         if "prologue" in name:  # timed only: its reference is another function
             ms = bench(fn, cuda)
-            rows.append({"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9})
+            rows.append(
+                {"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9}
+            )
             print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s", flush=True)
             continue
         try:
@@ -160,7 +204,14 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         except Exception as e:  # a launch configuration the compiler rejects is reported, not fatal
             print(f"{channels} ch, {name:50s} failed: {type(e).__name__}: {str(e)[:200]}")
             continue
-        rows.append({"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9, "rel_err": err})
+        rows.append(
+            {
+                "op": f"conv {channels}->{channels} {batch}x{size}^3, {name}",
+                "ms": ms,
+                "tflops": flop / ms / 1e9,
+                "rel_err": err,
+            }
+        )
         print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
     return rows
 
@@ -195,8 +246,13 @@ def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int,
         diff = (a - b).abs()
         la = torch.stack([label_map(a[i], labels) for i in range(bs)])
         lb = torch.stack([label_map(b[i], labels) for i in range(bs)])
-        row.update({"logit_max_abs_diff": diff.max().item(), "logit_mean_abs_diff": diff.mean().item(),
-                    "label_agreement": (la == lb).double().mean().item()})
+        row.update(
+            {
+                "logit_max_abs_diff": diff.max().item(),
+                "logit_mean_abs_diff": diff.mean().item(),
+                "label_agreement": (la == lb).double().mean().item(),
+            }
+        )
         if cuda and bs <= 2:  # how far each fp16 path is from the float32 module path (TF32 off)
             net.fuse(False)
             tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
@@ -206,17 +262,27 @@ def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int,
             torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
             lr = torch.stack([label_map(ref[i], labels) for i in range(bs)])
             for path, out_, lab in (("modules", a, la), ("fused", b, lb)):
-                row[path].update({"rel_err_vs_fp32": ((out_ - ref).norm() / ref.norm()).item(),
-                                  "labels_equal_fp32": (lab == lr).double().mean().item()})
-            print(f"         vs float32: modules rel. err {row['modules']['rel_err_vs_fp32']:.2e} labels "
-                  f"{100 * row['modules']['labels_equal_fp32']:.4f} % | fused rel. err {row['fused']['rel_err_vs_fp32']:.2e} "
-                  f"labels {100 * row['fused']['labels_equal_fp32']:.4f} %")
+                row[path].update(
+                    {
+                        "rel_err_vs_fp32": ((out_ - ref).norm() / ref.norm()).item(),
+                        "labels_equal_fp32": (lab == lr).double().mean().item(),
+                    }
+                )
+            print(
+                f"         vs float32: modules rel. err {row['modules']['rel_err_vs_fp32']:.2e} labels "
+                f"{100 * row['modules']['labels_equal_fp32']:.4f} % | "
+                f"fused rel. err {row['fused']['rel_err_vs_fp32']:.2e} "
+                f"labels {100 * row['fused']['labels_equal_fp32']:.4f} %"
+            )
             del ref
         m, f = row["modules"], row["fused"]
-        print(f"bs {bs:3d}: modules {m['ms_per_window']:7.2f} ms/window {m['peak_gib']:6.2f} GiB | fused "
-              f"{f['ms_per_window']:7.2f} ms/window {f['peak_gib']:6.2f} GiB | speed-up "
-              f"{m['ms_per_window'] / f['ms_per_window']:.2f} | logits max {row['logit_max_abs_diff']:.4g} mean "
-              f"{row['logit_mean_abs_diff']:.3g} | labels equal {100 * row['label_agreement']:.4f} %", flush=True)
+        print(
+            f"bs {bs:3d}: modules {m['ms_per_window']:7.2f} ms/window {m['peak_gib']:6.2f} GiB | fused "
+            f"{f['ms_per_window']:7.2f} ms/window {f['peak_gib']:6.2f} GiB | speed-up "
+            f"{m['ms_per_window'] / f['ms_per_window']:.2f} | logits max {row['logit_max_abs_diff']:.4g} mean "
+            f"{row['logit_mean_abs_diff']:.3g} | labels equal {100 * row['label_agreement']:.4f} %",
+            flush=True,
+        )
         rows.append(row)
         del outputs, a, b, x
     net.fuse(False)
@@ -260,7 +326,9 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
             def spy(x, w, *args):
                 y = fn(x, w, *args)
                 if not y.is_contiguous(memory_format=torch.channels_last_3d):
-                    print(f"  layout copy after {name}: in {tuple(x.shape)} -> out {tuple(y.shape)} strides {y.stride()}")
+                    print(
+                        f"  layout copy after {name}: in {tuple(x.shape)} -> out {tuple(y.shape)} strides {y.stride()}"
+                    )
                 return y
 
             return spy
@@ -273,7 +341,11 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
         run()
         torch.cuda.synchronize()
     print("--- operators by CUDA time, with input shapes")
-    print(prof.key_averages(group_by_input_shape=True).table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=40, max_shapes_column_width=80))
+    print(
+        prof.key_averages(group_by_input_shape=True).table(
+            sort_by="cuda_time_total", row_limit=15, max_name_column_width=40, max_shapes_column_width=80
+        )
+    )
     totals: dict[str, float] = {}
     names: dict[str, set] = {}
     for evt in prof.key_averages():
@@ -286,7 +358,10 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
         totals[kind] = totals.get(kind, 0.0) + us / 1e3
         names.setdefault(kind, set()).add(evt.key[:60])
     total = sum(totals.values())
-    rows = [{"kind": k, "ms": v, "ms_per_window": v / bs, "share": v / total} for k, v in sorted(totals.items(), key=lambda kv: -kv[1])]
+    rows = [
+        {"kind": k, "ms": v, "ms_per_window": v / bs, "share": v / total}
+        for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
+    ]
     print(f"--- CUDA kernels of one fused forward of {bs} windows: {total:.1f} ms ({total / bs:.2f} ms / window)")
     for r in rows:
         print(f"  {r['kind']:28s} {r['ms']:8.2f} ms {r['ms_per_window']:7.2f} ms/window {100 * r['share']:5.1f} %")

@@ -34,11 +34,13 @@ def _logits(net, x, **kw):
 class TestFusedReference(unittest.TestCase):
     """The fused data flow with the PyTorch reference norms, float32 on the CPU: the same function as the modules."""
 
-    @parameterized.expand([
-        (dict(), 32, 2),
-        (dict(feature_size=48, blocks_down=(1, 2, 1)), 24, 1),  # 48 channels padded to 64, 96 to 128
-        (dict(feature_size=8, blocks_down=(1, 1)), 16, 3),
-    ])
+    @parameterized.expand(
+        [
+            (dict(), 32, 2),
+            (dict(feature_size=48, blocks_down=(1, 2, 1)), 24, 1),  # 48 channels padded to 64, 96 to 128
+            (dict(feature_size=8, blocks_down=(1, 1)), 16, 3),
+        ]
+    )
     def test_equals_module_path(self, config, size, batch):
         torch.manual_seed(0)
         net = build_tiny_vista3d(**config).eval()
@@ -94,7 +96,9 @@ class TestFusedReference(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "InstanceNorm3d"):
             net.fuse()
         net = build_tiny_vista3d()
-        net.image_encoder = SegResNetDS2(init_filters=16, out_channels=16, blocks_down=(1, 1, 1), norm="instance", resolution=(1, 1, 3))
+        net.image_encoder = SegResNetDS2(
+            init_filters=16, out_channels=16, blocks_down=(1, 1, 1), norm="instance", resolution=(1, 1, 3)
+        )
         with self.assertRaisesRegex(NotImplementedError, "resolution"):
             net.fuse()
         with self.assertRaisesRegex(ValueError, "kernels must be one of"):
@@ -106,7 +110,9 @@ class TestFusedReference(unittest.TestCase):
             _logits(net, torch.randn(1, 1, 16, 16, 15))
 
 
-@unittest.skipUnless(unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}")
+@unittest.skipUnless(
+    unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}"
+)
 class TestFusedKernels(unittest.TestCase):
     """The fused path with the Triton kernels (on the GPU, or in Triton's CPU interpreter)."""
 

@@ -31,6 +31,7 @@ __all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_voxels", "vox
 
 _SPATIAL_UNITS_MM = {"mm", "unknown"}
 
+
 def vox_offset(start: bytes) -> int:
     """vox_offset from the first bytes of a NIfTI-1/2 header (0 when they are not one)."""
     if len(start) >= 112:
@@ -204,7 +205,13 @@ class _Sink:
     """
 
     def __init__(
-        self, arr: np.ndarray, slope: Any, inter: Any, contiguous: bool, stored: bool, device: torch.device,
+        self,
+        arr: np.ndarray,
+        slope: Any,
+        inter: Any,
+        contiguous: bool,
+        stored: bool,
+        device: torch.device,
         may_alias: bool,
     ) -> None:
         self.arr, self.slope, self.inter, self.contiguous = arr, slope, inter, contiguous
@@ -243,9 +250,18 @@ class _Sink:
         return self.dest.permute(2, 1, 0)
 
 
-_TORCH_DTYPES = {np.dtype(k): v for k, v in [
-    (np.uint8, torch.uint8), (np.int8, torch.int8), (np.int16, torch.int16), (np.int32, torch.int32),
-    (np.int64, torch.int64), (np.float32, torch.float32), (np.float64, torch.float64)]}
+_TORCH_DTYPES = {
+    np.dtype(k): v
+    for k, v in [
+        (np.uint8, torch.uint8),
+        (np.int8, torch.int8),
+        (np.int16, torch.int16),
+        (np.int32, torch.int32),
+        (np.int64, torch.int64),
+        (np.float32, torch.float32),
+        (np.float64, torch.float64),
+    ]
+}
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:

@@ -16,8 +16,9 @@ taps it loads the shifted input patch with a rank-5 tensor descriptor (TMA on Ho
 arrives as zeros, which is the convolution's padding) and multiplies it by that tap's ``[C_in, C_out]`` weights.
 With ``stats`` the epilogue also writes the patch's mean and centred sum of squares per channel, so the norm's
 statistics pass (a full read of the output) disappears; with ``prologue`` the preceding norm's affine map and
-activation are applied to the input as it is loaded, so the norm's apply pass disappears. Not yet on VISTA3D's fused path: it runs beside cuDNN in
-``tests/benchmarks/vista3d_fused.py --conv`` until it beats cuDNN's padded kernel.
+activation are applied to the input as it is loaded, so the norm's apply pass disappears. Not yet on VISTA3D's
+fused path: it runs beside cuDNN in ``tests/benchmarks/vista3d_fused.py --conv`` until it beats cuDNN's padded
+kernel.
 """
 
 from __future__ import annotations
@@ -99,7 +100,6 @@ if triton is not None:
             tl.store(mean_ptr + pid.to(tl.int64) * C_OUT + cols, mean)
             tl.store(m2_ptr + pid.to(tl.int64) * C_OUT + cols, tl.sum(centred * centred, axis=0))
 
-
     @triton.jit
     def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
         # the 27 taps are the GEMM's K (padded to 32): each program gathers a [BLOCK_V, 32] patch of shifted voxels
@@ -126,7 +126,9 @@ if triton is not None:
         tl.store(y_ptr + rows[:, None] * C_OUT + co[None, :], acc.to(tl.float16), mask=(v < n_vox)[:, None])
 
 
-def conv3x3x3_single_channel(x: torch.Tensor, weight: torch.Tensor, out_channels: int, block_v: int = 128) -> torch.Tensor:
+def conv3x3x3_single_channel(
+    x: torch.Tensor, weight: torch.Tensor, out_channels: int, block_v: int = 128
+) -> torch.Tensor:
     """3x3x3 convolution (stride 1, zero padding 1, no bias) of a one-channel volume, written channels-last in fp16.
 
     cuDNN cannot tell the layout of a one-channel input and either returns channels-first (a conversion follows) or,
@@ -139,19 +141,26 @@ def conv3x3x3_single_channel(x: torch.Tensor, weight: torch.Tensor, out_channels
         block_v: voxels per program.
     """
     if x.ndim != 5 or x.shape[1] != 1 or not x.is_contiguous():
-        raise ValueError(f"conv3x3x3_single_channel takes a contiguous [B, 1, D, H, W] tensor, got shape {tuple(x.shape)}.")
+        raise ValueError(
+            f"conv3x3x3_single_channel takes a contiguous [B, 1, D, H, W] tensor, got shape {tuple(x.shape)}."
+        )
     if not x.is_cuda and not interpreting():
         raise ValueError(f"conv3x3x3_single_channel runs on CUDA tensors, got one on {x.device}.")
     n_b, _, d, h, w = x.shape
     gemm = torch.zeros(32, out_channels, device=x.device, dtype=torch.float16)
     gemm[:27, : weight.shape[0]] = weight.detach().reshape(weight.shape[0], 27).t()
-    y = torch.empty((n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
-    _single_channel_kernel[(triton.cdiv(d * h * w, block_v), n_b)](x, gemm, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v)
+    y = torch.empty(
+        (n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
+    )
+    _single_channel_kernel[(triton.cdiv(d * h * w, block_v), n_b)](
+        x, gemm, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v
+    )
     return y
 
 
 def conv3x3x3_weights(weight: torch.Tensor) -> torch.Tensor:
-    """The ``[27 * C_in, C_out]`` fp16 operand of :py:func:`conv3x3x3` from a ``Conv3d`` weight ``[C_out, C_in, 3, 3, 3]``."""
+    """The ``[27 * C_in, C_out]`` fp16 operand of :py:func:`conv3x3x3` from a ``Conv3d`` weight
+    ``[C_out, C_in, 3, 3, 3]``."""
     c_out, c_in = weight.shape[:2]
     return weight.detach().permute(2, 3, 4, 1, 0).reshape(27 * c_in, c_out).to(torch.float16).contiguous()
 
@@ -203,8 +212,24 @@ def conv3x3x3(
         mean = torch.empty((n_tiles, c_out), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
     _conv_kernel[(n_tiles,)](
-        x_desc, w_desc, y_desc, mean, m2, scale, shift, d, h, w, slope,
-        C_IN=c_in, C_OUT=c_out, BLOCK_H=block_h, BLOCK_W=block_w, STATS=stats, PROLOGUE=prologue is not None,
-        num_warps=num_warps, num_stages=num_stages,
+        x_desc,
+        w_desc,
+        y_desc,
+        mean,
+        m2,
+        scale,
+        shift,
+        d,
+        h,
+        w,
+        slope,
+        C_IN=c_in,
+        C_OUT=c_out,
+        BLOCK_H=block_h,
+        BLOCK_W=block_w,
+        STATS=stats,
+        PROLOGUE=prologue is not None,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return y, ((mean, m2) if stats else None)

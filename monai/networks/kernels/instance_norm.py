@@ -56,7 +56,8 @@ def as_rows(x: torch.Tensor) -> torch.Tensor:
     """The ``[B, S, C]`` view of a channels-last ``[B, C, *spatial]`` tensor (no copy)."""
     if x.ndim < 3 or not x.permute(0, *range(2, x.ndim), 1).is_contiguous():
         raise ValueError(
-            f"expected a channels-last [B, C, *spatial] tensor (e.g. x.contiguous(memory_format=torch.channels_last_3d)), "
+            "expected a channels-last [B, C, *spatial] tensor "
+            "(e.g. x.contiguous(memory_format=torch.channels_last_3d)), "
             f"got shape {tuple(x.shape)} with strides {x.stride()}."
         )
     return x.permute(0, *range(2, x.ndim), 1).reshape(x.shape[0], -1, x.shape[1])
@@ -135,7 +136,9 @@ if triton is not None:
         start = part * ROWS_PER_PART
         shift = tl.load(base + start.to(tl.int64) * C + cols)
         if HAS_ADDEND:
-            shift = (shift.to(tl.float32) + tl.load(addend_ptr + offset + start.to(tl.int64) * C + cols)).to(shift.dtype)
+            shift = (shift.to(tl.float32) + tl.load(addend_ptr + offset + start.to(tl.int64) * C + cols)).to(
+                shift.dtype
+            )
         shift = shift.to(tl.float32)
         acc1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
@@ -210,7 +213,9 @@ _STATS_ROWS = 4096  # rows a statistics program reduces before it writes a parti
 def _check_rows(x: torch.Tensor) -> torch.Tensor:
     rows = as_rows(x)
     if rows.shape[2] % _BLOCK_C:
-        raise ValueError(f"the fused norm kernels need a multiple of {_BLOCK_C} channels, got {rows.shape[2]}: pad the channels.")
+        raise ValueError(
+            f"the fused norm kernels need a multiple of {_BLOCK_C} channels, got {rows.shape[2]}: pad the channels."
+        )
     if not rows.is_cuda and not interpreting():
         raise ValueError(f"the fused norm kernels run on CUDA tensors, got one on {rows.device}.")
     return rows
@@ -236,8 +241,18 @@ def instance_stats(
     part_m2 = torch.empty_like(part_mean)
     grid = (n_parts, n_chan // _BLOCK_C, n_batch)
     _stats_kernel[grid](
-        rows, as_rows(add) if add is not None else rows, part_mean, part_m2, n_rows, n_chan, n_parts,
-        HAS_ADDEND=add is not None, ROWS_PER_PART=_STATS_ROWS, BLOCK_S=block_s, BLOCK_C=_BLOCK_C, num_warps=num_warps,
+        rows,
+        as_rows(add) if add is not None else rows,
+        part_mean,
+        part_m2,
+        n_rows,
+        n_chan,
+        n_parts,
+        HAS_ADDEND=add is not None,
+        ROWS_PER_PART=_STATS_ROWS,
+        BLOCK_S=block_s,
+        BLOCK_C=_BLOCK_C,
+        num_warps=num_warps,
     )
     counts = torch.full((n_parts,), float(_STATS_ROWS), device=x.device)
     counts[-1:].fill_(n_rows - _STATS_ROWS * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture

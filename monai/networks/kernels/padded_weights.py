@@ -64,7 +64,9 @@ class PaddedWeights:
     def __init__(self):
         self._cache: dict[tuple[int, torch.dtype, int], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
 
-    def __call__(self, conv: nn.Module, dtype: torch.dtype, in_channels: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(
+        self, conv: nn.Module, dtype: torch.dtype, in_channels: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight, bias)`` of ``conv`` (``nn.Conv3d`` or ``nn.ConvTranspose3d``) in ``dtype``: the input channels
         padded to ``in_channels`` (those of the padded input), the output channels to :py:func:`padded_channels`."""
         weight, bias = conv.weight, conv.bias

@@ -51,5 +51,7 @@ def unavailable_reason(device: torch.device | str) -> str | None:
         return f"the fused kernels run on CUDA GPUs, not on {device.type}"
     major, minor = torch.cuda.get_device_capability(device)
     if major != 9:
-        return f"the fused kernels are built and tested for compute capability 9.x (Hopper), this GPU is {major}.{minor}"
+        return (
+            f"the fused kernels are built and tested for compute capability 9.x (Hopper), this GPU is {major}.{minor}"
+        )
     return None

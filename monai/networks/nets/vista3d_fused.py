@@ -11,10 +11,10 @@
 """The class branch of VISTA3D (image encoder, class decoder, class head) on the fused channels-last path.
 
 Same modules, same parameters, another data flow: activations stay channels-last (NDHWC) from the first
-convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128; the image's channel to 8), the
-layout in which cuDNN's convolutions run fastest; every instance norm runs as one fused kernel with its affine map,
-residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), and no layout conversion runs inside
-the forward. Padding channels hold zeros throughout, so the logits are those of the module path up to fp16
+convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128; the
+image's channel to 8), the layout in which cuDNN's convolutions run fastest; every instance norm runs as fused
+kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), and no
+layout conversion runs inside the forward. Padding channels hold zeros throughout, so the logits are those of the module path up to fp16
 rounding.
 
 :py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
@@ -23,17 +23,18 @@ rounding.
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
-from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
 from monai.networks.kernels.graph_cache import GraphCache
-from monai.networks.kernels.triton_support import unavailable_reason
+from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
+from monai.networks.kernels.triton_support import unavailable_reason
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 
 __all__ = ["FusedClassBranch", "check_supported"]
@@ -77,17 +78,20 @@ def check_supported(net: nn.Module) -> None:
     if not isinstance(encoder, SegResNetDS2) or encoder.spatial_dims != 3:
         raise NotImplementedError("the fused path runs a 3D SegResNetDS2 image encoder.")
     if encoder.preprocess is not None or encoder.anisotropic_scales is not None or encoder.dsdepth != 1:
-        raise NotImplementedError("the fused path runs SegResNetDS2 without preprocess, resolution or deep supervision.")
-    for level in encoder.encoder.layers:
+        raise NotImplementedError(
+            "the fused path runs SegResNetDS2 without preprocess, resolution or deep supervision."
+        )
+    for level in [*encoder.encoder.layers, *encoder.up_layers_auto]:
         for block in level["blocks"]:
             _norm_spec(block.norm1, block.act1)
+            _norm_spec(block.norm2, block.act2)
     for level in encoder.up_layers_auto:
         _only_child(level["upsample"], nn.ConvTranspose3d)
-    head = net.class_head
-    for block in map(_res_block, head.image_post_mapping):
+    for block in map(_res_block, net.class_head.image_post_mapping):
         _only_child(block.conv1, nn.Conv3d)
         _only_child(block.conv2, nn.Conv3d)
         _norm_spec(block.norm1, block.lrelu)
+        _norm_spec(block.norm2, block.lrelu)
 
 
 class FusedClassBranch:
@@ -179,7 +183,9 @@ class FusedClassBranch:
         return x, instance_stats(x, add=addend)
 
     # ---- the blocks ---------------------------------------------------------------------------------------------
-    def _segres_block(self, block: SegResBlock, x: torch.Tensor, stats: tuple | None) -> tuple[torch.Tensor, tuple | None]:
+    def _segres_block(
+        self, block: SegResBlock, x: torch.Tensor, stats: tuple | None
+    ) -> tuple[torch.Tensor, tuple | None]:
         y = self._norm_act(x, block.norm1, block.act1, None, in_place=False, stats=stats)
         y = self._conv(block.conv1, y)
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True)
@@ -225,7 +231,8 @@ class FusedClassBranch:
         return self._blocks(self.net.class_head.image_post_mapping, x, self._unet_res_block)[0]
 
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding`` ``[K, C_pad]``."""
+        """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding``
+        ``[K, C_pad]``."""
         src = self.features(image)
         n_win, n_chan = src.shape[:2]
         # [K, C] @ [W, C, N] -> [W, K, N]; the features are [W, N, C] in memory, which cuBLAS reads as a transposed

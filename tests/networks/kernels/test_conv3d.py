@@ -24,17 +24,26 @@ from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_single_channel, c
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@unittest.skipUnless(unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}")
+@unittest.skipUnless(
+    unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}"
+)
 class TestConv3x3x3(unittest.TestCase):
     # (batch, c_in, c_out, D, H, W, block_h, block_w): planes the patches do not divide, a window smaller than a patch
-    @parameterized.expand([
-        (2, 16, 32, 3, 5, 19, 4, 8),
-        (1, 32, 16, 4, 8, 16, 8, 16),
-        (1, 16, 16, 2, 3, 5, 8, 16),
-    ])
+    @parameterized.expand(
+        [
+            (2, 16, 32, 3, 5, 19, 4, 8),
+            (1, 32, 16, 4, 8, 16, 8, 16),
+            (1, 16, 16, 2, 3, 5, 8, 16),
+        ]
+    )
     def test_against_float64(self, batch, c_in, c_out, d, h, w, block_h, block_w):
         g = torch.Generator().manual_seed(c_in + h)
-        x = torch.randn(batch, c_in, d, h, w, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        x = (
+            torch.randn(batch, c_in, d, h, w, generator=g)
+            .half()
+            .to(DEVICE)
+            .contiguous(memory_format=torch.channels_last_3d)
+        )
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
         y, parts = conv3x3x3(x, conv3x3x3_weights(weight), stats=True, block_h=block_h, block_w=block_w)
         ref = F.conv3d(x.double(), weight.double(), padding=1)
@@ -55,9 +64,16 @@ class TestConv3x3x3(unittest.TestCase):
     def test_norm_prologue(self, slope):
         g = torch.Generator().manual_seed(7)
         batch, c, d, h, w = 2, 16, 3, 5, 19
-        x = torch.randn(batch, c, d, h, w, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        x = (
+            torch.randn(batch, c, d, h, w, generator=g)
+            .half()
+            .to(DEVICE)
+            .contiguous(memory_format=torch.channels_last_3d)
+        )
         weight = (torch.randn(c, c, 3, 3, 3, generator=g) / 10).to(DEVICE)
-        scale, shift = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE), torch.randn(batch, c, generator=g).to(DEVICE)
+        scale, shift = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE), torch.randn(batch, c, generator=g).to(
+            DEVICE
+        )
         y, _ = conv3x3x3(x, conv3x3x3_weights(weight), prologue=(scale, shift, slope), block_h=4, block_w=8)
         view = (batch, c, 1, 1, 1)
         activated = F.leaky_relu(x.double() * scale.double().view(view) + shift.double().view(view), slope)

@@ -18,7 +18,14 @@ import torch
 import torch.nn as nn
 from parameterized import parameterized
 
-from monai.networks.kernels import NormAct, instance_stats, merge_parts, norm_act, norm_act_reference, unavailable_reason
+from monai.networks.kernels import (
+    NormAct,
+    instance_stats,
+    merge_parts,
+    norm_act,
+    norm_act_reference,
+    unavailable_reason,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 KERNELS_RUN = unavailable_reason(DEVICE) is None
@@ -53,7 +60,11 @@ def _float64_norm_act(x, weight, bias, spec, residual, real):
         y = y * weight.double().view(1, -1, 1, 1, 1) + bias.double().view(1, -1, 1, 1, 1)
     if residual is not None:
         y = y + residual.double()
-    y = {"relu": torch.relu, "leakyrelu": lambda t: nn.functional.leaky_relu(t, spec.negative_slope), "none": lambda t: t}[spec.act](y)
+    y = {
+        "relu": torch.relu,
+        "leakyrelu": lambda t: nn.functional.leaky_relu(t, spec.negative_slope),
+        "none": lambda t: t,
+    }[spec.act](y)
     y[:, real:] = 0
     return y
 
@@ -63,7 +74,9 @@ class TestNormActReference(unittest.TestCase):
     def test_equals_modules(self, affine, act, with_residual, channels_last):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(2, 5, 4, 6, 3, generator=g, dtype=torch.float64) * 2 + 1
-        weight, bias = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+        weight, bias = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(
+            5, generator=g, dtype=torch.float64
+        )
         residual = torch.randn(x.shape, generator=g, dtype=torch.float64) if with_residual else None
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last_3d)
@@ -86,12 +99,14 @@ class TestNormActReference(unittest.TestCase):
 @unittest.skipUnless(KERNELS_RUN, WHY_NOT)
 class TestNormActKernel(unittest.TestCase):
     # (batch, channels, real channels, spatial, act, affine, residual): spatial sizes that no tile divides
-    @parameterized.expand([
-        (1, 64, 48, (5, 7, 9), "relu", True, False),
-        (3, 64, 64, (17, 1, 3), "none", True, True),
-        (2, 128, 96, (3, 11, 13), "leakyrelu", False, True),
-        (1, 64, 48, (2, 3, 2), "leakyrelu", False, False),
-    ])
+    @parameterized.expand(
+        [
+            (1, 64, 48, (5, 7, 9), "relu", True, False),
+            (3, 64, 64, (17, 1, 3), "none", True, True),
+            (2, 128, 96, (3, 11, 13), "leakyrelu", False, True),
+            (1, 64, 48, (2, 3, 2), "leakyrelu", False, False),
+        ]
+    )
     def test_against_float64(self, batch, channels, real, spatial, act, affine, with_residual):
         g = torch.Generator().manual_seed(batch + channels)
         x = torch.randn(batch, channels, *spatial, generator=g) * 3 + 2
@@ -102,7 +117,11 @@ class TestNormActKernel(unittest.TestCase):
             weight, bias = torch.randn(channels, generator=g), torch.randn(channels, generator=g)
             weight[real:], bias[real:] = 0, 0
             weight, bias = weight.to(DEVICE), bias.to(DEVICE)
-        residual = torch.randn(x.shape, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d) if with_residual else None
+        residual = (
+            torch.randn(x.shape, generator=g).half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+            if with_residual
+            else None
+        )
         spec = NormAct(act=act)
         out = norm_act(x, weight, bias, spec, residual, real_channels=real)
         expected = _float64_norm_act(x, weight, bias, spec, residual, real)

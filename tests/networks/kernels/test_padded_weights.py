@@ -23,7 +23,9 @@ from monai.networks.kernels import PaddedWeights, image_channels, pad_channels, 
 
 
 class TestPaddedWeights(unittest.TestCase):
-    @parameterized.expand([(1, 64, 8), (3, 64, 8), (8, 64, 8), (16, 64, 64), (48, 64, 64), (64, 64, 64), (96, 128, 128), (192, 192, 192)])
+    @parameterized.expand(
+        [(1, 64, 8), (3, 64, 8), (8, 64, 8), (16, 64, 64), (48, 64, 64), (64, 64, 64), (96, 128, 128), (192, 192, 192)]
+    )
     def test_padded_channels(self, channels, expected, expected_image):
         self.assertEqual(padded_channels(channels), expected)
         self.assertEqual(image_channels(channels), expected_image)
