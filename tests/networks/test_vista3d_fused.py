@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import unittest
 
 import torch
@@ -67,6 +69,14 @@ class TestFusedReference(unittest.TestCase):
         other = build_tiny_vista3d().eval()
         net.load_state_dict(other.state_dict())
         torch.testing.assert_close(_logits(net, x), _logits(other, x), rtol=1e-4, atol=1e-4)
+
+    def test_copies_are_unfused(self):
+        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        for other in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+            self.assertFalse(other.fused)
+            self.assertTrue(net.fused)
+            x = torch.randn(1, 1, 16, 16, 16)
+            torch.testing.assert_close(_logits(other, x), _logits(net, x), rtol=1e-4, atol=1e-4)
 
     def test_point_prompts_take_the_module_path(self):
         torch.manual_seed(0)

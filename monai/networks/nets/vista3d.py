@@ -147,6 +147,12 @@ class VISTA3D(nn.Module):
         """Whether :py:meth:`fuse` has turned the fused path on."""
         return self._fused is not None
 
+    def __getstate__(self) -> dict:
+        # a copy or a pickle is unfused: the fused path's CUDA graphs and weight copies belong to this instance
+        state = self.__dict__.copy()
+        state["_fused"] = None
+        return state
+
     def _use_fused(self, image: torch.Tensor) -> bool:
         if self._fused is None:
             return False
