@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from monai.networks.kernels.triton_support import interpreting, tl, triton
+from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_channel"]
 
@@ -144,8 +144,7 @@ def conv3x3x3_single_channel(
         raise ValueError(
             f"conv3x3x3_single_channel takes a contiguous [B, 1, D, H, W] tensor, got shape {tuple(x.shape)}."
         )
-    if not x.is_cuda and not interpreting():
-        raise ValueError(f"conv3x3x3_single_channel runs on CUDA tensors, got one on {x.device}.")
+    check_kernel_input(x, "conv3x3x3_single_channel")
     n_b, _, d, h, w = x.shape
     gemm = torch.zeros(32, out_channels, device=x.device, dtype=torch.float16)
     gemm[:27, : weight.shape[0]] = weight.detach().reshape(weight.shape[0], 27).t()
@@ -193,8 +192,7 @@ def conv3x3x3(
     """
     if x.dtype != torch.float16 or not x.is_contiguous(memory_format=torch.channels_last_3d):
         raise ValueError(f"conv3x3x3 takes a channels-last fp16 tensor, got {x.dtype} with strides {x.stride()}.")
-    if not x.is_cuda and not interpreting():
-        raise ValueError(f"conv3x3x3 runs on CUDA tensors, got one on {x.device}.")
+    check_kernel_input(x, "conv3x3x3")
     n_b, c_in, d, h, w = x.shape
     c_out = weights.shape[1]
     if weights.shape[0] != 27 * c_in:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from monai.networks.kernels.triton_support import interpreting, tl, triton
+from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["NormAct", "instance_stats", "merge_parts", "norm_act", "norm_act_reference", "as_rows"]
 
@@ -216,8 +216,7 @@ def _check_rows(x: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"the fused norm kernels need a multiple of {_BLOCK_C} channels, got {rows.shape[2]}: pad the channels."
         )
-    if not rows.is_cuda and not interpreting():
-        raise ValueError(f"the fused norm kernels run on CUDA tensors, got one on {rows.device}.")
+    check_kernel_input(rows, "the fused norm kernels")
     return rows
 
 
@@ -307,8 +306,9 @@ def norm_act(
     has_affine = weight is not None
     if has_affine != (bias is not None):
         raise ValueError("give both the norm's weight and bias, or neither.")
+    # without affine parameters the kernel never reads w and b: any float32 tensor stands in, no allocation
     w = weight.float().contiguous() if has_affine else mean
-    b = bias.float().contiguous() if bias is not None else torch.zeros_like(w)
+    b = bias.float().contiguous() if has_affine else mean
     block_s = 128
     grid = (triton.cdiv(n_rows, block_s), n_chan // _BLOCK_C, n_batch)
     _apply_kernel[grid](

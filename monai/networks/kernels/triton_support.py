@@ -28,12 +28,18 @@ except ImportError:  # the CPU wheels of torch come without Triton; the fused pa
     triton = None
     tl = None
 
-__all__ = ["triton", "tl", "interpreting", "unavailable_reason"]
+__all__ = ["triton", "tl", "interpreting", "check_kernel_input", "unavailable_reason"]
 
 
 def interpreting() -> bool:
     """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``)."""
     return triton is not None and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_kernel_input(x: torch.Tensor, kernel: str) -> None:
+    """Raise ``ValueError`` unless ``x`` is where ``kernel`` can read it: on CUDA, or on the CPU under the interpreter."""
+    if not x.is_cuda and not interpreting():
+        raise ValueError(f"{kernel} runs on CUDA tensors, got one on {x.device}.")
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
