@@ -144,65 +144,68 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
 
 
 def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> list[dict]:
-    """The Triton implicit-GEMM convolution (padded channels) in several launch configurations, beside cuDNN's."""
-    from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_weights
+    """The Triton implicit-GEMM convolution beside cuDNN's: over padded channels (as cuDNN runs), over the real
+    channels only (48 = 32 + 16 pieces) with padded or real-width storage, and with the norm folded in."""
+    from monai.networks.kernels.conv3d import ConvLaunch, conv3x3x3, conv3x3x3_weights
     from monai.networks.kernels.padded_weights import pad_channels, padded_channels
 
     cuda = dev.type == "cuda"
     g = torch.Generator().manual_seed(0)
     cp = padded_channels(channels)
     x = pad_channels(torch.randn(batch, channels, size, size, size, generator=g).to(dev, torch.float16), cp)
-    w = torch.zeros(cp, cp, 3, 3, 3)
-    w[:channels, :channels] = torch.randn(channels, channels, 3, 3, 3, generator=g) / (channels * 27) ** 0.5
-    w = w.to(dev, torch.float16)
-    w_cl, w_gemm = w.contiguous(memory_format=torch.channels_last_3d), conv3x3x3_weights(w)
-    ref = F.conv3d(x[:1, :channels].double(), w[:channels, :channels].double(), padding=1)
+    x_real = x[:, :channels].contiguous(memory_format=torch.channels_last_3d)
+    w_real = (torch.randn(channels, channels, 3, 3, 3, generator=g) / (channels * 27) ** 0.5).to(dev, torch.float16)
+    w = torch.zeros(cp, cp, 3, 3, 3, device=dev, dtype=torch.float16)
+    w[:channels, :channels] = w_real
+    w_cl = w.contiguous(memory_format=torch.channels_last_3d)
+    gemm_padded = conv3x3x3_weights(w)  # [27 * cp, cp]
+    gemm_k = conv3x3x3_weights(w_real, out_columns=cp)  # real K, padded N: padding channels computed as zeros
+    gemm_real = conv3x3x3_weights(w_real)  # real K and N
+    ref = F.conv3d(x[:1, :channels].double(), w_real.double(), padding=1)
     flop = 2 * channels * channels * 27 * batch * size**3  # the real channels' work
-    variants = [(f"cuDNN NDHWC padded to {cp}", lambda: F.conv3d(x, w_cl, padding=1))]
-    for bh, bw, warps, stages in (
-        (8, 16, 4, 3),
-        (8, 16, 4, 4),
-        (8, 16, 8, 3),
-        (16, 16, 8, 3),
-        (8, 32, 8, 3),
-        (16, 16, 4, 3),
-    ):
-        for stats in (False, True):
-            name = f"Triton {bh}x{bw} voxels, {warps} warps, {stages} stages{', +stats' if stats else ''}"
+    scale = torch.rand(batch, channels, generator=g).to(dev) + 0.5
+    shift = torch.randn(batch, channels, generator=g).to(dev)
+    variants = [(f"cuDNN NDHWC padded to {cp}", False, lambda: F.conv3d(x, w_cl, padding=1))]
+    launches = [ConvLaunch(16, 16, 4, 3), ConvLaunch(16, 16, 8, 3), ConvLaunch(8, 32, 4, 3), ConvLaunch(16, 16, 4, 4)]
+    forms = [
+        (f"GEMM {cp}x{cp}, {cp}-ch tensors", x, gemm_padded, cp),
+        (f"GEMM {channels}x{cp}, {cp}-ch tensors", x, gemm_k, cp),
+        (f"GEMM {channels}x{channels}, {cp}-ch tensors", x, gemm_real, cp),
+        (f"GEMM {channels}x{channels}, {channels}-ch tensors", x_real, gemm_real, channels),
+    ]
+    for form, xin, gemm, c_out in forms:
+        for la in launches:
+            cfg = f"{la.block_h}x{la.block_w} voxels, {la.num_warps} warps, {la.num_stages} stages"
             variants.append(
                 (
-                    name,
-                    lambda bh=bh, bw=bw, nw=warps, ns=stages, st=stats: conv3x3x3(
-                        x, w_gemm, stats=st, block_h=bh, block_w=bw, num_warps=nw, num_stages=ns
-                    )[0],
+                    f"Triton {form}, {cfg}",
+                    False,
+                    lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(xin, gemm, c, launch=la)[0],
                 )
             )
-    # the preceding norm + ReLU applied as the input is loaded (its apply pass gone), with the statistics epilogue
-    scale = torch.rand(batch, cp, generator=g).to(dev) + 0.5
-    shift = torch.randn(batch, cp, generator=g).to(dev)
-    for bh, bw, warps in ((16, 16, 4), (16, 16, 8), (8, 32, 8)):
-        variants.append(
-            (
-                f"Triton {bh}x{bw} voxels, {warps} warps, 3 stages, +norm prologue +stats",
-                lambda bh=bh, bw=bw, nw=warps: conv3x3x3(
-                    x, w_gemm, stats=True, prologue=(scale, shift, 0.0), block_h=bh, block_w=bw, num_warps=nw
-                )[0],
-            )
-        )
-    rows = []
-    for name, fn in variants:
-        if "prologue" in name:  # timed only: its reference is another function
-            ms = bench(fn, cuda)
-            rows.append(
-                {"op": f"conv {channels}->{channels} {batch}x{size}^3, {name}", "ms": ms, "tflops": flop / ms / 1e9}
-            )
-            print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s", flush=True)
+        if gemm is gemm_padded:
             continue
+        # the norm folded in: statistics epilogue; + the previous norm's apply as a prologue; + a residual epilogue
+        for la in launches[:2]:
+            cfg = f"{la.block_h}x{la.block_w} voxels, {la.num_warps} warps"
+            variants += [
+                (f"Triton {form}, {cfg} +stats", False,
+                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(xin, gemm, c, stats=True, launch=la)[0]),
+                (f"Triton {form}, {cfg} +prologue +stats", True,
+                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(
+                     xin, gemm, c, stats=True, prologue=(scale, shift, 0.0), launch=la)[0]),
+                (f"Triton {form}, {cfg} +prologue +residual +stats", True,
+                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(
+                     xin, gemm, c, stats=True, prologue=(scale, shift, 0.0), residual=xin, launch=la)[0]),
+            ]  # fmt: skip
+    rows = []
+    for name, other_function, fn in variants:
         try:
             ms = bench(fn, cuda)
-            err = rel_error(fn()[:1, :channels], ref)
+            # a variant with a prologue computes another function: timed only
+            err = float("nan") if other_function else rel_error(fn()[:1, :channels], ref)
         except Exception as e:  # a launch configuration the compiler rejects is reported, not fatal
-            print(f"{channels} ch, {name:50s} failed: {type(e).__name__}: {str(e)[:200]}")
+            print(f"{channels} ch, {name:70s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
         rows.append(
             {
@@ -212,7 +215,7 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
                 "rel_err": err,
             }
         )
-        print(f"{channels} ch, {name:50s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
+        print(f"{channels} ch, {name:70s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
     return rows
 
 

@@ -18,67 +18,87 @@ import torch
 import torch.nn.functional as F
 from parameterized import parameterized
 
-from monai.networks.kernels import merge_parts, unavailable_reason
-from monai.networks.kernels.conv3d import conv3x3x3, conv3x3x3_single_channel, conv3x3x3_weights
+from monai.networks.kernels import unavailable_reason
+from monai.networks.kernels.conv3d import (
+    ConvLaunch,
+    channel_pieces,
+    conv3x3x3,
+    conv3x3x3_single_channel,
+    conv3x3x3_weights,
+)
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    return x.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+
+
+def _padded_input(g, batch, channels, real, d, h, w) -> torch.Tensor:
+    """Random real channels, NaN in the padding channels: a kernel that reads them fails the comparison."""
+    x = torch.randn(batch, channels, d, h, w, generator=g)
+    x[:, real:] = float("nan")
+    return _channels_last(x)
 
 
 @unittest.skipUnless(
     unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}"
 )
 class TestConv3x3x3(unittest.TestCase):
-    # (batch, c_in, c_out, D, H, W, block_h, block_w): planes the patches do not divide, a window smaller than a patch
+    # (batch, stored in, real in, real out, GEMM columns, stored out, D, H, W, block_h, block_w): powers of two;
+    # 48 = 32 + 16 on either side; padding channels never read and written as zeros (computed through zero GEMM
+    # columns, or stored apart); planes the patches do not divide; a window smaller than a patch
     @parameterized.expand(
         [
-            (2, 16, 32, 3, 5, 19, 4, 8),
-            (1, 32, 16, 4, 8, 16, 8, 16),
-            (1, 16, 16, 2, 3, 5, 8, 16),
+            (2, 16, 16, 32, 32, 32, 3, 5, 19, 4, 8),
+            (1, 64, 48, 48, 48, 64, 2, 3, 5, 8, 16),
+            (1, 48, 48, 48, 64, 64, 2, 4, 8, 4, 8),
+            (1, 32, 32, 48, 48, 48, 3, 4, 8, 4, 8),
         ]
     )
-    def test_against_float64(self, batch, c_in, c_out, d, h, w, block_h, block_w):
+    def test_against_float64(self, batch, c_store, c_in, c_out, columns, out_channels, d, h, w, block_h, block_w):
         g = torch.Generator().manual_seed(c_in + h)
-        x = (
-            torch.randn(batch, c_in, d, h, w, generator=g)
-            .half()
-            .to(DEVICE)
-            .contiguous(memory_format=torch.channels_last_3d)
-        )
+        x = _padded_input(g, batch, c_store, c_in, d, h, w)
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
-        y, parts = conv3x3x3(x, conv3x3x3_weights(weight), stats=True, block_h=block_h, block_w=block_w)
-        ref = F.conv3d(x.double(), weight.double(), padding=1)
+        launch = ConvLaunch(block_h=block_h, block_w=block_w)
+        gemm = conv3x3x3_weights(weight, out_columns=columns)
+        y, (mean, var) = conv3x3x3(x, gemm, out_channels, stats=True, launch=launch)
+        ref = F.conv3d(x[:, :c_in].double(), weight.double(), padding=1)
+        self.assertEqual(tuple(y.shape), (batch, out_channels, d, h, w))
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
-        self.assertLess(((y.double() - ref).norm() / ref.norm()).item(), 1e-3)  # fp16 output rounding
-        # the per-patch statistics merge to those of the stored output
-        tiles_h, tiles_w = -(-h // block_h), -(-w // block_w)
-        hs = torch.tensor([min(block_h, h - i * block_h) for i in range(tiles_h)])
-        ws = torch.tensor([min(block_w, w - j * block_w) for j in range(tiles_w)])
-        counts = (hs[:, None] * ws[None, :]).flatten().repeat(d).double()
-        mean, m2 = (p.view(batch, -1, c_out).double() for p in parts)
-        mean, var = merge_parts(mean, m2, counts.to(mean.device))
-        ref_var, ref_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
-        torch.testing.assert_close(mean, ref_mean, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(var, ref_var, rtol=1e-4, atol=0)
+        self.assertLess(((y[:, :c_out].double() - ref).norm() / ref.norm()).item(), 1e-3)  # fp16 output rounding
+        self.assertTrue(torch.equal(y[:, c_out:], torch.zeros_like(y[:, c_out:])))
+        # the statistics are those of the stored output, one per GEMM column
+        ref_var, ref_mean = torch.var_mean(y[:, :columns].double(), dim=(2, 3, 4), unbiased=False)
+        self.assertEqual(tuple(mean.shape), (batch, columns))
+        torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
 
-    @parameterized.expand([(0.0,), (0.01,)])
-    def test_norm_prologue(self, slope):
+    # (real channels, stored channels, activation slope): the preceding norm + activation applied as the input is
+    # loaded, then a residual added in the epilogue
+    @parameterized.expand([(16, 16, 0.0), (48, 64, 0.01)])
+    def test_prologue_and_residual(self, c, c_store, slope):
         g = torch.Generator().manual_seed(7)
-        batch, c, d, h, w = 2, 16, 3, 5, 19
-        x = (
-            torch.randn(batch, c, d, h, w, generator=g)
-            .half()
-            .to(DEVICE)
-            .contiguous(memory_format=torch.channels_last_3d)
-        )
+        batch, d, h, w = 2, 3, 5, 9
+        x = _padded_input(g, batch, c_store, c, d, h, w)
         weight = (torch.randn(c, c, 3, 3, 3, generator=g) / 10).to(DEVICE)
-        scale, shift = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE), torch.randn(batch, c, generator=g).to(
-            DEVICE
+        scale = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE)
+        shift = torch.randn(batch, c, generator=g).to(DEVICE)
+        residual = _channels_last(torch.randn(batch, c_store, d, h, w, generator=g))
+        residual[:, c:] = 0
+        y, _ = conv3x3x3(
+            x,
+            conv3x3x3_weights(weight),
+            c_store,
+            prologue=(scale, shift, slope),
+            residual=residual,
+            launch=ConvLaunch(block_h=4, block_w=8),
         )
-        y, _ = conv3x3x3(x, conv3x3x3_weights(weight), prologue=(scale, shift, slope), block_h=4, block_w=8)
         view = (batch, c, 1, 1, 1)
-        activated = F.leaky_relu(x.double() * scale.double().view(view) + shift.double().view(view), slope)
-        ref = F.conv3d(activated, weight.double(), padding=1)  # zero padding of the activated tensor
-        self.assertLess(((y.double() - ref).norm() / ref.norm()).item(), 1e-3)
+        activated = F.leaky_relu(x[:, :c].double() * scale.double().view(view) + shift.double().view(view), slope)
+        ref = F.conv3d(activated, weight.double(), padding=1) + residual[:, :c].double()  # zero padding after act
+        self.assertLess(((y[:, :c].double() - ref).norm() / ref.norm()).item(), 1e-3)
+        self.assertTrue(torch.equal(y[:, c:], torch.zeros_like(y[:, c:])))
 
     @parameterized.expand([(1, 5, 6, 7, 48, 64, torch.float32), (3, 2, 17, 130, 16, 16, torch.float16)])
     def test_single_channel(self, batch, d, h, w, channels, out_channels, dtype):
@@ -95,12 +115,31 @@ class TestConv3x3x3(unittest.TestCase):
             conv3x3x3_single_channel(x.expand(batch, 2, d, h, w), weight, out_channels)
 
     def test_rejects_bad_inputs(self):
-        x = torch.randn(1, 16, 2, 4, 8).half().to(DEVICE)
-        w = conv3x3x3_weights(torch.randn(16, 16, 3, 3, 3))
+        x = _channels_last(torch.randn(1, 16, 2, 4, 8))
+        w = conv3x3x3_weights(torch.randn(16, 16, 3, 3, 3).to(DEVICE))
         with self.assertRaisesRegex(ValueError, "channels-last fp16"):
-            conv3x3x3(x, w)
-        with self.assertRaisesRegex(ValueError, "do not fit"):
-            conv3x3x3(x.contiguous(memory_format=torch.channels_last_3d), w[:100])
+            conv3x3x3(x.contiguous(), w)
+        with self.assertRaisesRegex(ValueError, "do not fit an input of 16"):
+            conv3x3x3(x, conv3x3x3_weights(torch.randn(16, 32, 3, 3, 3).to(DEVICE)))
+        with self.assertRaisesRegex(ValueError, "two powers of two"):
+            conv3x3x3(x, conv3x3x3_weights(torch.randn(40, 16, 3, 3, 3).to(DEVICE)))
+        with self.assertRaisesRegex(ValueError, "output channels do not fit"):
+            conv3x3x3(x, w, out_channels=24)
+        with self.assertRaisesRegex(ValueError, "residual"):
+            conv3x3x3(x, w, residual=x[:, :8])
+        with self.assertRaisesRegex(ValueError, r"scale and shift must be \[1, 16\]"):
+            conv3x3x3(x, w, prologue=(torch.ones(1, 8), torch.ones(1, 8), 0.0))
+
+
+class TestChannelPieces(unittest.TestCase):
+    @parameterized.expand([(16, (16, 0)), (48, (32, 16)), (64, (64, 0)), (96, (64, 32)), (128, (128, 0))])
+    def test_pieces(self, n, pieces):
+        self.assertEqual(channel_pieces(n), pieces)
+
+    @parameterized.expand([(8,), (40,), (112,), (0,)])
+    def test_rejects(self, n):
+        with self.assertRaisesRegex(ValueError, f"got {n}"):
+            channel_pieces(n)
 
 
 if __name__ == "__main__":
