@@ -42,6 +42,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vista3d_everything import build_net, everything_labels, label_map  # noqa: E402
 
+from monai.networks.nets import vista3d_fused  # noqa: E402
+
 
 def bench(fn, cuda: bool, repeats: int = 10) -> float:
     """Median milliseconds of ``fn`` after two warm-up calls (CUDA events on the GPU)."""
@@ -144,83 +146,98 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
 
 
 def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> list[dict]:
-    """The Triton implicit-GEMM convolution beside cuDNN's: over padded channels (as cuDNN runs), over the real
-    channels only (48 = 32 + 16 pieces) with padded or real-width storage, and with the norm folded in."""
+    """The Triton implicit-GEMM convolution beside cuDNN's: over padded channels (as cuDNN runs) and over the real
+    input channels only (48 = 32 + 16), with one or two output planes per program, and with the residual add and
+    the next norm's statistics folded in."""
     from monai.networks.kernels.conv3d import ConvLaunch, conv3x3x3, conv3x3x3_weights
+    from monai.networks.kernels.instance_norm import merge_parts
     from monai.networks.kernels.padded_weights import pad_channels, padded_channels
 
     cuda = dev.type == "cuda"
     g = torch.Generator().manual_seed(0)
     cp = padded_channels(channels)
     x = pad_channels(torch.randn(batch, channels, size, size, size, generator=g).to(dev, torch.float16), cp)
-    x_real = x[:, :channels].contiguous(memory_format=torch.channels_last_3d)
     w_real = (torch.randn(channels, channels, 3, 3, 3, generator=g) / (channels * 27) ** 0.5).to(dev, torch.float16)
     w = torch.zeros(cp, cp, 3, 3, 3, device=dev, dtype=torch.float16)
     w[:channels, :channels] = w_real
     w_cl = w.contiguous(memory_format=torch.channels_last_3d)
     gemm_padded = conv3x3x3_weights(w)  # [27 * cp, cp]
-    gemm_k = conv3x3x3_weights(w_real, out_columns=cp)  # real K, padded N: padding channels computed as zeros
-    gemm_real = conv3x3x3_weights(w_real)  # real K and N
+    gemm = conv3x3x3_weights(w_real, out_columns=cp)  # real K, padded N: padding channels computed as zeros
     ref = F.conv3d(x[:1, :channels].double(), w_real.double(), padding=1)
     flop = 2 * channels * channels * 27 * batch * size**3  # the real channels' work
-    scale = torch.rand(batch, channels, generator=g).to(dev) + 0.5
-    shift = torch.randn(batch, channels, generator=g).to(dev)
-    variants = [(f"cuDNN NDHWC padded to {cp}", False, lambda: F.conv3d(x, w_cl, padding=1))]
-    launches = [ConvLaunch(16, 16, 4, 3), ConvLaunch(16, 16, 8, 3), ConvLaunch(8, 32, 4, 3), ConvLaunch(16, 16, 4, 4)]
-    forms = [
-        (f"GEMM {cp}x{cp}, {cp}-ch tensors", x, gemm_padded, cp),
-        (f"GEMM {channels}x{cp}, {cp}-ch tensors", x, gemm_k, cp),
-        (f"GEMM {channels}x{channels}, {cp}-ch tensors", x, gemm_real, cp),
-        (f"GEMM {channels}x{channels}, {channels}-ch tensors", x_real, gemm_real, channels),
+    L = ConvLaunch
+    variants = [
+        (f"cuDNN NDHWC padded to {cp}", lambda: F.conv3d(x, w_cl, padding=1)),
+        (f"Triton GEMM {cp}x{cp}, 16x16 voxels, 4 warps, 3 stages", lambda: conv3x3x3(x, gemm_padded)[0]),
     ]
-    for form, xin, gemm, c_out in forms:
-        for la in launches:
-            cfg = f"{la.block_h}x{la.block_w} voxels, {la.num_warps} warps, {la.num_stages} stages"
-            variants.append(
-                (
-                    f"Triton {form}, {cfg}",
-                    False,
-                    lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(xin, gemm, c, launch=la)[0],
-                )
-            )
-        if gemm is gemm_padded:
-            continue
-        # the norm folded in: statistics epilogue; + the previous norm's apply as a prologue; + a residual epilogue
-        for la in launches[:2]:
-            cfg = f"{la.block_h}x{la.block_w} voxels, {la.num_warps} warps"
-            variants += [
-                (f"Triton {form}, {cfg} +stats", False,
-                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(xin, gemm, c, stats=True, launch=la)[0]),
-                (f"Triton {form}, {cfg} +prologue +stats", True,
-                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(
-                     xin, gemm, c, stats=True, prologue=(scale, shift, 0.0), launch=la)[0]),
-                (f"Triton {form}, {cfg} +prologue +residual +stats", True,
-                 lambda xin=xin, gemm=gemm, c=c_out, la=la: conv3x3x3(
-                     xin, gemm, c, stats=True, prologue=(scale, shift, 0.0), residual=xin, launch=la)[0]),
-            ]  # fmt: skip
+    if cp == 64:
+        launches = [L(16, 16, 4, 3, 1), L(8, 32, 4, 3, 1), L(16, 16, 4, 4, 1), L(8, 16, 4, 3, 1)]
+        launches += [L(16, 16, 8, 3, 2), L(8, 32, 8, 3, 2), L(8, 16, 4, 3, 2), L(8, 16, 4, 4, 2), L(16, 16, 4, 3, 2)]
+        folded = [L(16, 16, 4, 3, 1), L(16, 16, 8, 3, 2), L(8, 16, 4, 3, 2)]
+    else:
+        launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1), L(8, 32, 8, 3, 1), L(8, 16, 8, 3, 2), L(8, 32, 8, 2, 2)]
+        folded = [L(16, 16, 8, 3, 1), L(8, 16, 8, 3, 2)]
+
+    def name(la: ConvLaunch) -> str:
+        return f"{la.block_h}x{la.block_w} voxels x {la.planes} plane(s), {la.num_warps} warps, {la.num_stages} stages"
+
+    for la in launches:
+        variants.append((f"Triton GEMM {channels}x{cp}, {name(la)}", lambda la=la: conv3x3x3(x, gemm, launch=la)[0]))
+    for la in folded:
+        variants.append(
+            (f"Triton GEMM {channels}x{cp}, {name(la)} +stats", lambda la=la: conv3x3x3(x, gemm, True, launch=la)[0])
+        )
+        # checked as conv(x) + x - x; timed without the subtraction
+        timed = lambda la=la: conv3x3x3(x, gemm, True, x, la)  # noqa: E731
+        variants.append(
+            (f"Triton GEMM {channels}x{cp}, {name(la)} +residual +stats", lambda t=timed: t()[0] - x, timed)
+        )
     rows = []
-    for name, other_function, fn in variants:
+    for label, fn, *timed in variants:
         try:
-            ms = bench(fn, cuda)
-            # a variant with a prologue computes another function: timed only
-            err = float("nan") if other_function else rel_error(fn()[:1, :channels], ref)
+            ms = bench(timed[0] if timed else fn, cuda)
+            err = rel_error(fn()[:1, :channels], ref)
         except Exception as e:  # a launch configuration the compiler rejects is reported, not fatal
-            print(f"{channels} ch, {name:70s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            print(f"{channels} ch, {label:72s} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
             continue
         rows.append(
-            {
-                "op": f"conv {channels}->{channels} {batch}x{size}^3, {name}",
-                "ms": ms,
-                "tflops": flop / ms / 1e9,
-                "rel_err": err,
-            }
+            {"op": f"conv {channels}->{channels} {batch}x{size}^3, {label}", "ms": ms, "tflops": flop / ms / 1e9}
         )
-        print(f"{channels} ch, {name:70s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
+        rows[-1]["rel_err"] = err
+        print(f"{channels} ch, {label:72s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
+    # the statistics' merge (PyTorch, part of every "+stats" row above) on its own
+    n_parts = batch * size * (size // 16) ** 2
+    parts = torch.rand(n_parts, cp, device=dev), torch.rand(n_parts, cp, device=dev)
+    counts = torch.full((n_parts // batch,), 256.0, device=dev)
+    ms = bench(lambda: merge_parts(parts[0].view(batch, -1, cp), parts[1].view(batch, -1, cp), counts), cuda)
+    rows.append({"op": f"merge of {n_parts} x {cp} patch statistics", "ms": ms})
+    print(f"{channels} ch, {'merge of the patch statistics (16x16 patches)':72s} {ms:8.3f} ms", flush=True)
     return rows
 
 
-def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int, repeats: int) -> list[dict]:
+def conv_tables() -> dict:
+    """Named choices of which convolutions the fused forward runs through the Triton kernel (``--triton-conv``)."""
+    from monai.networks.kernels.conv3d import ConvLaunch as L
+
+    return {
+        "default": dict(vista3d_fused.TRITON_CONV),
+        "cudnn": {},
+        "64": {64: L(16, 16, 4, 3, 1)},
+        "64p2": {64: L(16, 16, 8, 3, 2)},
+        "64p2s": {64: L(8, 16, 4, 3, 2)},
+        "64+128": {64: L(16, 16, 4, 3, 1), 128: L(16, 16, 8, 3, 1)},
+        "64p2+128p2": {64: L(16, 16, 8, 3, 2), 128: L(8, 16, 8, 3, 2)},
+    }
+
+
+def forward(
+    dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int, repeats: int, tables: list[str]
+) -> list[dict]:
+    """The module path against the fused path, for each of ``tables`` (names from :py:func:`conv_tables`); the
+    first fused variant is the row's "fused"."""
     cuda = dev.type == "cuda"
+    choices = conv_tables()
+    default_table = dict(vista3d_fused.TRITON_CONV)
     net = build_net(not cuda, dev)
     labels = torch.tensor(everything_labels()[:n_classes])
     cv = labels.view(-1, 1).to(dev)
@@ -234,8 +251,11 @@ def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int,
         x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(bs)).to(dev)
         row = {"sw_batch_size": bs}
         outputs = {}
-        for path in ("modules", "fused"):
-            net.fuse(path == "fused", kernels="triton" if cuda else "torch")
+        for path in ["modules"] + [f"fused[{t}]" for t in tables]:
+            if path != "modules":
+                vista3d_fused.TRITON_CONV.clear()
+                vista3d_fused.TRITON_CONV.update(choices[path[6:-1]])
+            net.fuse(path != "modules", kernels="triton" if cuda else "torch")  # fuse() again: new graphs
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
@@ -245,6 +265,21 @@ def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int,
             peak = (torch.cuda.max_memory_allocated() - base) / 2**30 if cuda else float("nan")
             outputs[path] = run(x)
             row[path] = {"ms_per_window": ms / bs, "peak_gib": peak}
+        for t in tables[1:]:  # the other variants: time and agreement with the module path
+            other, first = row.pop(f"fused[{t}]"), outputs.pop(f"fused[{t}]").float()
+            other["label_agreement"] = (
+                (torch.stack([label_map(first[i], labels) for i in range(bs)]) == torch.stack(
+                    [label_map(outputs["modules"][i].float(), labels) for i in range(bs)])).double().mean().item()
+            )  # fmt: skip
+            row.setdefault("variants", {})[t] = other
+            print(
+                f"bs {bs:3d}: fused[{t}] {other['ms_per_window']:7.2f} ms/window {other['peak_gib']:6.2f} GiB, "
+                f"labels equal to the modules' {100 * other['label_agreement']:.4f} %",
+                flush=True,
+            )
+            del first
+        row["fused"], outputs["fused"] = row.pop(f"fused[{tables[0]}]"), outputs.pop(f"fused[{tables[0]}]")
+        row["fused"]["table"] = tables[0]
         a, b = outputs["modules"].float(), outputs["fused"].float()
         diff = (a - b).abs()
         la = torch.stack([label_map(a[i], labels) for i in range(bs)])
@@ -289,12 +324,15 @@ def forward(dev: torch.device, batch_sizes: list[int], roi: int, n_classes: int,
         rows.append(row)
         del outputs, a, b, x
     net.fuse(False)
+    vista3d_fused.TRITON_CONV.clear()
+    vista3d_fused.TRITON_CONV.update(default_table)
     return rows
 
 
 _KINDS = [
     ("norm statistics / residual add (Triton)", ("_stats_kernel",)),
     ("first convolution (Triton)", ("_single_channel_kernel",)),
+    ("3x3x3 convolution (Triton)", ("_conv_kernel",)),
     ("norm apply (Triton)", ("_apply_kernel",)),
     ("transposed convolution", ("dgrad", "convTranspose", "conv_transpose")),
     ("convolution", ("conv", "xmma", "implicit", "sm90_", "cudnn", "fprop")),
@@ -380,6 +418,12 @@ def main(argv=None) -> int:
     p.add_argument("--conv", action="store_true", help="time the Triton convolution against cuDNN (48 and 96 channels)")
     p.add_argument("--forward", action="store_true", help="time the module and the fused forward")
     p.add_argument("--sw-batch-sizes", default="1,2,14")
+    p.add_argument(
+        "--triton-conv",
+        default="default",
+        help="comma-separated choices of Triton convolutions for the fused forward (default, cudnn, 64, 64p2, "
+        "64p2s, 64+128, 64p2+128p2: padded widths run through the Triton kernel, p2 = two planes per program)",
+    )
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--repeats", type=int, default=5)
@@ -396,7 +440,12 @@ def main(argv=None) -> int:
         batch = a.kernel_batch if cuda else 1
         out["conv"] = conv_variants(dev, batch, roi, 48) + conv_variants(dev, batch, roi // 2, 96)
     if a.forward:
-        out["forward"] = forward(dev, [int(b) for b in a.sw_batch_sizes.split(",")], roi, a.classes, a.repeats)
+        tables = a.triton_conv.split(",")
+        unknown = set(tables) - set(conv_tables())
+        if unknown:
+            p.error(f"--triton-conv: unknown choice(s) {sorted(unknown)}; choose from {sorted(conv_tables())}")
+        sizes = [int(b) for b in a.sw_batch_sizes.split(",")]
+        out["forward"] = forward(dev, sizes, roi, a.classes, a.repeats, tables)
     if a.profile and cuda:
         out["profile"] = profile(dev, a.profile, roi, a.classes)
     if a.json:

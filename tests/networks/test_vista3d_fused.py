@@ -15,12 +15,13 @@ from __future__ import annotations
 import copy
 import pickle
 import unittest
+from unittest import mock
 
 import torch
 from parameterized import parameterized
 
 from monai.networks.kernels import unavailable_reason
-from monai.networks.nets import vista3d132
+from monai.networks.nets import vista3d132, vista3d_fused
 from monai.networks.nets.segresnet_ds import SegResNetDS2
 from tests.networks.tiny_vista3d import build_tiny_vista3d
 
@@ -138,6 +139,20 @@ class TestFusedKernels(unittest.TestCase):
         finally:
             torch.backends.cudnn.allow_tf32 = tf32
         torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
+
+    def test_triton_convolutions_fp16(self):
+        # 48 channels: the full-resolution convolutions (encoder and decoder level 0: 2 each, class head: 4) take
+        # the Triton implicit GEMM with the statistics and residual epilogues; fp16 against the float32 modules
+        torch.manual_seed(0)
+        net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
+        x = torch.randn(1, 1, 8, 8, 12, device=DEVICE)
+        expected = _logits(net, x)
+        net.fuse()
+        with mock.patch.object(vista3d_fused, "conv3x3x3", wraps=vista3d_fused.conv3x3x3) as conv:
+            out = _logits(net, x.half()).float()
+        self.assertEqual(conv.call_count, 8)
+        self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
+        self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
 
     @unittest.skipUnless(torch.cuda.is_available(), "CUDA graphs need a GPU")
     def test_cuda_graphs(self):

@@ -17,9 +17,13 @@ convolution gives the real channels' values and zeros in the padding, up to the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from monai.networks.kernels.conv3d import conv3x3x3_weights
 
 __all__ = ["padded_channels", "image_channels", "pad_channels", "PaddedWeights"]
 
@@ -62,28 +66,41 @@ class PaddedWeights:
     """
 
     def __init__(self):
-        self._cache: dict[tuple[int, torch.dtype, int], tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}
+        self._cache: dict[tuple, tuple[tuple, tuple]] = {}
+
+    def _cached(self, conv: nn.Module, form: tuple, make: Callable[[], tuple]) -> tuple:
+        key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in (conv.weight, conv.bias) if p is not None)
+        hit = self._cache.get((id(conv),) + form)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = make()
+        self._cache[(id(conv),) + form] = (key, value)
+        return value
 
     def __call__(
         self, conv: nn.Module, dtype: torch.dtype, in_channels: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight, bias)`` of ``conv`` (``nn.Conv3d`` or ``nn.ConvTranspose3d``) in ``dtype``: the input channels
         padded to ``in_channels`` (those of the padded input), the output channels to :py:func:`padded_channels`."""
-        weight, bias = conv.weight, conv.bias
-        key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in (weight, bias) if p is not None)
-        hit = self._cache.get((id(conv), dtype, in_channels))
-        if hit is not None and hit[0] == key:
-            return hit[1], hit[2]
-        w = weight.detach().to(dtype)
-        # Conv3d weights are [out, in, *k]; ConvTranspose3d weights are [in, out, *k]
-        if isinstance(conv, nn.ConvTranspose3d):
-            sizes = (in_channels, padded_channels(w.shape[1])) + tuple(w.shape[2:])
-        else:
-            sizes = (padded_channels(w.shape[0]), in_channels) + tuple(w.shape[2:])
-        w = _pad_to(w, sizes).contiguous(memory_format=torch.channels_last_3d)
-        b = None
-        if bias is not None:
-            n_out = conv.out_channels
-            b = _pad_to(bias.detach().to(dtype), (padded_channels(n_out),))
-        self._cache[(id(conv), dtype, in_channels)] = (key, w, b)
-        return w, b
+
+        def make() -> tuple[torch.Tensor, torch.Tensor | None]:
+            w = conv.weight.detach().to(dtype)
+            # Conv3d weights are [out, in, *k]; ConvTranspose3d weights are [in, out, *k]
+            if isinstance(conv, nn.ConvTranspose3d):
+                sizes = (in_channels, padded_channels(w.shape[1])) + tuple(w.shape[2:])
+            else:
+                sizes = (padded_channels(w.shape[0]), in_channels) + tuple(w.shape[2:])
+            w = _pad_to(w, sizes).contiguous(memory_format=torch.channels_last_3d)
+            b = None
+            if conv.bias is not None:
+                b = _pad_to(conv.bias.detach().to(dtype), (padded_channels(conv.out_channels),))
+            return w, b
+
+        return self._cached(conv, (dtype, in_channels), make)
+
+    def gemm(self, conv: nn.Conv3d) -> torch.Tensor:
+        """The fp16 GEMM operand of a bias-free 3x3x3 ``conv`` for :py:func:`~monai.networks.kernels.conv3d.conv3x3x3`:
+        its real input channels, its output channels padded to :py:func:`padded_channels`."""
+        return self._cached(
+            conv, ("gemm",), lambda: conv3x3x3_weights(conv.weight, out_columns=padded_channels(conv.out_channels))
+        )

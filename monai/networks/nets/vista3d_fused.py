@@ -13,9 +13,11 @@
 Same modules, same parameters, another data flow: activations stay channels-last (NDHWC) from the first
 convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128; the
 image's channel to 8), the layout in which cuDNN's convolutions run fastest; every instance norm runs as fused
-kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), and no
-layout conversion runs inside the forward. Padding channels hold zeros throughout, so the logits are those of the module path up to fp16
-rounding.
+kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), the
+full-resolution 3x3x3 convolutions run as a Triton implicit GEMM over the real channels with the next norm's
+statistics and the residual add in its epilogue (:py:mod:`monai.networks.kernels.conv3d`), and no layout
+conversion runs inside the forward. Padding channels hold zeros throughout, so the logits are those of the module
+path up to fp16 rounding.
 
 :py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
 """
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
-from monai.networks.kernels.conv3d import conv3x3x3_single_channel
+from monai.networks.kernels.conv3d import ConvLaunch, channel_pieces, conv3x3x3, conv3x3x3_single_channel
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
@@ -44,6 +46,10 @@ KERNELS = ("triton", "torch")
 # window batches up to this size replay CUDA graphs: at 1-4 windows the forward's ~250 launches cost more CPU time
 # than the GPU needs for them (measured on the H200: 43.8 ms per window at batch 1 eager against ~17 ms of kernels)
 GRAPH_MAX_WINDOWS = 4
+# the stride-1 3x3x3 convolutions whose padded width is listed run through the Triton implicit GEMM (real input
+# channels only, the next norm's statistics and the residual add in its epilogue) with this launch; the others on
+# cuDNN (measured on the H200: docs/benchmarks.md, "The fused channels-last forward")
+TRITON_CONV = {64: ConvLaunch(16, 16, num_warps=4, num_stages=3)}
 
 
 def _only_child(module: nn.Module, kind: type) -> nn.Module:
@@ -148,6 +154,29 @@ class FusedClassBranch:
             y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
 
+    def _triton_launch(self, conv: nn.Module, x: torch.Tensor) -> ConvLaunch | None:
+        """The Triton convolution's launch for ``conv`` on ``x``, or ``None`` where cuDNN runs it."""
+        if self.kernels != "triton" or x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
+            return None
+        same = conv.kernel_size == (3, 3, 3) and conv.stride == (1, 1, 1) and conv.padding == (1, 1, 1)
+        if not same or conv.dilation != (1, 1, 1) or conv.groups != 1 or conv.bias is not None:
+            return None
+        try:
+            channel_pieces(conv.in_channels)
+        except ValueError:
+            return None
+        return TRITON_CONV.get(padded_channels(conv.out_channels))
+
+    def _conv_norm_input(
+        self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, tuple | None]:
+        """``conv(x) (+ residual)`` and, where the Triton kernels compute them on the way, its statistics."""
+        launch = self._triton_launch(conv, x)
+        if launch is not None:
+            return conv3x3x3(x, self.weights.gemm(conv), stats=True, residual=residual, launch=launch)
+        y = self._conv(conv, x)
+        return self._add(y, residual) if residual is not None else (y, None)
+
     def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> torch.Tensor:
         dtype = self.compute_dtype(image)
         n_out = padded_channels(conv.out_channels)
@@ -187,17 +216,16 @@ class FusedClassBranch:
         self, block: SegResBlock, x: torch.Tensor, stats: tuple | None
     ) -> tuple[torch.Tensor, tuple | None]:
         y = self._norm_act(x, block.norm1, block.act1, None, in_place=False, stats=stats)
-        y = self._conv(block.conv1, y)
-        y = self._norm_act(y, block.norm2, block.act2, None, in_place=True)
-        y = self._conv(block.conv2, y)
-        return self._add(y, x)
+        y, y_stats = self._conv_norm_input(block.conv1, y)
+        y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
+        return self._conv_norm_input(block.conv2, y, residual=x)
 
     def _unet_res_block(self, block: nn.Module, x: torch.Tensor, stats: tuple | None) -> tuple[torch.Tensor, None]:
         block = _res_block(block)
-        y = self._conv(block.conv1.conv, x)
-        y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True)
-        y = self._conv(block.conv2.conv, y)
-        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True), None
+        y, y_stats = self._conv_norm_input(block.conv1.conv, x)
+        y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True, stats=y_stats)
+        y, y_stats = self._conv_norm_input(block.conv2.conv, y)
+        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats), None
 
     def _blocks(self, blocks: nn.Module, x: torch.Tensor, run: Callable, stats: tuple | None = None) -> tuple:
         """Run ``blocks`` on ``x`` (whose statistics, when known, are ``stats``); returns the output and its stats."""

@@ -45,60 +45,51 @@ def _padded_input(g, batch, channels, real, d, h, w) -> torch.Tensor:
     unavailable_reason(DEVICE) is None, f"the fused kernels do not run here: {unavailable_reason(DEVICE)}"
 )
 class TestConv3x3x3(unittest.TestCase):
-    # (batch, stored in, real in, real out, GEMM columns, stored out, D, H, W, block_h, block_w): powers of two;
-    # 48 = 32 + 16 on either side; padding channels never read and written as zeros (computed through zero GEMM
-    # columns, or stored apart); planes the patches do not divide; a window smaller than a patch
+    # (batch, stored in, real in, real out, stored out, D, H, W, block_h, block_w, planes): powers of two; 48 = 32 + 16
+    # input channels; padding channels never read and computed as zeros; planes the patches do not divide; a window
+    # smaller than a patch; two output planes per program, with an odd depth (the last program's second plane lies
+    # outside the volume)
     @parameterized.expand(
         [
-            (2, 16, 16, 32, 32, 32, 3, 5, 19, 4, 8),
-            (1, 64, 48, 48, 48, 64, 2, 3, 5, 8, 16),
-            (1, 48, 48, 48, 64, 64, 2, 4, 8, 4, 8),
-            (1, 32, 32, 48, 48, 48, 3, 4, 8, 4, 8),
+            (2, 16, 16, 32, 32, 3, 5, 19, 4, 8, 1),
+            (1, 64, 48, 48, 64, 2, 3, 5, 8, 16, 1),
+            (1, 48, 48, 16, 16, 2, 4, 8, 4, 8, 1),
+            (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 2),
+            (1, 32, 32, 32, 32, 4, 4, 8, 4, 8, 2),
         ]
     )
-    def test_against_float64(self, batch, c_store, c_in, c_out, columns, out_channels, d, h, w, block_h, block_w):
+    def test_against_float64(self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes):
         g = torch.Generator().manual_seed(c_in + h)
         x = _padded_input(g, batch, c_store, c_in, d, h, w)
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
-        launch = ConvLaunch(block_h=block_h, block_w=block_w)
-        gemm = conv3x3x3_weights(weight, out_columns=columns)
-        y, (mean, var) = conv3x3x3(x, gemm, out_channels, stats=True, launch=launch)
+        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes)
+        y, (mean, var) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=out_channels), stats=True, launch=launch)
         ref = F.conv3d(x[:, :c_in].double(), weight.double(), padding=1)
         self.assertEqual(tuple(y.shape), (batch, out_channels, d, h, w))
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         self.assertLess(((y[:, :c_out].double() - ref).norm() / ref.norm()).item(), 1e-3)  # fp16 output rounding
         self.assertTrue(torch.equal(y[:, c_out:], torch.zeros_like(y[:, c_out:])))
-        # the statistics are those of the stored output, one per GEMM column
-        ref_var, ref_mean = torch.var_mean(y[:, :columns].double(), dim=(2, 3, 4), unbiased=False)
-        self.assertEqual(tuple(mean.shape), (batch, columns))
+        # the statistics are those of the stored output
+        ref_var, ref_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
+        self.assertEqual(tuple(mean.shape), (batch, out_channels))
         torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
 
-    # (real channels, stored channels, activation slope): the preceding norm + activation applied as the input is
-    # loaded, then a residual added in the epilogue
-    @parameterized.expand([(16, 16, 0.0), (48, 64, 0.01)])
-    def test_prologue_and_residual(self, c, c_store, slope):
+    @parameterized.expand([(16, 16, 1), (48, 64, 2)])
+    def test_residual(self, c, c_store, planes):
         g = torch.Generator().manual_seed(7)
         batch, d, h, w = 2, 3, 5, 9
         x = _padded_input(g, batch, c_store, c, d, h, w)
         weight = (torch.randn(c, c, 3, 3, 3, generator=g) / 10).to(DEVICE)
-        scale = (torch.rand(batch, c, generator=g) + 0.5).to(DEVICE)
-        shift = torch.randn(batch, c, generator=g).to(DEVICE)
-        residual = _channels_last(torch.randn(batch, c_store, d, h, w, generator=g))
+        residual = torch.randn(batch, c_store, d, h, w, generator=g)
         residual[:, c:] = 0
-        y, _ = conv3x3x3(
-            x,
-            conv3x3x3_weights(weight),
-            c_store,
-            prologue=(scale, shift, slope),
-            residual=residual,
-            launch=ConvLaunch(block_h=4, block_w=8),
-        )
-        view = (batch, c, 1, 1, 1)
-        activated = F.leaky_relu(x[:, :c].double() * scale.double().view(view) + shift.double().view(view), slope)
-        ref = F.conv3d(activated, weight.double(), padding=1) + residual[:, :c].double()  # zero padding after act
+        residual = _channels_last(residual)
+        launch = ConvLaunch(block_h=4, block_w=8, planes=planes)
+        y, (mean, _) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=c_store), True, residual, launch)
+        ref = F.conv3d(x[:, :c].double(), weight.double(), padding=1) + residual[:, :c].double()
         self.assertLess(((y[:, :c].double() - ref).norm() / ref.norm()).item(), 1e-3)
         self.assertTrue(torch.equal(y[:, c:], torch.zeros_like(y[:, c:])))
+        torch.testing.assert_close(mean.double(), y.double().mean(dim=(2, 3, 4)), rtol=1e-5, atol=1e-6)
 
     @parameterized.expand([(1, 5, 6, 7, 48, 64, torch.float32), (3, 2, 17, 130, 16, 16, torch.float16)])
     def test_single_channel(self, batch, d, h, w, channels, out_channels, dtype):
@@ -122,13 +113,13 @@ class TestConv3x3x3(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "do not fit an input of 16"):
             conv3x3x3(x, conv3x3x3_weights(torch.randn(16, 32, 3, 3, 3).to(DEVICE)))
         with self.assertRaisesRegex(ValueError, "two powers of two"):
-            conv3x3x3(x, conv3x3x3_weights(torch.randn(40, 16, 3, 3, 3).to(DEVICE)))
-        with self.assertRaisesRegex(ValueError, "output channels do not fit"):
-            conv3x3x3(x, w, out_channels=24)
+            conv3x3x3(x[:, :8].contiguous(memory_format=torch.channels_last_3d), w[: 27 * 8])
+        with self.assertRaisesRegex(ValueError, "the weights have 48 columns"):
+            conv3x3x3(x, conv3x3x3_weights(torch.randn(48, 16, 3, 3, 3).to(DEVICE)))
         with self.assertRaisesRegex(ValueError, "residual"):
             conv3x3x3(x, w, residual=x[:, :8])
-        with self.assertRaisesRegex(ValueError, r"scale and shift must be \[1, 16\]"):
-            conv3x3x3(x, w, prologue=(torch.ones(1, 8), torch.ones(1, 8), 0.0))
+        with self.assertRaisesRegex(ValueError, "planes must be 1 or 2"):
+            ConvLaunch(planes=3)
 
 
 class TestChannelPieces(unittest.TestCase):
