@@ -18,7 +18,8 @@ subclass :class:`Vista3DOutputError`) with a message that says what is wrong and
 Speed: the voxels are read into a buffer of the right size and cast once to float32 (nibabel's ``get_fdata``
 goes through a float64 copy) or moved in their stored type onto the GPU, slab by slab while the file inflates
 (:mod:`monai.apps.vista3d.nifti_read`); gzip is read and written by :mod:`monai.apps.vista3d.gzip_codec` (a
-background inflate thread, block-parallel compression, isal when installed).
+background inflate thread, or rapidgzip's parallel inflate for large files on many cores; block-parallel
+compression; isal when installed).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ import numpy as np
 import torch
 
 from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
-from .gzip_codec import GZIP_MAGIC, Gunzip, gzip_codec, write_gzip
-from .nifti_read import header_from_bytes, read_voxels, vox_offset
+from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
+from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
 
 __all__ = [
     "ImageGeometry",
@@ -137,28 +138,18 @@ def load_image(
         raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
-    stream = None
     try:
         with open(p, "rb") as f:
             start = f.read(540)
         if start[:2] == GZIP_MAGIC:
-            stream = Gunzip(p)
-            head = bytearray()
-            for chunk in stream:  # gather the header and its extensions
-                head += chunk
-                if len(head) >= max(540, vox_offset(bytes(head[:540]))):
-                    break
-            hdr = header_from_bytes(bytes(head), p)
+            hdr, (image, spatial, affine, disk_dtype) = read_gzip_nifti(p, volume_index, contiguous, dtype is None, dev)
         else:
             hdr = header_from_bytes(start, p)
-        image, spatial, affine, disk_dtype = read_voxels(
-            p, hdr, volume_index, contiguous, stream, head if stream else None, dtype is None, dev
-        )
+            image, spatial, affine, disk_dtype = read_voxels(
+                p, hdr, volume_index, contiguous, None, None, dtype is None, dev
+            )
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
-    finally:
-        if stream is not None:
-            stream.close()
     if dtype is not None and image.dtype != dtype:
         image = image.to(dtype)
     if contiguous:
@@ -174,7 +165,8 @@ def load_image(
                 image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
                 warnings.warn(
                     f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
-                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.", stacklevel=2,
+                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.",
+                    stacklevel=2,
                 )
             else:
                 raise Vista3DInputError(
@@ -236,17 +228,14 @@ def _same_file(a: pathlib.Path, b: str | None) -> bool:
         return False
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one, else the CPU count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 #: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
-_DEVICE_DTYPES = {"uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32, "float32": torch.float32,
-                  "float64": torch.float64}
+_DEVICE_DTYPES = {
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
 _SLAB_BYTES = 16 << 20  # most output bytes per slab of z-slices (one compression block each)
 _SAVE_TILE = (16, 64)  # (x, y) extent of the tiles of the transposing cast; every z of the slab at once
 
