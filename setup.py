@@ -27,6 +27,12 @@ setup(
     packages=find_packages(include=["monai", "monai.*"]),
     package_data={"monai.apps.vista3d": ["vista3d_labels.json"]},
     install_requires=_requirements("requirements.txt"),
-    extras_require={"dev": _requirements("requirements-dev.txt"), "tqdm": ["tqdm"], "scipy": ["scipy>=1.10"], "isal": ["isal>=1.0"]},
+    extras_require={
+        "dev": _requirements("requirements-dev.txt"),
+        "tqdm": ["tqdm"],
+        "scipy": ["scipy>=1.10"],
+        "isal": ["isal>=1.6"],
+        "rapidgzip": ["rapidgzip>=0.16"],  # where requirements.txt does not install it (no wheels)
+    },
     entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.__main__:main"]},
 )

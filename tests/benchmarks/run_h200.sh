@@ -24,13 +24,15 @@
 #   pytest_gpu            the whole unit suite on the GPU;  pytest_gpu_quick: without the slow tests
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
-# Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized and isal in .wheels/ (no registry there).
+#   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
+# Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,27p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,28p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/isal-*.whl >/dev/null 2>&1  # else zlib (slower gzip)
+pip install -q --no-deps --no-index --target /tmp/deps .wheels/rapidgzip-*.whl >/dev/null 2>&1  # else one inflate thread
 export PYTHONPATH=$PWD:/tmp/deps
 step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt"; s=$(date +%s)
   timeout "$lim" "$@" > "$out/$name.txt" 2>&1; echo "rc=$? $(( $(date +%s) - s )) s" | tee -a "$out/log.txt"; tail -n 25 "$out/$name.txt"; }
@@ -61,6 +63,7 @@ for run in "$@"; do
   batch_agreement) PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json" ;;
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
+  nifti_load_stages) step nifti_load_stages 300 python3 tests/benchmarks/nifti_load_stages.py --repeat 5 --device cuda --json "$out/nifti_load_stages.json" ;;
   pytest_gpu) step pytest_gpu 100 python3 -m pytest tests -q -x -p no:cacheprovider ;;
   pytest_gpu_quick) step pytest_gpu_quick 45 python3 -m pytest tests -q -x -p no:cacheprovider -m "not slow" ;;
   *) echo "run_h200.sh: unknown run '$run' (see the list at the top of this script)" >&2; exit 2 ;;

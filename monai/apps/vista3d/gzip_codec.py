@@ -14,6 +14,10 @@ Reading inflates on a background thread (zlib and isal release the GIL), so the 
 overlaps it. Writing compresses independent blocks on a few threads and joins them into one deflate stream
 (as pigz does), the CRC-32 combined from the blocks'. When ``isal`` (python-isal,
 Intel ISA-L) is installed it is used automatically; ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library.
+
+A large file on a machine with many cores is inflated by ``rapidgzip`` instead (parallel decompression of an
+ordinary single-member gzip file), when it is installed: see :func:`use_rapidgzip` and
+``VISTA3D_GZIP_READER``.
 """
 
 from __future__ import annotations
@@ -28,13 +32,34 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from .errors import Vista3DInputError
 
-__all__ = ["GZIP_MAGIC", "gzip_codec", "crc32_combine", "Gunzip", "write_gzip"]
+__all__ = [
+    "GZIP_MAGIC",
+    "available_cores",
+    "gzip_codec",
+    "crc32_combine",
+    "Gunzip",
+    "ParallelGunzip",
+    "ParallelInflateError",
+    "gzip_reader_choice",
+    "use_rapidgzip",
+    "write_gzip",
+]
 
 #: the first two bytes of every gzip file
 GZIP_MAGIC = b"\x1f\x8b"
 _BLOCK = 8 << 20  # bytes per independently compressed block when writing
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def gzip_codec() -> Any:
@@ -69,11 +94,37 @@ _PIECE = 256 << 10  # compressed bytes read per step
 _OUT = 256 << 10  # most output bytes per decompress call: chunks stay in cache and reuse heap memory
 
 
-class Gunzip:
+class _Reader:
+    """``read`` and ``skip`` on top of a ``readinto`` that fills its buffer unless the stream ends."""
+
+    def readinto(self, buf: np.ndarray) -> int:
+        raise NotImplementedError
+
+    def read(self, n: int) -> bytes:
+        """The next ``n`` bytes (fewer at the end of the stream)."""
+        buf = bytearray(n)
+        return bytes(buf[: self.readinto(np.frombuffer(buf, dtype=np.uint8))])
+
+    def skip(self, n: int | None = None) -> int:
+        """Discard the next ``n`` bytes (``None``: up to the end, so that the CRC and length are checked)."""
+        scratch, done = np.empty(min(n if n is not None else _SCRATCH, _SCRATCH), dtype=np.uint8), 0
+        while n is None or done < n:
+            got = self.readinto(scratch if n is None else scratch[: n - done])
+            if not got:
+                break
+            done += got
+        return done
+
+
+_SCRATCH = 4 << 20  # bytes per read when discarding
+
+
+class Gunzip(_Reader):
     """Decompress a gzip file (one or more members) on a background thread, yielding output chunks.
 
     Decompression (zlib and isal release the GIL) then overlaps the consumer's float32 conversion; the
     whole file is checked (CRC, length), so a corrupt or truncated file raises at the end at the latest.
+    Read it either by iterating over the chunks or with ``readinto``/``read``/``skip``, not both.
     """
 
     def __init__(self, path: pathlib.Path):
@@ -83,6 +134,7 @@ class Gunzip:
         self._thread = threading.Thread(target=self._run, name="vista3d-gunzip", daemon=True)
         self._thread.start()
         self._chunks = self._generate()  # one generator: iterating again resumes, never waits past the end
+        self._left = np.frombuffer(b"", dtype=np.uint8)  # what readinto has not handed on yet of the current chunk
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -140,9 +192,120 @@ class Gunzip:
                 raise item
             yield item
 
+    def readinto(self, buf: np.ndarray) -> int:
+        """Fill the 1-D uint8 array ``buf`` with the next bytes; fewer only at the end of the stream."""
+        n = 0
+        while n < len(buf):
+            if not len(self._left):
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
+                self._left = np.frombuffer(chunk, dtype=np.uint8)
+            take = min(len(self._left), len(buf) - n)
+            buf[n : n + take] = self._left[:take]  # a numpy copy releases the GIL: inflating goes on
+            self._left = self._left[take:]
+            n += take
+        return n
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def _import_rapidgzip() -> Any:
+    try:
+        import rapidgzip  # a requirement where wheels exist: parallel inflate of single-member gzip
+    except (ImportError, OSError):  # not installed, or its compiled library does not load here
+        return None
+    return rapidgzip
+
+
+#: smallest compressed file, and fewest cores, for which ``VISTA3D_GZIP_READER=auto`` picks rapidgzip: its
+#: parallel inflate costs ~3x isal's CPU time per byte (measured on a 2-core AMD EPYC VM), so it needs many
+#: cores to win, and files of several of its 4 MiB chunks per thread.
+RAPIDGZIP_MIN_BYTES = 32 << 20
+RAPIDGZIP_MIN_CORES = 8
+
+
+def gzip_reader_choice() -> str:
+    """``VISTA3D_GZIP_READER``: ``auto`` (default; see :func:`use_rapidgzip`), ``stream`` (:class:`Gunzip`
+    always) or ``rapidgzip`` (:class:`ParallelGunzip` first for every file, whatever its size and the cores;
+    rapidgzip must import)."""
+    choice = os.environ.get("VISTA3D_GZIP_READER", "auto").lower()
+    if choice not in ("auto", "rapidgzip", "stream"):
+        raise Vista3DInputError(f"VISTA3D_GZIP_READER={choice!r}: use 'auto', 'rapidgzip' or 'stream'.")
+    if choice == "rapidgzip" and _import_rapidgzip() is None:
+        raise Vista3DInputError("VISTA3D_GZIP_READER=rapidgzip but rapidgzip cannot be imported; pip install it.")
+    return choice
+
+
+def use_rapidgzip(path: pathlib.Path, choice: str | None = None) -> bool:
+    """Whether ``path`` is inflated by :class:`ParallelGunzip` rather than :class:`Gunzip`.
+
+    ``auto``: when rapidgzip imports, ``VISTA3D_GZIP_CODEC`` is not ``zlib``, the process has at least
+    :data:`RAPIDGZIP_MIN_CORES` cores and the file has at least :data:`RAPIDGZIP_MIN_BYTES`.
+    """
+    choice = gzip_reader_choice() if choice is None else choice
+    if choice != "auto":
+        return choice == "rapidgzip"
+    if os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower() == "zlib" or _import_rapidgzip() is None:
+        return False
+    return available_cores() >= RAPIDGZIP_MIN_CORES and path.stat().st_size >= RAPIDGZIP_MIN_BYTES
+
+
+class ParallelInflateError(Vista3DInputError):
+    """rapidgzip refused a file: corrupt, truncated, or a form it does not read (zero padding after the end)."""
+
+
+def _inflate_error(path: pathlib.Path, why: Any) -> ParallelInflateError:
+    why = (str(why).strip().splitlines() or ["error"])[0][:200]
+    return ParallelInflateError(
+        f"{path}: corrupt or truncated gzip file ({why}); re-export or re-download it (check with 'gzip -t')."
+    )
+
+
+class ParallelGunzip(_Reader):
+    """Inflate a gzip file on ``threads`` threads with rapidgzip, which checks each member's CRC and length.
+
+    Its threads decode chunks ahead of the reader (prefetching), so the consumer's conversion of what it has
+    read overlaps the inflating of the rest; ``readinto`` copies straight into the consumer's buffer.
+    rapidgzip can report the end of a truncated stream without an error, so at the end the number of bytes
+    read is also checked against the length in the file's last 4 bytes (the gzip trailer; for a file of
+    several members, the last one's: such a file is refused here too, and read by :class:`Gunzip`).
+    """
+
+    def __init__(self, path: pathlib.Path, threads: int | None = None):
+        self.path, self._total, self._file = path, 0, None
+        threads = available_cores() if threads is None else max(1, int(threads))
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            self._isize = struct.unpack("<I", f.read(4))[0]
+        try:
+            self._file = _import_rapidgzip().RapidgzipFile(str(path), parallelization=threads)
+        except (RuntimeError, ValueError) as e:
+            raise _inflate_error(path, e) from None
+
+    def readinto(self, buf: np.ndarray) -> int:
+        """Fill the 1-D uint8 array ``buf`` with the next bytes; fewer only at the end of the stream."""
+        mv, n = memoryview(buf).cast("B"), 0
+        try:
+            while n < len(mv):
+                got = self._file.readinto(mv[n:])
+                if not got:
+                    break
+                n += got
+        except (RuntimeError, ValueError) as e:  # rapidgzip's errors for a bad stream, CRC or length
+            raise _inflate_error(self.path, e) from None
+        self._total += n
+        if n < len(mv) and self._total % 2**32 != self._isize:
+            raise _inflate_error(self.path, f"{self._total} bytes inflated, the gzip trailer says {self._isize}")
+        return n
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
 
 _CRC_POLY = 0xEDB88320
 

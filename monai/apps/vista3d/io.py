@@ -18,7 +18,8 @@ subclass :class:`Vista3DOutputError`) with a message that says what is wrong and
 Speed: the voxels are read into a buffer of the right size and cast once to float32 (nibabel's ``get_fdata``
 goes through a float64 copy) or moved in their stored type onto the GPU, slab by slab while the file inflates
 (:mod:`monai.apps.vista3d.nifti_read`); gzip is read and written by :mod:`monai.apps.vista3d.gzip_codec` (a
-background inflate thread, block-parallel compression, isal when installed).
+background inflate thread, or rapidgzip's parallel inflate for large files on many cores; block-parallel
+compression; isal when installed).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ import numpy as np
 import torch
 
 from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
-from .gzip_codec import GZIP_MAGIC, Gunzip, gzip_codec, write_gzip
-from .nifti_read import header_from_bytes, read_voxels, vox_offset
+from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
+from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
 
 __all__ = [
     "ImageGeometry",
@@ -137,28 +138,18 @@ def load_image(
         raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
-    stream = None
     try:
         with open(p, "rb") as f:
             start = f.read(540)
         if start[:2] == GZIP_MAGIC:
-            stream = Gunzip(p)
-            head = bytearray()
-            for chunk in stream:  # gather the header and its extensions
-                head += chunk
-                if len(head) >= max(540, vox_offset(bytes(head[:540]))):
-                    break
-            hdr = header_from_bytes(bytes(head), p)
+            hdr, (image, spatial, affine, disk_dtype) = read_gzip_nifti(p, volume_index, contiguous, dtype is None, dev)
         else:
             hdr = header_from_bytes(start, p)
-        image, spatial, affine, disk_dtype = read_voxels(
-            p, hdr, volume_index, contiguous, stream, head if stream else None, dtype is None, dev
-        )
+            image, spatial, affine, disk_dtype = read_voxels(
+                p, hdr, volume_index, contiguous, None, None, dtype is None, dev
+            )
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
-    finally:
-        if stream is not None:
-            stream.close()
     if dtype is not None and image.dtype != dtype:
         image = image.to(dtype)
     if contiguous:
@@ -174,7 +165,8 @@ def load_image(
                 image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
                 warnings.warn(
                     f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
-                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.", stacklevel=2,
+                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.",
+                    stacklevel=2,
                 )
             else:
                 raise Vista3DInputError(
@@ -236,17 +228,14 @@ def _same_file(a: pathlib.Path, b: str | None) -> bool:
         return False
 
 
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask where the OS has one, else the CPU count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 #: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
-_DEVICE_DTYPES = {"uint8": torch.uint8, "int16": torch.int16, "int32": torch.int32, "float32": torch.float32,
-                  "float64": torch.float64}
+_DEVICE_DTYPES = {
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
 _SLAB_BYTES = 16 << 20  # most output bytes per slab of z-slices (one compression block each)
 _SAVE_TILE = (16, 64)  # (x, y) extent of the tiles of the transposing cast; every z of the slab at once
 
@@ -307,21 +296,41 @@ def _file_order_slab(arr: np.ndarray, k0: int, k1: int, dtype: np.dtype, check: 
     return out
 
 
+def _to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+    """``[X, Y, Z]`` view of the label map ``t`` copied to the host in file order, checked for ``dtype``.
+
+    The cast and the transposition run where ``t`` is; integer labels travel in the narrowest type that holds
+    them (uint8 or int16) when ``dtype`` is wider, so that a float32 map moves a quarter of its bytes (a copy
+    from the GPU to pageable host memory, and its page faults, cost ~0.4 ns per byte) and is widened slab by
+    slab on the compressing threads.
+    """
+    if not _tensor_fits(t.dtype, dtype):
+        _check_values(t, dtype)
+    carrier = _DEVICE_DTYPES[dtype.name]
+    if t.dtype == torch.bool:
+        carrier = torch.uint8
+    elif not (t.dtype.is_floating_point or t.dtype.is_complex) and dtype.itemsize > 1:
+        lo, hi = (int(v) for v in torch.aminmax(t))
+        for narrow in (torch.uint8, torch.int16):
+            info = torch.iinfo(narrow)
+            if narrow.itemsize < dtype.itemsize and info.min <= lo and hi <= info.max:
+                carrier = narrow
+                break
+    return t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+
+
 def _label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
     """The label map as an ``[X, Y, Z]`` array, and whether its values still need a range check for ``dtype``.
 
-    A tensor on an accelerator is checked, cast to ``dtype`` and laid out in file order there, so that only the
-    output bytes cross to the host and the host-side slabs are views.
+    A tensor on an accelerator is checked and laid out in file order there (see :func:`_to_host_file_order`), so
+    that the host-side slabs are views or linear casts.
     """
     if isinstance(labels, torch.Tensor):
         t = labels.detach()
         if t.ndim == 4 and t.shape[0] == 1:
             t = t[0]
         if t.device.type != "cpu" and dtype.name in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
-            if not _tensor_fits(t.dtype, dtype):
-                _check_values(t, dtype)
-            fo = t.to(_DEVICE_DTYPES[dtype.name]).permute(2, 1, 0).contiguous().cpu()
-            return fo.numpy().T, False
+            return _to_host_file_order(t, dtype), False
         labels = t.cpu().numpy()
     arr = np.asarray(labels)
     if arr.dtype.kind not in "biuf":
@@ -362,8 +371,9 @@ def save_label_map(
     ``path``; the input file is never touched.
 
     The voxels are cast and laid out in file order slab by slab of z-slices, each slab compressed as one block
-    on ``threads`` threads (one standard gzip stream). A label map on a GPU is cast and transposed there and
-    only the output bytes are copied to the host.
+    on ``threads`` threads (one standard gzip stream). A label map on a GPU is transposed there and copied to
+    the host in the narrowest integer type that holds its labels (or in ``dtype``), then widened to ``dtype``
+    slab by slab on the compressing threads.
 
     Args:
         labels: ``[X, Y, Z]`` or ``[1, X, Y, Z]`` tensor (any device) or array on the input grid.

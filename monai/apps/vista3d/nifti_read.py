@@ -15,7 +15,6 @@ voxels, converted or copied slab by slab while the rest of a ``.nii.gz`` is stil
 from __future__ import annotations
 
 import io
-import itertools
 import os
 import pathlib
 import struct
@@ -26,8 +25,9 @@ import numpy as np
 import torch
 
 from .errors import Vista3DInputError
+from .gzip_codec import Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
-__all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_voxels", "vox_offset"]
+__all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_gzip_nifti", "read_voxels", "vox_offset"]
 
 _SPATIAL_UNITS_MM = {"mm", "unknown"}
 
@@ -128,6 +128,9 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
         )
     return tuple(int(d) for d in dims[:3]), int(volume_index)
 
+
+#: most bytes inflated into place between two hand-ons of finished slabs
+_READ_STEP = 4 << 20
 
 # Block of the F-order -> C-order copy: both sides of a block stay in cache (a plain copy of a 512x512x300
 # volume between the two layouts thrashes the cache and is ~7x slower).
@@ -269,7 +272,11 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 
 def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
-    """Checks the header, then reads the chosen volume: ``[X, Y, Z]`` tensor (see :class:`_Sink`)."""
+    """Checks the header, then reads the chosen volume: ``[X, Y, Z]`` tensor (see :class:`_Sink`).
+
+    ``stream`` (``None`` for a ``.nii``) is a reader of the inflated file (``readinto``, ``skip``) whose first
+    bytes, ``head``, were already read.
+    """
     shape = tuple(int(s) for s in hdr.get_data_shape())
     spatial, vol = _spatial_shape(shape, volume_index, p)
     affine = _check_geometry(hdr, shape, p)
@@ -291,35 +298,61 @@ def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
         for k in range(0, spatial[2], COPY_TILE[2]):
             sink(k, min(k + COPY_TILE[2], spatial[2]))
         del arr
-    else:  # gzip: copy decompressed chunks into place, hand on every complete slab of z-slices
-        # numpy memory (huge pages: a bytearray's page faults cost ~6x more) and numpy copies, which release the
-        # GIL so that inflating goes on meanwhile
+    else:  # gzip: inflate into place, hand on every complete slab of z-slices
+        # numpy memory (huge pages: a bytearray's page faults cost ~6x more), filled by the reader's readinto
         dst = np.empty(nbytes, dtype=np.uint8)
         arr = dst.view(dtype).reshape(spatial, order="F")
         sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
-        pos, done = 0, 0  # bytes of this volume received; z-slices handed on
-        pending = [bytes(head)]
-        skip = begin  # stream bytes before this volume's voxels
-        for chunk in itertools.chain(pending, stream):
-            if skip >= len(chunk):
-                skip -= len(chunk)
-                continue
-            piece = np.frombuffer(chunk, dtype=np.uint8)[skip:]
-            skip = 0
-            take = min(len(piece), nbytes - pos)
-            dst[pos : pos + take] = piece[:take]
-            pos += take
+        early = np.frombuffer(head, dtype=np.uint8)[begin : begin + nbytes]  # voxels read with the header
+        dst[: len(early)] = early
+        pos, done = len(early), 0  # bytes of this volume received; z-slices handed on
+        stream.skip(max(0, begin - len(head)))  # earlier volumes of a 4D file
+        while True:
             ready = pos // slice_bytes
             if ready - done >= COPY_TILE[2] or (ready == spatial[2] and ready > done):
                 sink(done, ready)
                 done = ready
+            got = stream.readinto(dst[pos : min(pos + _READ_STEP, nbytes)]) if pos < nbytes else 0
+            if not got:
+                break
+            pos += got
         if pos < nbytes:
             raise Vista3DInputError(
                 f"{p}: truncated: the header needs {begin + nbytes} bytes after decompression, "
                 f"the file has {begin + pos}."
             )
+        stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
         del dst
     image = sink.result()
     if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
         image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
     return image, spatial, affine, dtype
+
+
+def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, stored, device) -> tuple:
+    stream = ParallelGunzip(p) if parallel else Gunzip(p)
+    try:
+        head = stream.read(540)  # the header, then its extensions
+        head += stream.read(max(0, vox_offset(head) - len(head)))
+        hdr = header_from_bytes(head, p)
+        return hdr, read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+    finally:
+        stream.close()
+
+
+def read_gzip_nifti(
+    p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
+) -> tuple:
+    """``(header, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip` (see
+    :func:`~.gzip_codec.use_rapidgzip`).
+
+    A file that rapidgzip refuses is read again by :class:`Gunzip`: it then loads when rapidgzip only disliked
+    its form (several members, zero padding after the last one), and otherwise raises the streaming reader's
+    one-line error (corrupt or truncated file).
+    """
+    if use_rapidgzip(p):
+        try:
+            return _read_gzip_with(p, True, volume_index, contiguous, stored, device)
+        except ParallelInflateError:
+            pass
+    return _read_gzip_with(p, False, volume_index, contiguous, stored, device)

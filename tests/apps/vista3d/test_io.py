@@ -563,6 +563,38 @@ class TestSaveLabelMap(TempDirCase):
         self.assertGreaterEqual(vio.available_cores(), 1)
         self.assertLessEqual(vio.available_cores(), os.cpu_count())
 
+    @parameterized.expand(
+        [
+            ("uint8_range_float32", torch.int16, 0, "float32", np.uint8),
+            ("uint8_range_int16", torch.int64, 0, "int16", np.uint8),
+            ("needs_int16", torch.int16, 300, "float32", np.int16),
+            ("negative", torch.int32, -5, "float64", np.int16),
+            ("needs_int32", torch.int32, 40000, "float32", np.float32),
+            ("same_width", torch.int16, 0, "uint8", np.uint8),
+            ("float_labels", torch.float32, 0, "float32", np.float32),
+            ("bool", torch.bool, 0, "float32", np.uint8),
+        ]
+    )
+    def test_device_map_crosses_narrow(self, _, src_dtype, extra, dtype, carrier):
+        labels = torch.from_numpy(self.labels).to(src_dtype)
+        if extra:
+            labels[1, 2, 3] = extra
+        host = vio._to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
+        self.assertEqual(host.dtype, np.dtype(carrier))
+        self.assertTrue(host.T.flags.c_contiguous)  # file order: the host-side slabs are views
+        np.testing.assert_array_equal(host, labels.numpy())
+        with mock.patch.object(vio, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
+            out = save_label_map(host, self.geom, self.tmp / "narrow.nii.gz", dtype, threads=2)
+            ref = save_label_map(labels.numpy(), self.geom, self.tmp / "ref.nii.gz", dtype, threads=2)
+        self.assertEqual(gzip.decompress(out.read_bytes()), gzip.decompress(ref.read_bytes()))
+        self.assertEqual(nib.load(out).get_data_dtype(), np.dtype(dtype))
+
+    def test_device_map_checked_before_narrowing(self):
+        labels = torch.from_numpy(self.labels).to(torch.int32)
+        labels[0, 0, 0] = -1
+        with self.assertRaisesRegex(Vista3DInputError, r"\[-1, 255\].*does not fit uint8"):
+            vio._to_host_file_order(labels, np.dtype("uint8"))
+
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_cuda_labels(self):
         for dtype in ("uint8", "float32"):
