@@ -138,6 +138,25 @@ class TestNormActKernel(unittest.TestCase):
         self.assertIs(out, x)
         self.assertTrue(torch.equal(out, expected))
 
+    def test_padding_channels_neither_read_nor_written_in_place(self):
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(2, 64, 3, 4, 5, generator=g)
+        residual = torch.randn(x.shape, generator=g)
+        clean = x.clone()
+        clean[:, 48:] = 0
+        x[:, 48:], residual[:, 48:] = float("nan"), float("nan")  # a kernel that reads them returns NaN
+        x, residual, clean = (
+            t.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d) for t in (x, residual, clean)
+        )
+        stats = instance_stats(clean)
+        out = norm_act(x, None, None, NormAct(), residual, real_channels=48, stats=stats)  # a new tensor
+        expected = _float64_norm_act(clean, None, None, NormAct(), residual.nan_to_num(0.0), 48)
+        torch.testing.assert_close(out.double(), expected, rtol=2e-3, atol=2e-3)
+        # in place the padding channels keep what they hold (zeros in the padded layout; NaN here, to see it)
+        norm_act(x, None, None, NormAct(), residual, real_channels=48, out=x, stats=stats)
+        torch.testing.assert_close(x[:, :48].double(), expected[:, :48], rtol=2e-3, atol=2e-3)
+        self.assertTrue(x[:, 48:].isnan().all())
+
     def test_statistics_with_a_large_mean(self):
         # values around 1000 with spread 1: a plain sum of squares in float32 would lose the variance
         g = torch.Generator().manual_seed(3)
