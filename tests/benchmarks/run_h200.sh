@@ -47,7 +47,7 @@ for run in "$@"; do
   class_memory) step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json" ;;
   sw_timing) step sw_timing 90 python3 tests/benchmarks/sliding_window_timing.py --device cuda --json "$out/sw_timing.json" ;;
   fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --profile 14 --json "$out/fused.json" ;;
-  fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64p2,64p2s,64+128,64p2+128p2 --profile 14 --json "$out/fused_variants.json" ;;
+  fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s,64s8,64s+128s,64s8+128s,64+128 --profile 14 --json "$out/fused_variants.json" ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
   pytest_fused) step pytest_fused 150 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;

@@ -171,15 +171,18 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         (f"Triton GEMM {cp}x{cp}, 16x16 voxels, 4 warps, 3 stages", lambda: conv3x3x3(x, gemm_padded)[0]),
     ]
     if cp == 64:
-        launches = [L(16, 16, 4, 3, 1), L(8, 32, 4, 3, 1), L(16, 16, 4, 4, 1), L(8, 16, 4, 3, 1)]
-        launches += [L(16, 16, 8, 3, 2), L(8, 32, 8, 3, 2), L(8, 16, 4, 3, 2), L(8, 16, 4, 4, 2), L(16, 16, 4, 3, 2)]
-        folded = [L(16, 16, 4, 3, 1), L(16, 16, 8, 3, 2), L(8, 16, 4, 3, 2)]
+        launches = [L(16, 16, 4, 3, 1), L(8, 32, 4, 3, 1), L(8, 16, 4, 3, 2)]
+        launches += [L(16, 16, 4, 3, 1, True), L(8, 32, 4, 3, 1, True), L(8, 16, 4, 3, 1, True)]
+        launches += [L(16, 16, 8, 3, 1, True), L(16, 32, 8, 3, 1, True), L(16, 16, 4, 4, 1, True)]
+        launches += [L(8, 16, 4, 3, 2, True), L(16, 16, 8, 3, 2, True)]
+        folded = [L(16, 16, 4, 3, 1), L(16, 16, 4, 3, 1, True), L(16, 32, 8, 3, 1, True)]
     else:
-        launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1), L(8, 32, 8, 3, 1), L(8, 16, 8, 3, 2), L(8, 32, 8, 2, 2)]
-        folded = [L(16, 16, 8, 3, 1), L(8, 16, 8, 3, 2)]
+        launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1, True), L(16, 16, 8, 3, 1, True), L(8, 32, 8, 3, 1, True)]
+        folded = [L(16, 16, 8, 3, 1), L(16, 16, 8, 3, 1, True)]
 
     def name(la: ConvLaunch) -> str:
-        return f"{la.block_h}x{la.block_w} voxels x {la.planes} plane(s), {la.num_warps} warps, {la.num_stages} stages"
+        swap = ", swapped" if la.swap else ""
+        return f"{la.block_h}x{la.block_w} voxels x {la.planes} plane(s), {la.num_warps} warps, {la.num_stages} stages{swap}"
 
     for la in launches:
         variants.append((f"Triton GEMM {channels}x{cp}, {name(la)}", lambda la=la: conv3x3x3(x, gemm, launch=la)[0]))
@@ -227,6 +230,10 @@ def conv_tables() -> dict:
         "64p2s": {64: L(8, 16, 4, 3, 2)},
         "64+128": {64: L(16, 16, 4, 3, 1), 128: L(16, 16, 8, 3, 1)},
         "64p2+128p2": {64: L(16, 16, 8, 3, 2), 128: L(8, 16, 8, 3, 2)},
+        "64s": {64: L(16, 16, 4, 3, 1, True)},
+        "64s8": {64: L(16, 32, 8, 3, 1, True)},
+        "64s+128s": {64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
+        "64s8+128s": {64: L(16, 32, 8, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
     }
 
 
@@ -422,7 +429,8 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of Triton convolutions for the fused forward (default, cudnn, 64, 64p2, "
-        "64p2s, 64+128, 64p2+128p2: padded widths run through the Triton kernel, p2 = two planes per program)",
+        "64p2s, 64+128, 64p2+128p2, 64s, 64s8, 64s+128s, 64s8+128s: padded widths run through the Triton kernel, "
+        "p2 = two planes per program, s = the swapped product)",
     )
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)

@@ -45,13 +45,15 @@ __all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_cha
 @dataclass(frozen=True)
 class ConvLaunch:
     """Launch configuration of :py:func:`conv3x3x3`: voxels per program (``block_h x block_w`` of ``planes``
-    consecutive planes, 1 or 2), warps and software-pipeline stages."""
+    consecutive planes, 1 or 2), warps, software-pipeline stages, and ``swap``: compute the transposed product
+    (output channels as the MMA's M side, voxels as its N side)."""
 
     block_h: int = 16
     block_w: int = 16
     num_warps: int = 4
     num_stages: int = 3
     planes: int = 1
+    swap: bool = False
 
     def __post_init__(self):
         if self.planes not in (1, 2):
@@ -72,18 +74,26 @@ if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     @triton.jit
-    def _tap(acc, a0, a1, w0_desc, w1_desc, tap, K0: tl.constexpr, K1: tl.constexpr):
-        # acc += [a0 | a1] @ the tap's [K0 + K1, N] weights
+    def _tap(acc, a0, a1, w0_desc, w1_desc, tap, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
+        # acc += [a0 | a1] @ the tap's [K0 + K1, N] weights; SWAP: the transposed product, acc [N, voxels], with the
+        # output channels as the MMA's M side and the voxels as its wide N side
         row = tap * (K0 + K1)
-        acc = tl.dot(a0, w0_desc.load([row, 0]), acc)
-        if K1 > 0:
-            acc = tl.dot(a1, w1_desc.load([row + K0, 0]), acc)
+        if SWAP:
+            acc = tl.dot(tl.trans(w0_desc.load([row, 0])), tl.trans(a0), acc)
+            if K1 > 0:
+                acc = tl.dot(tl.trans(w1_desc.load([row + K0, 0])), tl.trans(a1), acc)
+        else:
+            acc = tl.dot(a0, w0_desc.load([row, 0]), acc)
+            if K1 > 0:
+                acc = tl.dot(a1, w1_desc.load([row + K0, 0]), acc)
         return acc
 
     @triton.jit
     def _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d, h0, w0, D, H, W, part,
                   N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
-                  STATS: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+                  STATS: tl.constexpr, RESIDUAL: tl.constexpr, SWAP: tl.constexpr):  # fmt: skip
+        if SWAP:
+            acc = tl.trans(acc)
         if RESIDUAL:
             acc += r_desc.load([b, d, h0, w0, 0]).reshape(BLOCK_H * BLOCK_W, N).to(tl.float32)
         out = acc.to(tl.float16)
@@ -122,6 +132,7 @@ if triton is not None:
         BLOCK_W: tl.constexpr,
         STATS: tl.constexpr,
         RESIDUAL: tl.constexpr,
+        SWAP: tl.constexpr,
     ):
         # K0 (+ K1) input channels in two pieces (K1 = 0: one piece), N output channels
         BM: tl.constexpr = BLOCK_H * BLOCK_W
@@ -137,8 +148,9 @@ if triton is not None:
         b = rest // tiles_d
         h0 = th * BLOCK_H
         w0 = tw * BLOCK_W
-        acc0 = tl.zeros([BM, N], dtype=tl.float32)
-        acc1 = tl.zeros([BM, N], dtype=tl.float32)  # the second plane's (unused with one plane)
+        ACC_SHAPE: tl.constexpr = [N, BM] if SWAP else [BM, N]
+        acc0 = tl.zeros(ACC_SHAPE, dtype=tl.float32)
+        acc1 = tl.zeros(ACC_SHAPE, dtype=tl.float32)  # the second plane's (unused with one plane)
         for p in tl.static_range(PLANES + 2):  # input plane d0 - 1 + p
             for shift in range(9):
                 kh = shift // 3
@@ -148,15 +160,15 @@ if triton is not None:
                 if K1 > 0:
                     a1 = x1_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, K0]).reshape(BM, K1)
                 if p <= 2:  # feeds output plane d0 through tap (p, kh, kw)
-                    acc0 = _tap(acc0, a0, a1, w0_desc, w1_desc, p * 9 + shift, K0, K1)
+                    acc0 = _tap(acc0, a0, a1, w0_desc, w1_desc, p * 9 + shift, K0, K1, SWAP)
                 if PLANES == 2 and p >= 1:  # and output plane d0 + 1 through tap (p - 1, kh, kw)
-                    acc1 = _tap(acc1, a0, a1, w0_desc, w1_desc, (p - 1) * 9 + shift, K0, K1)
+                    acc1 = _tap(acc1, a0, a1, w0_desc, w1_desc, (p - 1) * 9 + shift, K0, K1, SWAP)
         part = pid * PLANES
         _epilogue(acc0, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, part, N, BLOCK_H, BLOCK_W, STATS,
-                  RESIDUAL)  # fmt: skip
+                  RESIDUAL, SWAP)  # fmt: skip
         if PLANES == 2:
             _epilogue(acc1, r_desc, y_desc, mean_ptr, m2_ptr, b, d0 + 1, h0, w0, D, H, W, part + 1, N, BLOCK_H,
-                      BLOCK_W, STATS, RESIDUAL)  # fmt: skip
+                      BLOCK_W, STATS, RESIDUAL, SWAP)  # fmt: skip
 
     @triton.jit
     def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
@@ -312,6 +324,7 @@ def conv3x3x3(
         BLOCK_W=bw,
         STATS=stats,
         RESIDUAL=residual is not None,
+        SWAP=launch.swap,
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )

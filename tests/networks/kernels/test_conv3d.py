@@ -48,7 +48,7 @@ class TestConv3x3x3(unittest.TestCase):
     # (batch, stored in, real in, real out, stored out, D, H, W, block_h, block_w, planes): powers of two; 48 = 32 + 16
     # input channels; padding channels never read and computed as zeros; planes the patches do not divide; a window
     # smaller than a patch; two output planes per program, with an odd depth (the last program's second plane lies
-    # outside the volume)
+    # outside the volume); the transposed product (swap)
     @parameterized.expand(
         [
             (2, 16, 16, 32, 32, 3, 5, 19, 4, 8, 1),
@@ -56,13 +56,17 @@ class TestConv3x3x3(unittest.TestCase):
             (1, 48, 48, 16, 16, 2, 4, 8, 4, 8, 1),
             (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 2),
             (1, 32, 32, 32, 32, 4, 4, 8, 4, 8, 2),
+            (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 1, True),
+            (1, 64, 48, 48, 64, 3, 4, 8, 4, 8, 2, True),
         ]
     )
-    def test_against_float64(self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes):
+    def test_against_float64(
+        self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes, swap=False
+    ):
         g = torch.Generator().manual_seed(c_in + h)
         x = _padded_input(g, batch, c_store, c_in, d, h, w)
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
-        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes)
+        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes, swap=swap)
         y, (mean, var) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=out_channels), stats=True, launch=launch)
         ref = F.conv3d(x[:, :c_in].double(), weight.double(), padding=1)
         self.assertEqual(tuple(y.shape), (batch, out_channels, d, h, w))
@@ -75,8 +79,8 @@ class TestConv3x3x3(unittest.TestCase):
         torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
 
-    @parameterized.expand([(16, 16, 1), (48, 64, 2)])
-    def test_residual(self, c, c_store, planes):
+    @parameterized.expand([(16, 16, 1, False), (48, 64, 2, False), (48, 64, 1, True)])
+    def test_residual(self, c, c_store, planes, swap):
         g = torch.Generator().manual_seed(7)
         batch, d, h, w = 2, 3, 5, 9
         x = _padded_input(g, batch, c_store, c, d, h, w)
@@ -84,7 +88,7 @@ class TestConv3x3x3(unittest.TestCase):
         residual = torch.randn(batch, c_store, d, h, w, generator=g)
         residual[:, c:] = 0
         residual = _channels_last(residual)
-        launch = ConvLaunch(block_h=4, block_w=8, planes=planes)
+        launch = ConvLaunch(block_h=4, block_w=8, planes=planes, swap=swap)
         y, (mean, _) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=c_store), True, residual, launch)
         ref = F.conv3d(x[:, :c].double(), weight.double(), padding=1) + residual[:, :c].double()
         self.assertLess(((y[:, :c].double() - ref).norm() / ref.norm()).item(), 1e-3)
