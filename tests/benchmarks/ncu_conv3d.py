@@ -1,0 +1,53 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""One launch of each Triton 3x3x3 convolution form on the full-resolution VISTA3D shape, for Nsight Compute.
+
+Run under ``ncu`` (clocks left alone), e.g.::
+
+    ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis \\
+        --section MemoryWorkloadAnalysis --section Occupancy -k regex:_conv_kernel \\
+        python3 tests/benchmarks/ncu_conv3d.py
+
+Each form runs twice (the first launch compiles); profile with ``--launch-skip 1 --launch-count 1`` per form or
+read the second of each pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from monai.networks.kernels.conv3d import ConvLaunch, conv3x3x3, conv3x3x3_weights
+from monai.networks.kernels.padded_weights import pad_channels
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=14)
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--channels", type=int, default=48)
+    a = p.parse_args(argv)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(a.batch, a.channels, a.size, a.size, a.size, generator=g).to("cuda", torch.float16)
+    x = pad_channels(x, 64 if a.channels <= 64 else 128)
+    weight = torch.randn(a.channels, a.channels, 3, 3, 3, generator=g).cuda() / (27 * a.channels) ** 0.5
+    gemm = conv3x3x3_weights(weight, out_columns=x.shape[1])
+    for name, launch in (("voxels as M", ConvLaunch()), ("swapped", ConvLaunch(swap=True))):
+        for _ in range(2):
+            conv3x3x3(x, gemm, stats=True, launch=launch)
+        torch.cuda.synchronize()
+        print(f"ran {name}: {launch}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
