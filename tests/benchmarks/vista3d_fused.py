@@ -234,6 +234,7 @@ def conv_tables() -> dict:
         "64s8": {64: L(16, 32, 8, 3, 1, True)},
         "64s+128s": {64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
         "64s8+128s": {64: L(16, 32, 8, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
+        "64s2+128s": {64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)},
     }
 
 
@@ -429,7 +430,7 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of Triton convolutions for the fused forward (default, cudnn, 64, 64p2, "
-        "64p2s, 64+128, 64p2+128p2, 64s, 64s8, 64s+128s, 64s8+128s: padded widths run through the Triton kernel, "
+        "64p2s, 64+128, 64p2+128p2, 64s, 64s8, 64s+128s, 64s8+128s, 64s2+128s: padded widths run through the Triton kernel, "
         "p2 = two planes per program, s = the swapped product)",
     )
     p.add_argument("--roi", type=int, default=None)

@@ -48,8 +48,11 @@ KERNELS = ("triton", "torch")
 GRAPH_MAX_WINDOWS = 4
 # the stride-1 3x3x3 convolutions whose padded width is listed run through the Triton implicit GEMM (real input
 # channels only, the next norm's statistics and the residual add in its epilogue) with this launch; the others on
-# cuDNN (measured on the H200: docs/benchmarks.md, "The fused channels-last forward")
-TRITON_CONV = {64: ConvLaunch(16, 16, num_warps=4, num_stages=3)}
+# cuDNN (measured on the H200: docs/benchmarks.md, "The Triton convolution on the fused path")
+TRITON_CONV = {
+    64: ConvLaunch(16, 16, num_warps=4, num_stages=3, swap=True),
+    128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
+}
 
 
 def _only_child(module: nn.Module, kind: type) -> nn.Module:
