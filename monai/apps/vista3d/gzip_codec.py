@@ -92,6 +92,8 @@ def _codec_errors(codec: Any) -> tuple[type[BaseException], ...]:
 
 _PIECE = 256 << 10  # compressed bytes read per step
 _OUT = 256 << 10  # most output bytes per decompress call: chunks stay in cache and reuse heap memory
+#: most inflated chunks waiting for the consumer (32 MiB): inflating goes on while the consumer converts a slab
+_QUEUE_CHUNKS = 128
 
 
 class _Reader:
@@ -129,7 +131,7 @@ class Gunzip(_Reader):
 
     def __init__(self, path: pathlib.Path):
         self.path = path
-        self._queue: queue.Queue = queue.Queue(maxsize=32)
+        self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_CHUNKS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vista3d-gunzip", daemon=True)
         self._thread.start()

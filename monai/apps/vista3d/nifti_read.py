@@ -132,23 +132,65 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
 #: most bytes inflated into place between two hand-ons of finished slabs
 _READ_STEP = 4 << 20
 
-# Block of the F-order -> C-order copy: both sides of a block stay in cache (a plain copy of a 512x512x300
-# volume between the two layouts thrashes the cache and is ~7x slower).
-COPY_TILE = (32, 16, 32)
+# Block of the F-order -> C-order copy, and (its last entry) the most z-slices converted at a time. A slab is
+# first cast (and scaled) in file order into a scratch buffer, contiguously, then re-laid out from there by
+# same-type block copies: one x-row of the slab per block, written as runs of 16 z-values (a float32 cache
+# line). Measured on a 2-core EPYC, 512x512x200 int16 -> float32 C order: ~0.08 s of CPU time, against
+# ~0.11 s for the earlier cast-while-transposing (32, 16, 32) blocks and ~0.13 s for blocks two y-rows deep
+# (the result's x-rows lie a multiple of 4 KiB apart, so their lines compete for the same cache sets).
+# 16-slice slabs also keep the conversion close behind the inflating: a short tail after the last byte.
+COPY_TILE = (512, 1, 16)
 
 
-def convert_slab(out: np.ndarray, arr: np.ndarray, k0: int, k1: int, slope, inter, contiguous: bool) -> None:
-    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in ``out``'s type, tiled when the layouts differ."""
+def convert_slab(
+    out: np.ndarray,
+    arr: np.ndarray,
+    k0: int,
+    k1: int,
+    slope: Any,
+    inter: Any,
+    contiguous: bool,
+    scratch: np.ndarray | None = None,
+) -> None:
+    """``out[:, :, k0:k1] = arr[:, :, k0:k1] * slope + inter`` in ``out``'s type, re-laid out when the layouts
+    differ.
+
+    Args:
+        out: the result, ``[X, Y, Z]``, C-contiguous when ``contiguous`` else in file order (F-contiguous).
+        arr: the stored voxels, ``[X, Y, Z]`` in file order.
+        k0: first z-slice to convert.
+        k1: end of the z-slices to convert.
+        slope: ``scl_slope`` (``None``: no scaling).
+        inter: ``scl_inter``.
+        contiguous: whether ``out`` is C-contiguous.
+        scratch: for a C-contiguous ``out``, at least ``X * Y * (k1 - k0)`` items of ``out``'s type, where the
+            slab is cast and scaled in file order before its re-layout (allocated here when ``None``).
+    """
     scale = slope is not None and (slope != 1 or (inter or 0) != 0)
-    tx, ty, _ = COPY_TILE if contiguous else arr.shape
-    nx, ny, _ = arr.shape
+    src = arr[:, :, k0:k1]
+    if not contiguous:  # the same layout: one pass, cast and scaled
+        dst = out[:, :, k0:k1]
+        np.copyto(dst, src, casting="unsafe")
+        if scale:
+            dst *= np.float32(slope)
+            dst += np.float32(inter or 0.0)
+        return
+    nx, ny, nz = src.shape
+    if scale or src.dtype != out.dtype:  # cast and scale in file order (contiguous: fast), then re-lay out
+        size = nx * ny * nz
+        if scratch is None:
+            scratch = np.empty(size, dtype=out.dtype)
+        wide = scratch[:size].reshape((nz, ny, nx)).T
+        np.copyto(wide, src, casting="unsafe")
+        if scale:
+            wide *= np.float32(slope)
+            wide += np.float32(inter or 0.0)
+        src = wide
+    tx, ty, _ = COPY_TILE
+    dst = out[:, :, k0:k1]
     for j in range(0, ny, ty):
         for i in range(0, nx, tx):
-            block = out[i : i + tx, j : j + ty, k0:k1]
-            np.copyto(block, arr[i : i + tx, j : j + ty, k0:k1], casting="unsafe")
-            if scale:  # while the block is in cache
-                block *= np.float32(slope)
-                block += np.float32(inter or 0.0)
+            np.copyto(dst[i : i + tx, j : j + ty], src[i : i + tx, j : j + ty])
 
 
 #: deflate cannot shrink data by more than about 1032:1, so a .nii.gz holds at most this many bytes per byte
@@ -225,6 +267,9 @@ class _Sink:
         if self.convert:
             kind = self.carrier if stored else np.float32  # stored values are scaled later, by the caller
             self.out = np.empty(shape, dtype=kind) if contiguous else np.empty(shape[::-1], dtype=kind).T
+            # a slab is cast in file order here before its re-layout: allocated once, reused while in cache
+            cast = arr.dtype != kind or (not stored and slope is not None)
+            self.scratch = np.empty(shape[0] * shape[1] * COPY_TILE[2], dtype=kind) if contiguous and cast else None
             return
         self.in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
         if device.type == "cpu":  # numpy's large allocations are backed by huge pages: far fewer page faults
@@ -235,7 +280,9 @@ class _Sink:
     def __call__(self, k0: int, k1: int) -> None:
         if self.convert:
             slope = None if self.stored else self.slope
-            convert_slab(self.out, self.arr, k0, k1, slope, self.inter, self.contiguous)
+            for k in range(k0, k1, COPY_TILE[2]):  # slabs of at most COPY_TILE[2] slices: scratch holds them
+                kk = min(k + COPY_TILE[2], k1)
+                convert_slab(self.out, self.arr, k, kk, slope, self.inter, self.contiguous, self.scratch)
             return
         if self.in_place:
             return
