@@ -75,17 +75,22 @@ def best_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
 
 
 @contextmanager
-def codec(name: str):
-    """Force ``VISTA3D_GZIP_CODEC`` for the block."""
-    old = os.environ.get("VISTA3D_GZIP_CODEC")
-    os.environ["VISTA3D_GZIP_CODEC"] = name
+def environment(var: str, value: str):
+    """Set the environment variable ``var`` to ``value`` for the block, then restore it."""
+    old = os.environ.get(var)
+    os.environ[var] = value
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop("VISTA3D_GZIP_CODEC", None)
+            os.environ.pop(var, None)
         else:
-            os.environ["VISTA3D_GZIP_CODEC"] = old
+            os.environ[var] = old
+
+
+def codec(name: str):
+    """Force ``VISTA3D_GZIP_CODEC`` for the block."""
+    return environment("VISTA3D_GZIP_CODEC", name)
 
 
 def check_written(path: Path, labels: np.ndarray, ref: Any) -> None:
@@ -124,30 +129,45 @@ def main(argv: list[str] | None = None) -> int:
 
     def add(case, op, impl, seconds, ref=None, nbytes=None):
         ratio = ref / seconds if ref else None
-        rows.append({"case": case, "op": op, "impl": impl, "seconds": round(seconds, 4),
-                     "vs_nibabel": round(ratio, 2) if ratio else None, "file_bytes": nbytes})
+        rows.append(
+            {
+                "case": case,
+                "op": op,
+                "impl": impl,
+                "seconds": round(seconds, 4),
+                "vs_nibabel": round(ratio, 2) if ratio else None,
+                "file_bytes": nbytes,
+            }
+        )
         size = f"{nbytes / 1e6:7.2f} MB" if nbytes else " " * 10
         speed = f"{ratio:5.2f}x" if ratio else " " * 6
         print(f"{case:<14} {op:<14} {impl:<50} {seconds:7.3f} s  {speed}  {size}", flush=True)
 
-    print(f"cores {cores}, torch threads {torch.get_num_threads()}, codecs {codecs}, load average "
-          f"{os.getloadavg()[0]:.2f}; minimum of {args.repeat}, page cache warm")
+    print(
+        f"cores {cores}, torch threads {torch.get_num_threads()}, codecs {codecs}, load average "
+        f"{os.getloadavg()[0]:.2f}; minimum of {args.repeat}, page cache warm"
+    )
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         tmp = Path(tmp)
         for shape, spacing in cases:
             case = "x".join(map(str, shape))
             src = write_phantom(tmp / f"ct_{case}.nii.gz", shape, spacing, seed=0)
             ref_img = nib.load(src)
-            print(f"{case} at {spacing} mm: {src.stat().st_size / 1e6:.1f} MB gzip, "
-                  f"{np.prod(shape) * 2 / 1e6:.0f} MB of int16 voxels")
+            print(
+                f"{case} at {spacing} mm: {src.stat().st_size / 1e6:.1f} MB gzip, "
+                f"{np.prod(shape) * 2 / 1e6:.0f} MB of int16 voxels"
+            )
 
             # ---- load
             def nib_load():
                 return torch.from_numpy(nib.load(src).get_fdata().astype(np.float32))
 
             ref = nib_load()
-            variants = {"float32 C order": {}, "float32 file order": {"contiguous": False},
-                        "int16 file order (pipeline, GPU)": {"dtype": None, "contiguous": False}}
+            variants = {
+                "float32 C order": {},
+                "float32 file order": {"contiguous": False},
+                "int16 file order (pipeline, GPU)": {"dtype": None, "contiguous": False},
+            }
             timed = {}
             for c in codecs:  # nibabel runs in every round; its best over all rounds is the reference
                 with codec(c):
@@ -177,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
                 fns = {"nib": nib_save}
                 for c in codecs:
                     for threads in sorted({cores, 1}, reverse=True):
-                        fns[(c, threads)] = (lambda dt=dt, c=c, threads=threads: _save(labels, geom, ours_out, dt, c,
-                                                                                        threads))
+                        fns[(c, threads)] = lambda dt=dt, c=c, threads=threads: _save(
+                            labels, geom, ours_out, dt, c, threads
+                        )
                 t = best_of(fns, args.repeat)
                 nib_save()
                 add(case, f"save {dt}", "nibabel.save (gzip level 1)", t["nib"], nbytes=nib_out.stat().st_size)
@@ -188,17 +209,32 @@ def main(argv: list[str] | None = None) -> int:
                     c, threads = key
                     _save(labels, geom, ours_out, dt, c, threads)
                     check_written(ours_out, labels, ref_img)
-                    add(case, f"save {dt}", f"save_label_map {c} level 1, {threads} thread(s)", sec, ref=t["nib"],
-                        nbytes=ours_out.stat().st_size)
+                    add(
+                        case,
+                        f"save {dt}",
+                        f"save_label_map {c} level 1, {threads} thread(s)",
+                        sec,
+                        ref=t["nib"],
+                        nbytes=ours_out.stat().st_size,
+                    )
             src.unlink()
 
     if args.json:
-        meta = {"cases": args.cases, "cores": cores, "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                "codecs": codecs, "repeat": args.repeat, "load_average_end": os.getloadavg(),
-                "python": platform.python_version(), "nibabel": nib.__version__, "numpy": np.__version__,
-                "torch": torch.__version__, "page_cache": "warm",
-                "command": "python tests/benchmarks/nifti_io.py "
-                + " ".join(argv if argv is not None else sys.argv[1:])}
+        meta = {
+            "cases": args.cases,
+            "cores": cores,
+            "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "codecs": codecs,
+            "repeat": args.repeat,
+            "load_average_end": os.getloadavg(),
+            "python": platform.python_version(),
+            "nibabel": nib.__version__,
+            "numpy": np.__version__,
+            "torch": torch.__version__,
+            "page_cache": "warm",
+            "command": "python tests/benchmarks/nifti_io.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        }
         Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     return 0
 

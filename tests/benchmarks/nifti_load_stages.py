@@ -37,7 +37,6 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,24 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from monai.apps.vista3d import gzip_codec as gz  # noqa: E402
 from monai.apps.vista3d.io import load_image  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nifti_io import environment  # noqa: E402
 from monai.apps.vista3d.phantom import write_phantom  # noqa: E402
 
 DEFAULT_CASES = "512x512x480@0.9x0.9x1.0"
 THREADS = (1, 2, 4, 8, 16)
 
 
-@contextmanager
 def reader(name: str):
     """Force ``VISTA3D_GZIP_READER`` for the block."""
-    old = os.environ.get("VISTA3D_GZIP_READER")
-    os.environ["VISTA3D_GZIP_READER"] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("VISTA3D_GZIP_READER", None)
-        else:
-            os.environ["VISTA3D_GZIP_READER"] = old
+    return environment("VISTA3D_GZIP_READER", name)
 
 
 def timed(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
