@@ -63,15 +63,20 @@ def parse_cases(text: str) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
     return out
 
 
-def best_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
-    """Minimum wall time of each function over ``repeat`` rounds, the functions alternating within a round."""
+def timed(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
+    """Wall times of each function over ``repeat`` rounds, the functions alternating within a round."""
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    return {k: min(v) for k, v in times.items()}
+    return times
+
+
+def best_of(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Minimum wall time of each function over ``repeat`` rounds, the functions alternating within a round."""
+    return {k: min(v) for k, v in timed(fns, repeat).items()}
 
 
 @contextmanager

@@ -49,7 +49,7 @@ from monai.apps.vista3d import gzip_codec as gz  # noqa: E402
 from monai.apps.vista3d.io import load_image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nifti_io import environment  # noqa: E402
+from nifti_io import environment, timed  # noqa: E402
 from monai.apps.vista3d.phantom import write_phantom  # noqa: E402
 
 DEFAULT_CASES = "512x512x480@0.9x0.9x1.0"
@@ -59,17 +59,6 @@ THREADS = (1, 2, 4, 8, 16)
 def reader(name: str):
     """Force ``VISTA3D_GZIP_READER`` for the block."""
     return environment("VISTA3D_GZIP_READER", name)
-
-
-def timed(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, list[float]]:
-    """Wall times of each function over ``repeat`` rounds, the functions alternating within a round."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return times
 
 
 def inflate_into(make: Callable[[], Any], buf: np.ndarray) -> int:
