@@ -36,7 +36,6 @@ import platform
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable
 
