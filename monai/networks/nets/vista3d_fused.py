@@ -15,9 +15,9 @@ convolution to the class logits, with their channels zero-padded to multiples of
 image's channel to 8), the layout in which cuDNN's convolutions run fastest; every instance norm runs as fused
 kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), the
 3x3x3 convolutions of the two finest levels (48 and 96 channels) run as a Triton implicit GEMM over the real
-channels with the next norm's statistics and the residual add in its epilogue (:py:mod:`monai.networks.kernels.conv3d`), and no layout
-conversion runs inside the forward. Padding channels hold zeros throughout, so the logits are those of the module
-path up to fp16 rounding.
+channels with the next norm's statistics and the residual add in its epilogue
+(:py:mod:`monai.networks.kernels.conv3d`), and no layout conversion runs inside the forward. Padding channels hold
+zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
 :py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
 """
