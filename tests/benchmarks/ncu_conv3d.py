@@ -41,7 +41,13 @@ def main(argv=None) -> int:
     x = pad_channels(x, 64 if a.channels <= 64 else 128)
     weight = torch.randn(a.channels, a.channels, 3, 3, 3, generator=g).cuda() / (27 * a.channels) ** 0.5
     gemm = conv3x3x3_weights(weight, out_columns=x.shape[1])
-    for name, launch in (("voxels as M", ConvLaunch()), ("swapped", ConvLaunch(swap=True))):
+    forms = (
+        ("voxels as M", ConvLaunch()),
+        ("swapped", ConvLaunch(swap=True)),
+        ("swapped, 2 planes", ConvLaunch(8, 16, planes=2, swap=True)),
+        ("swapped, L1 loads", ConvLaunch(swap=True, loads="l1")),
+    )
+    for name, launch in forms:
         for _ in range(2):
             conv3x3x3(x, gemm, stats=True, launch=launch)
         torch.cuda.synchronize()

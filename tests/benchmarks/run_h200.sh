@@ -4,7 +4,7 @@
 #   everything            fork (fused path) vs upstream everything-segmentation, full logits, sw_batch_size 1,4,14,auto
 #   fused                 the fused forward vs the module path (bs 1,2,14), its kernels vs PyTorch's, a kernel profile
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
-#   ncu_conv              Nsight Compute sections of the Triton convolution (voxels as M, swapped), one launch each
+#   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
@@ -48,7 +48,7 @@ for run in "$@"; do
   class_memory) step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json" ;;
   sw_timing) step sw_timing 90 python3 tests/benchmarks/sliding_window_timing.py --device cuda --json "$out/sw_timing.json" ;;
   fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --profile 14 --json "$out/fused.json" ;;
-  fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s,64s8,64s+128s,64s8+128s,64+128 --profile 14 --json "$out/fused_variants.json" ;;
+  fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64sl1+128sl1,64s2l1+128s --profile 14 --json "$out/fused_variants.json" ;;
   ncu_conv) step ncu_conv 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -k regex:_conv_kernel python3 tests/benchmarks/ncu_conv3d.py ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;

@@ -173,16 +173,24 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
     if cp == 64:
         launches = [L(16, 16, 4, 3, 1), L(8, 32, 4, 3, 1), L(8, 16, 4, 3, 2)]
         launches += [L(16, 16, 4, 3, 1, True), L(8, 32, 4, 3, 1, True), L(8, 16, 4, 3, 1, True)]
-        launches += [L(16, 16, 8, 3, 1, True), L(16, 32, 8, 3, 1, True), L(16, 16, 4, 4, 1, True)]
+        # (16x32 voxels, 8 warps, swapped: 523 ms, a register cliff; measured once, docs/benchmarks.md)
+        launches += [L(16, 16, 8, 3, 1, True), L(16, 16, 4, 4, 1, True)]
         launches += [L(8, 16, 4, 3, 2, True), L(16, 16, 8, 3, 2, True)]
-        folded = [L(16, 16, 4, 3, 1), L(16, 16, 4, 3, 1, True), L(16, 32, 8, 3, 1, True)]
+        launches += [L(16, 16, 4, 3, 1, True, "l1"), L(8, 32, 4, 3, 1, True, "l1"), L(8, 16, 4, 3, 2, True, "l1")]
+        launches += [L(16, 16, 4, 3, 1, False, "l1")]
+        folded = [L(16, 16, 4, 3, 1), L(16, 16, 4, 3, 1, True), L(8, 16, 4, 3, 2, True), L(16, 16, 4, 3, 1, True, "l1")]
     else:
         launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1, True), L(16, 16, 8, 3, 1, True), L(8, 32, 8, 3, 1, True)]
-        folded = [L(16, 16, 8, 3, 1), L(16, 16, 8, 3, 1, True)]
+        launches += [L(16, 16, 8, 3, 1, True, "l1"), L(8, 16, 8, 3, 2, True, "l1")]
+        folded = [L(16, 16, 8, 3, 1), L(16, 16, 8, 3, 1, True), L(16, 16, 8, 3, 1, True, "l1")]
 
     def name(la: ConvLaunch) -> str:
         swap = ", swapped" if la.swap else ""
-        return f"{la.block_h}x{la.block_w} voxels x {la.planes} plane(s), {la.num_warps} warps, {la.num_stages} stages{swap}"
+        loads = ", L1 loads" if la.loads == "l1" else ""
+        return (
+            f"{la.block_h}x{la.block_w} voxels x {la.planes} plane(s), {la.num_warps} warps, {la.num_stages} stages"
+            f"{swap}{loads}"
+        )
 
     for la in launches:
         variants.append((f"Triton GEMM {channels}x{cp}, {name(la)}", lambda la=la: conv3x3x3(x, gemm, launch=la)[0]))
@@ -235,6 +243,8 @@ def conv_tables() -> dict:
         "64s+128s": {64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
         "64s8+128s": {64: L(16, 32, 8, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
         "64s2+128s": {64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)},
+        "64sl1+128sl1": {64: L(16, 16, 4, 3, 1, True, "l1"), 128: L(16, 16, 8, 3, 1, True, "l1")},
+        "64s2l1+128s": {64: L(8, 16, 4, 3, 2, True, "l1"), 128: L(16, 16, 8, 3, 1, True)},
     }
 
 
@@ -430,8 +440,9 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of Triton convolutions for the fused forward (default, cudnn, 64, 64p2, "
-        "64p2s, 64+128, 64p2+128p2, 64s, 64s8, 64s+128s, 64s8+128s, 64s2+128s: padded widths run through the Triton kernel, "
-        "p2 = two planes per program, s = the swapped product)",
+        "64p2s, 64+128, 64p2+128p2, 64s, 64s8, 64s+128s, 64s8+128s, 64s2+128s, 64sl1+128sl1, 64s2l1+128s: padded "
+        "widths run through the Triton kernel, p2/s2 = two planes per program, s = the swapped product, l1 = "
+        "L1-cached pointer loads)",
     )
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)

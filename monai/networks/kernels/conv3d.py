@@ -45,8 +45,10 @@ __all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_cha
 @dataclass(frozen=True)
 class ConvLaunch:
     """Launch configuration of :py:func:`conv3x3x3`: voxels per program (``block_h x block_w`` of ``planes``
-    consecutive planes, 1 or 2), warps, software-pipeline stages, and ``swap``: compute the transposed product
-    (output channels as the MMA's M side, voxels as its N side)."""
+    consecutive planes, 1 or 2), warps, software-pipeline stages, ``swap``: compute the transposed product
+    (output channels as the MMA's M side, voxels as its N side), and ``loads``: how input patches arrive, ``"tma"``
+    (tensor descriptors, through L2 only) or ``"l1"`` (pointer loads cached in L1, where the 27 taps' shifted
+    patches overlap)."""
 
     block_h: int = 16
     block_w: int = 16
@@ -54,10 +56,13 @@ class ConvLaunch:
     num_stages: int = 3
     planes: int = 1
     swap: bool = False
+    loads: str = "tma"
 
     def __post_init__(self):
         if self.planes not in (1, 2):
             raise ValueError(f"ConvLaunch planes must be 1 or 2, got {self.planes}.")
+        if self.loads not in ("tma", "l1"):
+            raise ValueError(f"ConvLaunch loads must be 'tma' or 'l1', got {self.loads!r}.")
 
 
 def channel_pieces(n: int) -> tuple[int, int]:
@@ -72,6 +77,19 @@ def channel_pieces(n: int) -> tuple[int, int]:
 
 if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def _load_patch(x_ptr, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+                    K: tl.constexpr):  # fmt: skip
+        # the [BLOCK_H * BLOCK_W, K] patch of channels c0 .. c0 + K at plane dd, rows hs.., columns ws.. (zeros
+        # outside the volume) by pointer loads that keep lines in L1, where the taps' shifted patches overlap
+        i = tl.arange(0, BLOCK_H * BLOCK_W)
+        hh = hs + i // BLOCK_W
+        ww = ws + i % BLOCK_W
+        inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (dd >= 0) & (dd < D)
+        row = ((b.to(tl.int64) * D + dd) * H + hh) * W + ww
+        ptrs = x_ptr + row[:, None] * C + c0 + tl.arange(0, K)[None, :]
+        return tl.load(ptrs, mask=inside[:, None], other=0.0, cache_modifier=".ca")
 
     @triton.jit
     def _tap(acc, a0, a1, w0_desc, w1_desc, tap, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
@@ -113,6 +131,7 @@ if triton is not None:
 
     @triton.jit
     def _conv_kernel(
+        x_ptr,
         x0_desc,
         x1_desc,
         w0_desc,
@@ -124,6 +143,7 @@ if triton is not None:
         D,
         H,
         W,
+        C,
         K0: tl.constexpr,
         K1: tl.constexpr,
         N: tl.constexpr,
@@ -133,6 +153,7 @@ if triton is not None:
         STATS: tl.constexpr,
         RESIDUAL: tl.constexpr,
         SWAP: tl.constexpr,
+        L1_LOADS: tl.constexpr,
     ):
         # K0 (+ K1) input channels in two pieces (K1 = 0: one piece), N output channels
         BM: tl.constexpr = BLOCK_H * BLOCK_W
@@ -155,10 +176,18 @@ if triton is not None:
             for shift in range(9):
                 kh = shift // 3
                 kw = shift % 3
-                a0 = x0_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, 0]).reshape(BM, K0)
+                if L1_LOADS:
+                    a0 = _load_patch(x_ptr, b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, D, H, W, C, 0, BLOCK_H,
+                                     BLOCK_W, K0)  # fmt: skip
+                else:
+                    a0 = x0_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, 0]).reshape(BM, K0)
                 a1 = a0
                 if K1 > 0:
-                    a1 = x1_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, K0]).reshape(BM, K1)
+                    if L1_LOADS:
+                        a1 = _load_patch(x_ptr, b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, D, H, W, C, K0, BLOCK_H,
+                                         BLOCK_W, K1)  # fmt: skip
+                    else:
+                        a1 = x1_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, K0]).reshape(BM, K1)
                 if p <= 2:  # feeds output plane d0 through tap (p, kh, kw)
                     acc0 = _tap(acc0, a0, a1, w0_desc, w1_desc, p * 9 + shift, K0, K1, SWAP)
                 if PLANES == 2 and p >= 1:  # and output plane d0 + 1 through tap (p - 1, kh, kw)
@@ -305,6 +334,7 @@ def conv3x3x3(
         mean = torch.empty((n_programs * launch.planes, c_out), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
     _conv_kernel[(n_programs,)](
+        x,
         descriptor(x, k0),
         descriptor(x, k1),
         TensorDescriptor.from_tensor(weights, [k0, c_out]),
@@ -316,6 +346,7 @@ def conv3x3x3(
         d,
         h,
         w,
+        c_in,
         K0=k0,
         K1=k1,
         N=c_out,
@@ -325,6 +356,7 @@ def conv3x3x3(
         STATS=stats,
         RESIDUAL=residual is not None,
         SWAP=launch.swap,
+        L1_LOADS=launch.loads == "l1",
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )

@@ -48,7 +48,7 @@ class TestConv3x3x3(unittest.TestCase):
     # (batch, stored in, real in, real out, stored out, D, H, W, block_h, block_w, planes): powers of two; 48 = 32 + 16
     # input channels; padding channels never read and computed as zeros; planes the patches do not divide; a window
     # smaller than a patch; two output planes per program, with an odd depth (the last program's second plane lies
-    # outside the volume); the transposed product (swap)
+    # outside the volume); the transposed product (swap); input patches by L1-cached pointer loads
     @parameterized.expand(
         [
             (2, 16, 16, 32, 32, 3, 5, 19, 4, 8, 1),
@@ -58,15 +58,17 @@ class TestConv3x3x3(unittest.TestCase):
             (1, 32, 32, 32, 32, 4, 4, 8, 4, 8, 2),
             (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 1, True),
             (1, 64, 48, 48, 64, 3, 4, 8, 4, 8, 2, True),
+            (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 1, True, "l1"),
+            (1, 64, 48, 48, 64, 3, 4, 8, 4, 8, 2, False, "l1"),
         ]
     )
     def test_against_float64(
-        self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes, swap=False
+        self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes, swap=False, loads="tma"
     ):
         g = torch.Generator().manual_seed(c_in + h)
         x = _padded_input(g, batch, c_store, c_in, d, h, w)
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
-        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes, swap=swap)
+        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes, swap=swap, loads=loads)
         y, (mean, var) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=out_channels), stats=True, launch=launch)
         ref = F.conv3d(x[:, :c_in].double(), weight.double(), padding=1)
         self.assertEqual(tuple(y.shape), (batch, out_channels, d, h, w))
@@ -124,6 +126,8 @@ class TestConv3x3x3(unittest.TestCase):
             conv3x3x3(x, w, residual=x[:, :8])
         with self.assertRaisesRegex(ValueError, "planes must be 1 or 2"):
             ConvLaunch(planes=3)
+        with self.assertRaisesRegex(ValueError, "loads must be 'tma' or 'l1'"):
+            ConvLaunch(loads="smem")
 
 
 class TestChannelPieces(unittest.TestCase):
