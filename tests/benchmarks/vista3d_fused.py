@@ -31,6 +31,7 @@ Three parts, each optional:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -279,7 +280,7 @@ def forward(
                 torch.cuda.empty_cache()
                 base = torch.cuda.memory_allocated()
                 torch.cuda.reset_peak_memory_stats()
-            ms = bench(lambda: run(x), cuda, repeats)
+            ms = bench(functools.partial(run, x), cuda, repeats)
             peak = (torch.cuda.max_memory_allocated() - base) / 2**30 if cuda else float("nan")
             outputs[path] = run(x)
             row[path] = {"ms_per_window": ms / bs, "peak_gib": peak}
@@ -357,6 +358,33 @@ _KINDS = [
     ("matmul", ("gemm", "cutlass", "ampere_", "sm80_")),
     ("elementwise / copy", ("elementwise", "vectorized", "copy", "fill", "reduce", "Memcpy", "Memset")),
 ]
+
+
+def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str) -> dict:
+    """Record the allocator's history over one fused forward of ``bs`` windows, write the snapshot to ``path``
+    (open it at https://pytorch.org/memory_viz) and return the peak and the largest blocks live at it."""
+    net = build_net(False, dev).fuse()
+    cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
+    x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
+
+    def run():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
+            return net(x, class_vector=cv, transpose=True)
+
+    run()  # compile and warm up first: the history then holds one forward
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.memory._record_memory_history(max_entries=100000)
+    out = run()
+    torch.cuda.synchronize()
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+    print(f"--- one fused forward of {bs} windows: peak {peak:.2f} GiB above the weights and input "
+          f"({peak / bs:.3f} GiB per window), output {out.numel() * out.element_size() / 2**30:.2f} GiB; "
+          f"snapshot {path}", flush=True)  # fmt: skip
+    return {"sw_batch_size": bs, "peak_gib": peak, "snapshot": path}
 
 
 def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
@@ -448,6 +476,11 @@ def main(argv=None) -> int:
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--profile", type=int, default=0, help="profile one fused forward of this many windows")
+    p.add_argument(
+        "--memory-snapshot",
+        default=None,
+        help="write the allocator's history of one fused forward (the largest --sw-batch-sizes) to this pickle",
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     dev = torch.device(a.device)
@@ -466,6 +499,9 @@ def main(argv=None) -> int:
             p.error(f"--triton-conv: unknown choice(s) {sorted(unknown)}; choose from {sorted(conv_tables())}")
         sizes = [int(b) for b in a.sw_batch_sizes.split(",")]
         out["forward"] = forward(dev, sizes, roi, a.classes, a.repeats, tables)
+    if a.memory_snapshot and cuda:
+        out["memory"] = memory_peak(dev, max(int(b) for b in a.sw_batch_sizes.split(",")), roi, a.classes,
+                                    a.memory_snapshot)  # fmt: skip
     if a.profile and cuda:
         out["profile"] = profile(dev, a.profile, roi, a.classes)
     if a.json:
