@@ -86,7 +86,8 @@ if triton is not None:
         i = tl.arange(0, BLOCK_H * BLOCK_W)
         hh = hs + i // BLOCK_W
         ww = ws + i % BLOCK_W
-        inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (dd >= 0) & (dd < D)
+        plane = dd + 0 * i  # as a vector: in Triton 3.9's interpreter a scalar comparison made the mask int32
+        inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (plane >= 0) & (plane < D)
         row = ((b.to(tl.int64) * D + dd) * H + hh) * W + ww
         ptrs = x_ptr + row[:, None] * C + c0 + tl.arange(0, K)[None, :]
         return tl.load(ptrs, mask=inside[:, None], other=0.0, cache_modifier=".ca")
