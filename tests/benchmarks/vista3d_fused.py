@@ -36,6 +36,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -360,9 +361,8 @@ _KINDS = [
 ]
 
 
-def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str) -> dict:
-    """Record the allocator's history over one fused forward of ``bs`` windows, write the snapshot to ``path``
-    (open it at https://pytorch.org/memory_viz) and return the peak and the largest blocks live at it."""
+def fused_forward(dev: torch.device, bs: int, roi: int, n_classes: int) -> Callable[[], torch.Tensor]:
+    """One fp16 fused forward of ``bs`` random ``roi``-cubed windows of a random ``vista3d132``, as a callable."""
     net = build_net(False, dev).fuse()
     cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
     x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
@@ -371,6 +371,13 @@ def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str)
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
             return net(x, class_vector=cv, transpose=True)
 
+    return run
+
+
+def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str) -> dict:
+    """Record the allocator's history over one fused forward of ``bs`` windows, write the snapshot to ``path``
+    (open it at https://pytorch.org/memory_viz) and return the peak above the weights and input."""
+    run = fused_forward(dev, bs, roi, n_classes)
     run()  # compile and warm up first: the history then holds one forward
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
@@ -392,14 +399,7 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    net = build_net(False, dev).fuse()
-    cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
-    x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
-
-    def run():
-        with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16):
-            return net(x, class_vector=cv, transpose=True)
-
+    run = fused_forward(dev, bs, roi, n_classes)
     import monai.networks.nets.vista3d_fused as fused_module
 
     real_f = fused_module.F

@@ -93,6 +93,14 @@ if triton is not None:
         return tl.load(ptrs, mask=inside[:, None], other=0.0, cache_modifier=".ca")
 
     @triton.jit
+    def _load_input(x_ptr, desc, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+                    K: tl.constexpr, L1_LOADS: tl.constexpr):  # fmt: skip
+        # the [BLOCK_H * BLOCK_W, K] input patch of channels c0 .. c0 + K: by TMA, or by L1-cached pointer loads
+        if L1_LOADS:
+            return _load_patch(x_ptr, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H, BLOCK_W, K)
+        return desc.load([b, dd, hs, ws, c0]).reshape(BLOCK_H * BLOCK_W, K)
+
+    @triton.jit
     def _tap(acc, a0, a1, w0_desc, w1_desc, tap, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
         # acc += [a0 | a1] @ the tap's [K0 + K1, N] weights; SWAP: the transposed product, acc [N, voxels], with the
         # output channels as the MMA's M side and the voxels as its wide N side
@@ -177,18 +185,11 @@ if triton is not None:
             for shift in range(9):
                 kh = shift // 3
                 kw = shift % 3
-                if L1_LOADS:
-                    a0 = _load_patch(x_ptr, b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, D, H, W, C, 0, BLOCK_H,
-                                     BLOCK_W, K0)  # fmt: skip
-                else:
-                    a0 = x0_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, 0]).reshape(BM, K0)
+                dd, hs, ws = d0 + p - 1, h0 + kh - 1, w0 + kw - 1
+                a0 = _load_input(x_ptr, x0_desc, b, dd, hs, ws, D, H, W, C, 0, BLOCK_H, BLOCK_W, K0, L1_LOADS)
                 a1 = a0
                 if K1 > 0:
-                    if L1_LOADS:
-                        a1 = _load_patch(x_ptr, b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, D, H, W, C, K0, BLOCK_H,
-                                         BLOCK_W, K1)  # fmt: skip
-                    else:
-                        a1 = x1_desc.load([b, d0 + p - 1, h0 + kh - 1, w0 + kw - 1, K0]).reshape(BM, K1)
+                    a1 = _load_input(x_ptr, x1_desc, b, dd, hs, ws, D, H, W, C, K0, BLOCK_H, BLOCK_W, K1, L1_LOADS)
                 if p <= 2:  # feeds output plane d0 through tap (p, kh, kw)
                     acc0 = _tap(acc0, a0, a1, w0_desc, w1_desc, p * 9 + shift, K0, K1, SWAP)
                 if PLANES == 2 and p >= 1:  # and output plane d0 + 1 through tap (p - 1, kh, kw)
