@@ -40,14 +40,14 @@ def main(argv=None) -> int:
     x = torch.randn(a.batch, a.channels, a.size, a.size, a.size, generator=g).to("cuda", torch.float16)
     x = pad_channels(x, 64 if a.channels <= 64 else 128)
     weight = torch.randn(a.channels, a.channels, 3, 3, 3, generator=g).cuda() / (27 * a.channels) ** 0.5
-    gemm = conv3x3x3_weights(weight, out_columns=x.shape[1])
     forms = (
-        ("voxels as M", ConvLaunch()),
         ("swapped", ConvLaunch(swap=True)),
-        ("swapped, 2 planes", ConvLaunch(8, 16, planes=2, swap=True)),
-        ("swapped, L1 loads", ConvLaunch(swap=True, loads="l1")),
+        ("swapped, 2 stacked planes of 8x16, 4 warps", ConvLaunch(8, 16, planes=2, swap=True)),
+        ("swapped, 2 stacked planes of 8x16, 8 warps", ConvLaunch(8, 16, 8, planes=2, swap=True)),
+        ("swapped, 2 stacked planes of 16x16, 8 warps", ConvLaunch(16, 16, 8, planes=2, swap=True)),
     )
     for name, launch in forms:
+        gemm = conv3x3x3_weights(weight, out_columns=x.shape[1], planes=launch.planes)
         for _ in range(2):
             conv3x3x3(x, gemm, stats=True, launch=launch)
         torch.cuda.synchronize()

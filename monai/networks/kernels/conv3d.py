@@ -12,10 +12,12 @@
 the residual add after it and the statistics of the instance norm that follows folded in.
 
 One program computes a ``BLOCK_H x BLOCK_W`` patch of ``PLANES`` consecutive output planes for all output
-channels. It walks the input planes those outputs need, and for each of the 9 in-plane shifts loads the shifted
-input patch once with a rank-5 tensor descriptor (TMA on Hopper; what lies outside the volume arrives as zeros,
-which is the convolution's padding) and multiplies it by the tap's ``[C_in, C_out]`` weights of every output plane
-it feeds: with two planes an input patch serves up to two taps, 18 loads per output plane instead of 27.
+channels. It walks the ``PLANES + 2`` input planes those outputs need, and for each of the 9 in-plane shifts loads
+the shifted input patch once with a rank-5 tensor descriptor (TMA on Hopper; what lies outside the volume arrives as
+zeros, which is the convolution's padding) and multiplies it by one ``[C_in, PLANES * C_out]`` block of "stacked"
+weights: column block ``j`` holds the tap that input plane feeds output plane ``j`` through (zeros where it feeds
+none). So each input patch is read once for all the output planes it serves, and with two planes the product has
+128 rows: one warp group per plane, where two chained 64-row products would make Triton duplicate work across warps.
 
 An input channel count that is not a power of two (VISTA3D's 48 and 96) is read as two power-of-two pieces (32 + 16,
 64 + 32), so the zero padding channels of the input tensor are neither read nor multiplied. The output side is one
@@ -25,9 +27,10 @@ Folded in: ``residual``, a tensor added to the output in the epilogue (the resid
 ``stats``, the per-(sample, channel) mean and variance of the output as stored, from per-patch statistics the
 epilogue writes (the next norm's statistics pass disappears).
 
-Measured and left out: applying the preceding norm and activation to the input as it is loaded (a "prologue")
-made the convolution 2.3x slower on the H200, because every input value is loaded, normalised and activated once
-per tap (18-27 times) on the CUDA cores, as much time as the tensor cores spend on the GEMM.
+Measured and left out (H200): applying the preceding norm and activation to the input as it is loaded (a
+"prologue") made the convolution 2.3x slower, because every input value is loaded, normalised and activated once per
+tap on the CUDA cores; pointer loads meant to hit L1 where the shifted patches overlap were 1.3x slower than TMA
+(Triton stages them with ``cp.async``, which bypasses L1: 0 % hit rate).
 """
 
 from __future__ import annotations
@@ -45,10 +48,8 @@ __all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_cha
 @dataclass(frozen=True)
 class ConvLaunch:
     """Launch configuration of :py:func:`conv3x3x3`: voxels per program (``block_h x block_w`` of ``planes``
-    consecutive planes, 1 or 2), warps, software-pipeline stages, ``swap``: compute the transposed product
-    (output channels as the MMA's M side, voxels as its N side), and ``loads``: how input patches arrive, ``"tma"``
-    (tensor descriptors, through L2 only) or ``"l1"`` (pointer loads cached in L1, where the 27 taps' shifted
-    patches overlap)."""
+    consecutive planes: 1, 2 or 4, the ``planes`` the weights were stacked for), warps, software-pipeline stages,
+    and ``swap``: compute the transposed product (output channels as the MMA's M side, voxels as its N side)."""
 
     block_h: int = 16
     block_w: int = 16
@@ -56,13 +57,10 @@ class ConvLaunch:
     num_stages: int = 3
     planes: int = 1
     swap: bool = False
-    loads: str = "tma"
 
     def __post_init__(self):
-        if self.planes not in (1, 2):
-            raise ValueError(f"ConvLaunch planes must be 1 or 2, got {self.planes}.")
-        if self.loads not in ("tma", "l1"):
-            raise ValueError(f"ConvLaunch loads must be 'tma' or 'l1', got {self.loads!r}.")
+        if self.planes not in (1, 2, 4):
+            raise ValueError(f"ConvLaunch planes must be 1, 2 or 4, got {self.planes}.")
 
 
 def channel_pieces(n: int) -> tuple[int, int]:
@@ -79,32 +77,9 @@ if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     @triton.jit
-    def _load_patch(x_ptr, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
-                    K: tl.constexpr):  # fmt: skip
-        # the [BLOCK_H * BLOCK_W, K] patch of channels c0 .. c0 + K at plane dd, rows hs.., columns ws.. (zeros
-        # outside the volume) by pointer loads that keep lines in L1, where the taps' shifted patches overlap
-        i = tl.arange(0, BLOCK_H * BLOCK_W)
-        hh = hs + i // BLOCK_W
-        ww = ws + i % BLOCK_W
-        plane = dd + 0 * i  # as a vector: in Triton 3.9's interpreter a scalar comparison made the mask int32
-        inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (plane >= 0) & (plane < D)
-        row = ((b.to(tl.int64) * D + dd) * H + hh) * W + ww
-        ptrs = x_ptr + row[:, None] * C + c0 + tl.arange(0, K)[None, :]
-        return tl.load(ptrs, mask=inside[:, None], other=0.0, cache_modifier=".ca")
-
-    @triton.jit
-    def _load_input(x_ptr, desc, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
-                    K: tl.constexpr, L1_LOADS: tl.constexpr):  # fmt: skip
-        # the [BLOCK_H * BLOCK_W, K] input patch of channels c0 .. c0 + K: by TMA, or by L1-cached pointer loads
-        if L1_LOADS:
-            return _load_patch(x_ptr, b, dd, hs, ws, D, H, W, C, c0, BLOCK_H, BLOCK_W, K)
-        return desc.load([b, dd, hs, ws, c0]).reshape(BLOCK_H * BLOCK_W, K)
-
-    @triton.jit
-    def _tap(acc, a0, a1, w0_desc, w1_desc, tap, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
-        # acc += [a0 | a1] @ the tap's [K0 + K1, N] weights; SWAP: the transposed product, acc [N, voxels], with the
-        # output channels as the MMA's M side and the voxels as its wide N side
-        row = tap * (K0 + K1)
+    def _tap(acc, a0, a1, w0_desc, w1_desc, row, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
+        # acc += [a0 | a1] @ the [K0 + K1, columns] weight block at `row`; SWAP: the transposed product, acc
+        # [columns, voxels], with the output channels as the MMA's M side and the voxels as its wide N side
         if SWAP:
             acc = tl.dot(tl.trans(w0_desc.load([row, 0])), tl.trans(a0), acc)
             if K1 > 0:
@@ -116,31 +91,34 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d, h0, w0, D, H, W, part,
-                  N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+    def _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid,
+                  N: tl.constexpr, PLANES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
                   STATS: tl.constexpr, RESIDUAL: tl.constexpr, SWAP: tl.constexpr):  # fmt: skip
+        BM: tl.constexpr = BLOCK_H * BLOCK_W
         if SWAP:
             acc = tl.trans(acc)
+        # [voxels, plane * N + channel] -> [plane, voxels, channel], the order of the output box
+        acc = tl.permute(tl.reshape(acc, [BM, PLANES, N]), (1, 0, 2))
         if RESIDUAL:
-            acc += r_desc.load([b, d, h0, w0, 0]).reshape(BLOCK_H * BLOCK_W, N).to(tl.float32)
+            acc += r_desc.load([b, d0, h0, w0, 0]).reshape(PLANES, BM, N).to(tl.float32)
         out = acc.to(tl.float16)
-        y_desc.store([b, d, h0, w0, 0], out.reshape(1, 1, BLOCK_H, BLOCK_W, N))  # TMA clips what lies outside
+        y_desc.store([b, d0, h0, w0, 0], out.reshape(1, PLANES, BLOCK_H, BLOCK_W, N))  # TMA clips what lies outside
         if STATS:
-            # mean and centred sum of squares of the stored values, over the patch voxels inside the volume (none
-            # for a plane past the end: its part then has count 0 and zero statistics)
-            i = tl.arange(0, BLOCK_H * BLOCK_W)
-            inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W) & (d < D)
-            n = tl.maximum(tl.sum(inside.to(tl.float32), axis=0), 1.0)
-            vals = tl.where(inside[:, None], out.to(tl.float32), 0.0)
-            mean = tl.sum(vals, axis=0) / n
-            centred = tl.where(inside[:, None], vals - mean[None, :], 0.0)
-            cols = part.to(tl.int64) * N + tl.arange(0, N)
+            # per plane: mean and centred sum of squares of the stored values, over the patch voxels inside the
+            # volume (none for a plane past the end: its part then has count 0 and zero statistics)
+            i = tl.arange(0, BM)
+            j = tl.arange(0, PLANES)
+            inside = (((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W))[None, :] & ((d0 + j) < D)[:, None]
+            n = tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0)
+            vals = tl.where(inside[:, :, None], out.to(tl.float32), 0.0)
+            mean = tl.sum(vals, axis=1) / n[:, None]
+            centred = tl.where(inside[:, :, None], vals - mean[:, None, :], 0.0)
+            cols = (pid * PLANES + j).to(tl.int64)[:, None] * N + tl.arange(0, N)[None, :]
             tl.store(mean_ptr + cols, mean)
-            tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=0))
+            tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=1))
 
     @triton.jit
     def _conv_kernel(
-        x_ptr,
         x0_desc,
         x1_desc,
         w0_desc,
@@ -152,7 +130,6 @@ if triton is not None:
         D,
         H,
         W,
-        C,
         K0: tl.constexpr,
         K1: tl.constexpr,
         N: tl.constexpr,
@@ -162,9 +139,8 @@ if triton is not None:
         STATS: tl.constexpr,
         RESIDUAL: tl.constexpr,
         SWAP: tl.constexpr,
-        L1_LOADS: tl.constexpr,
     ):
-        # K0 (+ K1) input channels in two pieces (K1 = 0: one piece), N output channels
+        # K0 (+ K1) input channels in two pieces (K1 = 0: one piece), N output channels per plane
         BM: tl.constexpr = BLOCK_H * BLOCK_W
         pid = tl.program_id(0)
         tiles_w = tl.cdiv(W, BLOCK_W)
@@ -178,28 +154,18 @@ if triton is not None:
         b = rest // tiles_d
         h0 = th * BLOCK_H
         w0 = tw * BLOCK_W
-        ACC_SHAPE: tl.constexpr = [N, BM] if SWAP else [BM, N]
-        acc0 = tl.zeros(ACC_SHAPE, dtype=tl.float32)
-        acc1 = tl.zeros(ACC_SHAPE, dtype=tl.float32)  # the second plane's (unused with one plane)
-        for p in tl.static_range(PLANES + 2):  # input plane d0 - 1 + p
-            for shift in range(9):
-                kh = shift // 3
-                kw = shift % 3
-                dd, hs, ws = d0 + p - 1, h0 + kh - 1, w0 + kw - 1
-                a0 = _load_input(x_ptr, x0_desc, b, dd, hs, ws, D, H, W, C, 0, BLOCK_H, BLOCK_W, K0, L1_LOADS)
-                a1 = a0
-                if K1 > 0:
-                    a1 = _load_input(x_ptr, x1_desc, b, dd, hs, ws, D, H, W, C, K0, BLOCK_H, BLOCK_W, K1, L1_LOADS)
-                if p <= 2:  # feeds output plane d0 through tap (p, kh, kw)
-                    acc0 = _tap(acc0, a0, a1, w0_desc, w1_desc, p * 9 + shift, K0, K1, SWAP)
-                if PLANES == 2 and p >= 1:  # and output plane d0 + 1 through tap (p - 1, kh, kw)
-                    acc1 = _tap(acc1, a0, a1, w0_desc, w1_desc, (p - 1) * 9 + shift, K0, K1, SWAP)
-        part = pid * PLANES
-        _epilogue(acc0, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, part, N, BLOCK_H, BLOCK_W, STATS,
-                  RESIDUAL, SWAP)  # fmt: skip
-        if PLANES == 2:
-            _epilogue(acc1, r_desc, y_desc, mean_ptr, m2_ptr, b, d0 + 1, h0, w0, D, H, W, part + 1, N, BLOCK_H,
-                      BLOCK_W, STATS, RESIDUAL, SWAP)  # fmt: skip
+        acc = tl.zeros([PLANES * N, BM] if SWAP else [BM, PLANES * N], dtype=tl.float32)
+        for t in range((PLANES + 2) * 9):  # input plane d0 - 1 + t // 9, in-plane shift t % 9
+            dd = d0 + t // 9 - 1
+            hs = h0 + (t % 9) // 3 - 1
+            ws = w0 + t % 3 - 1
+            a0 = x0_desc.load([b, dd, hs, ws, 0]).reshape(BM, K0)
+            a1 = a0
+            if K1 > 0:
+                a1 = x1_desc.load([b, dd, hs, ws, K0]).reshape(BM, K1)
+            acc = _tap(acc, a0, a1, w0_desc, w1_desc, t * (K0 + K1), K0, K1, SWAP)
+        _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid, N, PLANES, BLOCK_H, BLOCK_W,
+                  STATS, RESIDUAL, SWAP)  # fmt: skip
 
     @triton.jit
     def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
@@ -259,25 +225,32 @@ def conv3x3x3_single_channel(
 
 
 def conv3x3x3_weights(
-    weight: torch.Tensor, in_channels: int | None = None, out_columns: int | None = None
+    weight: torch.Tensor, in_channels: int | None = None, out_columns: int | None = None, planes: int = 1
 ) -> torch.Tensor:
-    """The ``[27 * in_channels, out_columns]`` fp16 GEMM operand of :py:func:`conv3x3x3` from a ``Conv3d`` weight
-    ``[C_out, C_in, 3, 3, 3]``.
+    """The fp16 GEMM operand of :py:func:`conv3x3x3` from a ``Conv3d`` weight ``[C_out, C_in, 3, 3, 3]``, stacked for
+    ``planes`` output planes per program: ``[(planes + 2) * 9 * in_channels, planes * out_columns]``.
+
+    Row block ``(p, s)`` (input plane ``p`` of the ``planes + 2`` a program reads, in-plane shift ``s``) holds in
+    column block ``j`` the tap through which that input feeds output plane ``j`` (depth offset ``p - j``), or zeros.
+    With one plane this is the plain ``[27 * in_channels, out_columns]`` matrix of the 27 taps.
 
     Args:
         weight: the convolution's weight.
         in_channels: input channels the GEMM reads (``C_in`` by default; fewer drops trailing zero channels of a
             padded weight).
-        out_columns: output columns, a power of two (``C_out`` by default; more adds zero columns, which become the
-            output's zero padding channels).
+        out_columns: output columns per plane, a power of two (``C_out`` by default; more adds zero columns, which
+            become the output's zero padding channels).
+        planes: output planes per program, the ``planes`` of the :py:class:`ConvLaunch` it is used with.
     """
     c_out, c_in = weight.shape[:2]
     k = c_in if in_channels is None else in_channels
     n = c_out if out_columns is None else out_columns
-    gemm = torch.zeros(27, k, n, device=weight.device, dtype=torch.float16)
     kk, nn = min(k, c_in), min(n, c_out)
-    gemm[:, :kk, :nn] = weight.detach()[:nn, :kk].permute(2, 3, 4, 1, 0).reshape(27, kk, nn)
-    return gemm.reshape(27 * k, n)
+    taps = weight.detach()[:nn, :kk].permute(2, 3, 4, 1, 0).reshape(3, 9, kk, nn)  # [depth, shift, in, out]
+    gemm = torch.zeros(planes + 2, 9, k, planes, n, device=weight.device, dtype=torch.float16)
+    for j in range(planes):
+        gemm[j : j + 3, :, :kk, j, :nn] = taps
+    return gemm.reshape((planes + 2) * 9 * k, planes * n)
 
 
 def _part_counts(d: int, h: int, w: int, launch: ConvLaunch, device: torch.device) -> torch.Tensor:
@@ -300,65 +273,67 @@ def conv3x3x3(
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of a channels-last fp16 tensor.
 
     Args:
-        x: ``[B, C, D, H, W]`` fp16 in ``torch.channels_last_3d``; only its first ``weights.shape[0] // 27`` channels
-            are read (the rest may be zero padding).
-        weights: from :py:func:`conv3x3x3_weights`: rows split by :py:func:`channel_pieces`, columns a power of two
-            from 16 to 128.
+        x: ``[B, C, D, H, W]`` fp16 in ``torch.channels_last_3d``; only the input channels the weights hold are read
+            (the rest may be zero padding).
+        weights: from :py:func:`conv3x3x3_weights` with ``planes=launch.planes``: input channels split by
+            :py:func:`channel_pieces`, output columns per plane a power of two from 16 to 128.
         stats: also return the output's per-(sample, channel) ``(mean, var)``, each ``[B, C_out]`` float32, of the
             values as stored.
         residual: a tensor of the output's shape and layout added to the convolution (before the statistics).
         launch: the launch configuration.
 
     Returns:
-        ``(y, stats)``: ``y`` ``[B, weights.shape[1], D, H, W]`` channels-last fp16; the statistics or ``None``.
+        ``(y, stats)``: ``y`` ``[B, weights.shape[1] // launch.planes, D, H, W]`` channels-last fp16; the statistics
+        or ``None``.
     """
     if x.dtype != torch.float16 or not x.is_contiguous(memory_format=torch.channels_last_3d):
         raise ValueError(f"conv3x3x3 takes a channels-last fp16 tensor, got {x.dtype} with strides {x.stride()}.")
     check_kernel_input(x, "conv3x3x3")
     n_b, c_in, d, h, w = x.shape
-    k_real, c_out = weights.shape[0] // 27, weights.shape[1]
-    if weights.shape[0] % 27 or k_real > c_in:
-        raise ValueError(f"weights of shape {tuple(weights.shape)} do not fit an input of {c_in} channels.")
-    k0, k1 = channel_pieces(k_real)
+    planes, bh, bw = launch.planes, launch.block_h, launch.block_w
+    rows, cols = weights.shape
+    if rows % ((planes + 2) * 9) or cols % planes or rows // ((planes + 2) * 9) > c_in:
+        raise ValueError(
+            f"weights of shape {tuple(weights.shape)} do not fit an input of {c_in} channels and {planes} plane(s) per "
+            "program: build them with conv3x3x3_weights(..., planes=launch.planes)."
+        )
+    k0, k1 = channel_pieces(rows // ((planes + 2) * 9))
+    c_out = cols // planes
     if c_out not in (16, 32, 64, 128):
-        raise ValueError(f"conv3x3x3 writes 16, 32, 64 or 128 output channels, the weights have {c_out} columns.")
+        raise ValueError(f"conv3x3x3 writes 16, 32, 64 or 128 output channels, the weights have {c_out} per plane.")
     y = torch.empty((n_b, c_out, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
     if residual is not None and (residual.shape != y.shape or residual.stride() != y.stride()):
         raise ValueError(f"the residual must be a channels-last tensor of shape {tuple(y.shape)}.")
-    bh, bw = launch.block_h, launch.block_w
 
-    def descriptor(t: torch.Tensor, channels: int):
-        return TensorDescriptor.from_tensor(t.permute(0, 2, 3, 4, 1), [1, 1, bh, bw, max(channels, 16)])
+    def descriptor(t: torch.Tensor, box_planes: int, channels: int):
+        return TensorDescriptor.from_tensor(t.permute(0, 2, 3, 4, 1), [1, box_planes, bh, bw, max(channels, 16)])
 
-    n_programs = n_b * triton.cdiv(d, launch.planes) * triton.cdiv(h, bh) * triton.cdiv(w, bw)
+    n_programs = n_b * triton.cdiv(d, planes) * triton.cdiv(h, bh) * triton.cdiv(w, bw)
     mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
     if stats:
-        mean = torch.empty((n_programs * launch.planes, c_out), device=x.device, dtype=torch.float32)
+        mean = torch.empty((n_programs * planes, c_out), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
     _conv_kernel[(n_programs,)](
-        x,
-        descriptor(x, k0),
-        descriptor(x, k1),
-        TensorDescriptor.from_tensor(weights, [k0, c_out]),
-        TensorDescriptor.from_tensor(weights, [max(k1, 16), c_out]),
-        descriptor(y, c_out),
-        descriptor(residual if residual is not None else y, c_out),
+        descriptor(x, 1, k0),
+        descriptor(x, 1, k1),
+        TensorDescriptor.from_tensor(weights, [k0, cols]),
+        TensorDescriptor.from_tensor(weights, [max(k1, 16), cols]),
+        descriptor(y, planes, c_out),
+        descriptor(residual if residual is not None else y, planes, c_out),
         mean,
         m2,
         d,
         h,
         w,
-        c_in,
         K0=k0,
         K1=k1,
         N=c_out,
-        PLANES=launch.planes,
+        PLANES=planes,
         BLOCK_H=bh,
         BLOCK_W=bw,
         STATS=stats,
         RESIDUAL=residual is not None,
         SWAP=launch.swap,
-        L1_LOADS=launch.loads == "l1",
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )

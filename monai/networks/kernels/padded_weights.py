@@ -98,9 +98,11 @@ class PaddedWeights:
 
         return self._cached(conv, (dtype, in_channels), make)
 
-    def gemm(self, conv: nn.Conv3d) -> torch.Tensor:
-        """The fp16 GEMM operand of a bias-free 3x3x3 ``conv`` for :py:func:`~monai.networks.kernels.conv3d.conv3x3x3`:
-        its real input channels, its output channels padded to :py:func:`padded_channels`."""
+    def gemm(self, conv: nn.Conv3d, planes: int = 1) -> torch.Tensor:
+        """The fp16 GEMM operand of a bias-free 3x3x3 ``conv`` for :py:func:`~monai.networks.kernels.conv3d.conv3x3x3`
+        with ``planes`` output planes per program: its real input channels, its output channels padded to
+        :py:func:`padded_channels`."""
+        n = padded_channels(conv.out_channels)
         return self._cached(
-            conv, ("gemm",), lambda: conv3x3x3_weights(conv.weight, out_columns=padded_channels(conv.out_channels))
+            conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
         )

@@ -176,7 +176,7 @@ class FusedClassBranch:
         """``conv(x) (+ residual)`` and, where the Triton kernels compute them on the way, its statistics."""
         launch = self._triton_launch(conv, x)
         if launch is not None:
-            return conv3x3x3(x, self.weights.gemm(conv), stats=True, residual=residual, launch=launch)
+            return conv3x3x3(x, self.weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
         y = self._conv(conv, x)
         return self._add(y, residual) if residual is not None else (y, None)
 

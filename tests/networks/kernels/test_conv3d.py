@@ -48,7 +48,7 @@ class TestConv3x3x3(unittest.TestCase):
     # (batch, stored in, real in, real out, stored out, D, H, W, block_h, block_w, planes): powers of two; 48 = 32 + 16
     # input channels; padding channels never read and computed as zeros; planes the patches do not divide; a window
     # smaller than a patch; two output planes per program, with an odd depth (the last program's second plane lies
-    # outside the volume); the transposed product (swap); input patches by L1-cached pointer loads
+    # outside the volume); four planes; the transposed product (swap)
     @parameterized.expand(
         [
             (2, 16, 16, 32, 32, 3, 5, 19, 4, 8, 1),
@@ -58,18 +58,19 @@ class TestConv3x3x3(unittest.TestCase):
             (1, 32, 32, 32, 32, 4, 4, 8, 4, 8, 2),
             (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 1, True),
             (1, 64, 48, 48, 64, 3, 4, 8, 4, 8, 2, True),
-            (2, 64, 48, 48, 64, 3, 5, 9, 4, 8, 1, True, "l1"),
-            (1, 64, 48, 48, 64, 3, 4, 8, 4, 8, 2, False, "l1"),
+            (1, 64, 48, 48, 64, 6, 4, 8, 4, 8, 4, True),
+            (1, 16, 16, 16, 16, 3, 4, 8, 4, 8, 4),
         ]
     )
     def test_against_float64(
-        self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes, swap=False, loads="tma"
+        self, batch, c_store, c_in, c_out, out_channels, d, h, w, block_h, block_w, planes, swap=False
     ):
         g = torch.Generator().manual_seed(c_in + h)
         x = _padded_input(g, batch, c_store, c_in, d, h, w)
         weight = (torch.randn(c_out, c_in, 3, 3, 3, generator=g) / (27 * c_in) ** 0.5).to(DEVICE)
-        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes, swap=swap, loads=loads)
-        y, (mean, var) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=out_channels), stats=True, launch=launch)
+        launch = ConvLaunch(block_h=block_h, block_w=block_w, planes=planes, swap=swap)
+        gemm = conv3x3x3_weights(weight, out_columns=out_channels, planes=planes)
+        y, (mean, var) = conv3x3x3(x, gemm, stats=True, launch=launch)
         ref = F.conv3d(x[:, :c_in].double(), weight.double(), padding=1)
         self.assertEqual(tuple(y.shape), (batch, out_channels, d, h, w))
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
@@ -91,7 +92,8 @@ class TestConv3x3x3(unittest.TestCase):
         residual[:, c:] = 0
         residual = _channels_last(residual)
         launch = ConvLaunch(block_h=4, block_w=8, planes=planes, swap=swap)
-        y, (mean, _) = conv3x3x3(x, conv3x3x3_weights(weight, out_columns=c_store), True, residual, launch)
+        gemm = conv3x3x3_weights(weight, out_columns=c_store, planes=planes)
+        y, (mean, _) = conv3x3x3(x, gemm, True, residual, launch)
         ref = F.conv3d(x[:, :c].double(), weight.double(), padding=1) + residual[:, :c].double()
         self.assertLess(((y[:, :c].double() - ref).norm() / ref.norm()).item(), 1e-3)
         self.assertTrue(torch.equal(y[:, c:], torch.zeros_like(y[:, c:])))
@@ -120,14 +122,34 @@ class TestConv3x3x3(unittest.TestCase):
             conv3x3x3(x, conv3x3x3_weights(torch.randn(16, 32, 3, 3, 3).to(DEVICE)))
         with self.assertRaisesRegex(ValueError, "two powers of two"):
             conv3x3x3(x[:, :8].contiguous(memory_format=torch.channels_last_3d), w[: 27 * 8])
-        with self.assertRaisesRegex(ValueError, "the weights have 48 columns"):
+        with self.assertRaisesRegex(ValueError, "the weights have 48 per plane"):
             conv3x3x3(x, conv3x3x3_weights(torch.randn(48, 16, 3, 3, 3).to(DEVICE)))
+        with self.assertRaisesRegex(ValueError, r"planes=launch.planes"):  # stacked for 2 planes, launched with 1
+            conv3x3x3(x, conv3x3x3_weights(torch.randn(16, 16, 3, 3, 3).to(DEVICE), planes=2))
         with self.assertRaisesRegex(ValueError, "residual"):
             conv3x3x3(x, w, residual=x[:, :8])
-        with self.assertRaisesRegex(ValueError, "planes must be 1 or 2"):
+        with self.assertRaisesRegex(ValueError, "planes must be 1, 2 or 4"):
             ConvLaunch(planes=3)
-        with self.assertRaisesRegex(ValueError, "loads must be 'tma' or 'l1'"):
-            ConvLaunch(loads="smem")
+
+
+class TestStackedWeights(unittest.TestCase):
+    @parameterized.expand([(1,), (2,), (4,)])
+    def test_blocks(self, planes):
+        # block (input plane p, shift s) feeds output plane j through depth tap p - j, zeros elsewhere
+        weight = torch.randn(6, 5, 3, 3, 3)
+        gemm = conv3x3x3_weights(weight, in_channels=8, out_columns=16, planes=planes)
+        self.assertEqual(tuple(gemm.shape), ((planes + 2) * 9 * 8, planes * 16))
+        blocks = gemm.view(planes + 2, 3, 3, 8, planes, 16)
+        for p in range(planes + 2):
+            for j in range(planes):
+                block = blocks[p, :, :, :, j]
+                if 0 <= p - j <= 2:
+                    expected = weight[:, :, p - j].permute(2, 3, 1, 0).half()  # [kh, kw, in, out]
+                    torch.testing.assert_close(block[:, :, :5, :6], expected)
+                    self.assertEqual(block[:, :, 5:].abs().sum().item(), 0.0)
+                    self.assertEqual(block[:, :, :, 6:].abs().sum().item(), 0.0)
+                else:
+                    self.assertEqual(block.abs().sum().item(), 0.0)
 
 
 class TestChannelPieces(unittest.TestCase):
