@@ -2,7 +2,7 @@
 # The H200 measurements recorded in docs/benchmarks.md, one run per name (named by what it measures).
 # Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh OUTDIR RUN [RUN ...]
 #   everything            fork (fused path) vs upstream everything-segmentation, full logits, sw_batch_size 1,4,14,auto
-#   fused                 the fused forward vs the module path (bs 1,2,14), its kernels vs PyTorch's, a kernel profile
+#   fused                 the fused forward vs the module path and its cuDNN variant (bs 1,2,14), its kernels, kernel profiles (bs 1, 14)
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
@@ -48,7 +48,7 @@ for run in "$@"; do
   class_head) step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json" ;;
   class_memory) step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json" ;;
   sw_timing) step sw_timing 90 python3 tests/benchmarks/sliding_window_timing.py --device cuda --json "$out/sw_timing.json" ;;
-  fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --profile 14 --json "$out/fused.json" ;;
+  fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --triton-conv default,cudnn --profile 1,14 --json "$out/fused.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
   ncu_conv) step ncu_conv 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -k regex:_conv_kernel python3 tests/benchmarks/ncu_conv3d.py ;;
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;

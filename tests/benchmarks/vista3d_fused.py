@@ -21,7 +21,7 @@ Three parts, each optional:
 * ``--forward``: ``vista3d132`` (random weights, 117 classes, fp16 autocast) on window batches of each size, module
   path and fused path: ms per window, peak GiB, and the agreement of their logits (max / mean abs difference) and
   labels (argmax over classes, background where no logit is > 0).
-* ``--profile B``: the CUDA kernels of one fused forward of batch ``B``, grouped by kind, with their share.
+* ``--profile B,...``: the CUDA kernels of one fused forward of each batch ``B``, grouped by kind, with their share.
 
     python tests/benchmarks/vista3d_fused.py --device cuda --kernels --conv --forward \
         --sw-batch-sizes 1,2,14 --profile 14
@@ -487,7 +487,7 @@ def main(argv=None) -> int:
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--profile", type=int, default=0, help="profile one fused forward of this many windows")
+    p.add_argument("--profile", default="", help="profile one fused forward of each of these window batches (1,14)")
     p.add_argument(
         "--memory-snapshot",
         default=None,
@@ -515,7 +515,7 @@ def main(argv=None) -> int:
         out["memory"] = memory_peak(dev, max(int(b) for b in a.sw_batch_sizes.split(",")), roi, a.classes,
                                     a.memory_snapshot)  # fmt: skip
     if a.profile and cuda:
-        out["profile"] = profile(dev, a.profile, roi, a.classes)
+        out["profile"] = {bs: profile(dev, bs, roi, a.classes) for bs in map(int, a.profile.split(","))}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

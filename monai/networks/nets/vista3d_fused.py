@@ -24,7 +24,6 @@ zeros throughout, so the logits are those of the module path up to fp16 rounding
 
 from __future__ import annotations
 
-from collections.abc import Callable
 
 import torch
 import torch.nn as nn
@@ -50,7 +49,7 @@ GRAPH_MAX_WINDOWS = 4
 # channels only, the next norm's statistics and the residual add in its epilogue) with this launch; the others on
 # cuDNN (measured on the H200: docs/benchmarks.md, "The Triton convolution on the fused path")
 TRITON_CONV = {
-    64: ConvLaunch(16, 16, num_warps=4, num_stages=3, swap=True),
+    64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
     128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
 }
 
@@ -223,18 +222,12 @@ class FusedClassBranch:
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
         return self._conv_norm_input(block.conv2, y, residual=x)
 
-    def _unet_res_block(self, block: nn.Module, x: torch.Tensor, stats: tuple | None) -> tuple[torch.Tensor, None]:
+    def _unet_res_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
         block = _res_block(block)
         y, y_stats = self._conv_norm_input(block.conv1.conv, x)
         y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True, stats=y_stats)
         y, y_stats = self._conv_norm_input(block.conv2.conv, y)
-        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats), None
-
-    def _blocks(self, blocks: nn.Module, x: torch.Tensor, run: Callable, stats: tuple | None = None) -> tuple:
-        """Run ``blocks`` on ``x`` (whose statistics, when known, are ``stats``); returns the output and its stats."""
-        for block in blocks:
-            x, stats = run(block, x, stats)
-        return x, stats
+        return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats)
 
     # ---- the branch ---------------------------------------------------------------------------------------------
     def features(self, image: torch.Tensor) -> torch.Tensor:
@@ -247,9 +240,13 @@ class FusedClassBranch:
             )
         encoder = segresnet.encoder
         x = self._first_conv(encoder.conv_init, image)
+        # the blocks run in this frame's loops: a helper called with a level's input would hold that tensor for all
+        # of the level's blocks (measured: a fourth full-resolution tensor at the class head, 1.0 GiB per window)
         skips = []
         for level in encoder.layers:
-            x, _ = self._blocks(level["blocks"], x, self._segres_block)
+            stats = None
+            for block in level["blocks"]:
+                x, stats = self._segres_block(block, x, stats)
             skips.append(x)
             if isinstance(level["downsample"], nn.Conv3d):
                 x = self._conv(level["downsample"], x)
@@ -257,9 +254,12 @@ class FusedClassBranch:
         for level in segresnet.up_layers_auto:
             x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
             x, stats = self._add(x, skips.pop())
-            x, _ = self._blocks(level["blocks"], x, self._segres_block, stats)
+            for block in level["blocks"]:
+                x, stats = self._segres_block(block, x, stats)
         x = self._conv(segresnet.up_layers_auto[-1]["head"], x)
-        return self._blocks(self.net.class_head.image_post_mapping, x, self._unet_res_block)[0]
+        for block in self.net.class_head.image_post_mapping:
+            x = self._unet_res_block(block, x)
+        return x
 
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding``
