@@ -140,6 +140,10 @@ if triton is not None:
                 shift.dtype
             )
         shift = shift.to(tl.float32)
+        if HAS_ADDEND:
+            # the loop below writes the sum into row `start`: no thread may store it before every thread has read
+            # the shift from there (else some threads shift by x + 2 * addend and the statistics come out wrong)
+            tl.debug_barrier()
         acc1 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         acc2 = tl.zeros([BLOCK_S, BLOCK_C], dtype=tl.float32)
         for r0 in range(0, ROWS_PER_PART, BLOCK_S):  # ROWS_PER_PART is a multiple of BLOCK_S
