@@ -215,7 +215,20 @@ if triton is not None:
 
 
 _BLOCK_C = 64  # channels per program; every channel count the kernels take is a multiple of it
-_STATS_ROWS = 4096  # rows a statistics program reduces before it writes a partial result
+_STATS_ROWS = 4096  # the most rows a statistics program reduces before it writes a partial result
+# below this many programs the statistics of the low-resolution levels left most SMs idle: at one window a 16^3
+# level took 6 programs of 4096 rows each, ~40 us per pass (H200)
+_STATS_PROGRAMS = 512
+
+
+def _rows_per_part(n_rows: int, columns: int, block_s: int) -> int:
+    """Rows per statistics program for ``n_rows`` rows in ``columns`` (channel blocks x samples) independent
+    columns: ``_STATS_ROWS``, halved (down to ``block_s``) while the grid would have fewer than ``_STATS_PROGRAMS``
+    programs."""
+    rows = _STATS_ROWS
+    while rows > block_s and -(-n_rows // rows) * columns < _STATS_PROGRAMS:
+        rows //= 2
+    return rows
 
 
 def _check_rows(x: torch.Tensor) -> torch.Tensor:
@@ -243,7 +256,8 @@ def instance_stats(
     n_batch, n_rows, n_chan = rows.shape
     if add is not None and add.shape != x.shape:
         raise ValueError(f"the addend's shape {tuple(add.shape)} differs from the input's {tuple(x.shape)}.")
-    n_parts = triton.cdiv(n_rows, _STATS_ROWS)
+    rows_per_part = _rows_per_part(n_rows, n_chan // _BLOCK_C * n_batch, block_s)
+    n_parts = triton.cdiv(n_rows, rows_per_part)
     part_mean = torch.empty(n_batch, n_parts, n_chan, device=x.device, dtype=torch.float32)
     part_m2 = torch.empty_like(part_mean)
     grid = (n_parts, n_chan // _BLOCK_C, n_batch)
@@ -256,13 +270,13 @@ def instance_stats(
         n_chan,
         n_parts,
         HAS_ADDEND=add is not None,
-        ROWS_PER_PART=_STATS_ROWS,
+        ROWS_PER_PART=rows_per_part,
         BLOCK_S=block_s,
         BLOCK_C=_BLOCK_C,
         num_warps=num_warps,
     )
-    counts = torch.full((n_parts,), float(_STATS_ROWS), device=x.device)
-    counts[-1:].fill_(n_rows - _STATS_ROWS * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture
+    counts = torch.full((n_parts,), float(rows_per_part), device=x.device)
+    counts[-1:].fill_(n_rows - rows_per_part * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture
     return merge_parts(part_mean, part_m2, counts)
 
 

@@ -26,6 +26,7 @@ from monai.networks.kernels import (
     norm_act_reference,
     unavailable_reason,
 )
+from monai.networks.kernels.instance_norm import _rows_per_part
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 KERNELS_RUN = unavailable_reason(DEVICE) is None
@@ -206,6 +207,18 @@ class TestMergeParts(unittest.TestCase):
         merged_mean, var = merge_parts(mean, m2, torch.tensor(sizes, dtype=torch.float64))
         torch.testing.assert_close(merged_mean, x.mean(1))
         torch.testing.assert_close(var, x.var(1, unbiased=False))
+
+
+class TestStatisticsParts(unittest.TestCase):
+    # (rows, channel blocks x samples, block rows, rows per part): 4096 where the grid is large; halved while it has
+    # fewer than 512 programs, down to the block
+    @parameterized.expand(
+        [(128**3, 14, 64, 4096), (128**3, 1, 64, 4096), (32**3, 3, 64, 128), (16**3, 6, 64, 64), (64**3, 2, 64, 1024)]
+    )
+    def test_rows_per_part(self, n_rows, columns, block_s, expected):
+        rows = _rows_per_part(n_rows, columns, block_s)
+        self.assertEqual(rows, expected)
+        self.assertTrue(rows == block_s or -(-n_rows // rows) * columns >= 512)
 
 
 if __name__ == "__main__":
