@@ -16,8 +16,9 @@ channels. It walks the ``PLANES + 2`` input planes those outputs need, and for e
 the shifted input patch once with a rank-5 tensor descriptor (TMA on Hopper; what lies outside the volume arrives as
 zeros, which is the convolution's padding) and multiplies it by one ``[C_in, PLANES * C_out]`` block of "stacked"
 weights: column block ``j`` holds the tap that input plane feeds output plane ``j`` through (zeros where it feeds
-none). So each input patch is read once for all the output planes it serves, and with two planes the product has
-128 rows: one warp group per plane, where two chained 64-row products would make Triton duplicate work across warps.
+none). So each input patch is read, and its weights fetched, once for all the output planes it serves, in one
+product of ``PLANES * C_out`` rows (two chained 64-row products per patch, the earlier form, fetched each tap's
+weights once per plane and on 8 warps got two MMA layouts with a conversion between them).
 
 An input channel count that is not a power of two (VISTA3D's 48 and 96) is read as two power-of-two pieces (32 + 16,
 64 + 32), so the zero padding channels of the input tensor are neither read nor multiplied. The output side is one
