@@ -24,7 +24,6 @@ zeros throughout, so the logits are those of the module path up to fp16 rounding
 
 from __future__ import annotations
 
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
