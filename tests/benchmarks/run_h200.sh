@@ -7,6 +7,7 @@
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
+#   gluon_resident        the draft persistent Gluon convolution with resident weights (experiments/gluon_conv3d)
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   class_head            the broadcast class head against upstream's loop (PR 01)
@@ -30,7 +31,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,31p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,32p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -54,6 +55,7 @@ for run in "$@"; do
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
+  gluon_resident) step gluon_resident 120 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_fused 150 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;
