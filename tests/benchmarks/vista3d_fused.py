@@ -152,7 +152,7 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
     input channels only (48 = 32 + 16), with one or two output planes per program, and with the residual add and
     the next norm's statistics folded in."""
     from monai.networks.kernels.conv3d import ConvLaunch, conv3x3x3, conv3x3x3_weights
-    from monai.networks.kernels.instance_norm import merge_parts
+    from monai.networks.kernels.instance_norm import merge_parts, merge_parts_triton
     from monai.networks.kernels.padded_weights import pad_channels, padded_channels
 
     cuda = dev.type == "cuda"
@@ -212,13 +212,19 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         )
         rows[-1]["rel_err"] = err
         print(f"{channels} ch, {label:72s} {ms:8.3f} ms {flop / ms / 1e9:7.1f} TFLOP/s rel. err {err:.2e}", flush=True)
-    # the statistics' merge (PyTorch, part of every "+stats" row above) on its own
+    # the statistics' merge (Triton, part of every "+stats" row above) on its own, beside its PyTorch reference
     n_parts = batch * size * (size // 16) ** 2
-    parts = torch.rand(n_parts, cp, device=dev), torch.rand(n_parts, cp, device=dev)
-    counts = torch.full((n_parts // batch,), 256.0, device=dev)
-    ms = bench(lambda: merge_parts(parts[0].view(batch, -1, cp), parts[1].view(batch, -1, cp), counts), cuda)
-    rows.append({"op": f"merge of {n_parts} x {cp} patch statistics", "ms": ms})
-    print(f"{channels} ch, {'merge of the patch statistics (16x16 patches)':72s} {ms:8.3f} ms", flush=True)
+    mean, m2 = (torch.rand(batch, n_parts // batch, cp, device=dev) for _ in range(2))
+    counts = torch.full((batch, n_parts // batch), 256.0, device=dev)
+    merges = {
+        "Triton": lambda: merge_parts_triton(counts, mean, m2),
+        "PyTorch": lambda: merge_parts(mean, m2, counts[0]),
+    }
+    for label, fn in merges.items():
+        ms = bench(fn, cuda)
+        rows.append({"op": f"merge of {n_parts} x {cp} patch statistics, {label}", "ms": ms})
+        name = f"merge of the patch statistics (16x16 patches), {label}"
+        print(f"{channels} ch, {name:72s} {ms:8.3f} ms", flush=True)
     return rows
 
 

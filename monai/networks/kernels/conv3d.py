@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from monai.networks.kernels.instance_norm import merge_parts
+from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_channel", "channel_pieces"]
@@ -92,7 +92,7 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid,
+    def _epilogue(acc, r_desc, y_desc, count_ptr, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid,
                   N: tl.constexpr, PLANES: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
                   STATS: tl.constexpr, RESIDUAL: tl.constexpr, SWAP: tl.constexpr):  # fmt: skip
         BM: tl.constexpr = BLOCK_H * BLOCK_W
@@ -110,13 +110,15 @@ if triton is not None:
             i = tl.arange(0, BM)
             j = tl.arange(0, PLANES)
             inside = (((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W))[None, :] & ((d0 + j) < D)[:, None]
-            n = tl.maximum(tl.sum(inside.to(tl.float32), axis=1), 1.0)
+            count = tl.sum(inside.to(tl.float32), axis=1)
+            n = tl.maximum(count, 1.0)
             vals = tl.where(inside[:, :, None], out.to(tl.float32), 0.0)
             mean = tl.sum(vals, axis=1) / n[:, None]
             centred = tl.where(inside[:, :, None], vals - mean[:, None, :], 0.0)
             cols = (pid * PLANES + j).to(tl.int64)[:, None] * N + tl.arange(0, N)[None, :]
             tl.store(mean_ptr + cols, mean)
             tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=1))
+            tl.store(count_ptr + pid * PLANES + j, count)
 
     @triton.jit
     def _conv_kernel(
@@ -126,6 +128,7 @@ if triton is not None:
         w1_desc,
         y_desc,
         r_desc,
+        count_ptr,
         mean_ptr,
         m2_ptr,
         D,
@@ -165,8 +168,8 @@ if triton is not None:
             if K1 > 0:
                 a1 = x1_desc.load([b, dd, hs, ws, K0]).reshape(BM, K1)
             acc = _tap(acc, a0, a1, w0_desc, w1_desc, t * (K0 + K1), K0, K1, SWAP)
-        _epilogue(acc, r_desc, y_desc, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid, N, PLANES, BLOCK_H, BLOCK_W,
-                  STATS, RESIDUAL, SWAP)  # fmt: skip
+        _epilogue(acc, r_desc, y_desc, count_ptr, mean_ptr, m2_ptr, b, d0, h0, w0, D, H, W, pid,
+                  N, PLANES, BLOCK_H, BLOCK_W, STATS, RESIDUAL, SWAP)  # fmt: skip
 
     @triton.jit
     def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
@@ -254,16 +257,6 @@ def conv3x3x3_weights(
     return gemm.reshape((planes + 2) * 9 * k, planes * n)
 
 
-def _part_counts(d: int, h: int, w: int, launch: ConvLaunch, device: torch.device) -> torch.Tensor:
-    """Voxels inside the volume of each statistics part of one sample (a patch of one plane), in the kernel's
-    order; built on the device (no host copy, so legal inside CUDA graph capture)."""
-    bh, bw, planes = launch.block_h, launch.block_w, launch.planes
-    hs = (h - bh * torch.arange(triton.cdiv(h, bh), device=device)).clamp(max=bh)
-    ws = (w - bw * torch.arange(triton.cdiv(w, bw), device=device)).clamp(max=bw)
-    valid = (torch.arange(triton.cdiv(d, planes) * planes, device=device) < d).view(-1, 1, planes)
-    return (valid * (hs[:, None] * ws[None, :]).view(1, -1, 1)).flatten().float()
-
-
 def conv3x3x3(
     x: torch.Tensor,
     weights: torch.Tensor,
@@ -310,10 +303,11 @@ def conv3x3x3(
         return TensorDescriptor.from_tensor(t.permute(0, 2, 3, 4, 1), [1, box_planes, bh, bw, max(channels, 16)])
 
     n_programs = n_b * triton.cdiv(d, planes) * triton.cdiv(h, bh) * triton.cdiv(w, bw)
-    mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
+    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
     if stats:
         mean = torch.empty((n_programs * planes, c_out), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
+        count = torch.empty(n_programs * planes, device=x.device, dtype=torch.float32)
     _conv_kernel[(n_programs,)](
         descriptor(x, 1, k0),
         descriptor(x, 1, k1),
@@ -321,6 +315,7 @@ def conv3x3x3(
         TensorDescriptor.from_tensor(weights, [max(k1, 16), cols]),
         descriptor(y, planes, c_out),
         descriptor(residual if residual is not None else y, planes, c_out),
+        count,
         mean,
         m2,
         d,
@@ -340,5 +335,4 @@ def conv3x3x3(
     )
     if not stats:
         return y, None
-    counts = _part_counts(d, h, w, launch, x.device)
-    return y, merge_parts(mean.view(n_b, -1, c_out), m2.view(n_b, -1, c_out), counts)
+    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, c_out), m2.view(n_b, -1, c_out))

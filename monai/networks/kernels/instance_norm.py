@@ -22,13 +22,22 @@ kernels to it and it to ``nn.InstanceNorm3d``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
 
-__all__ = ["NormAct", "instance_stats", "merge_parts", "norm_act", "norm_act_reference", "as_rows"]
+__all__ = [
+    "NormAct",
+    "instance_stats",
+    "merge_parts",
+    "merge_parts_triton",
+    "norm_act",
+    "norm_act_reference",
+    "as_rows",
+]
 
 _ACTS = {"none": 0, "relu": 1, "leakyrelu": 2}
 
@@ -112,6 +121,7 @@ if triton is not None:
     def _stats_kernel(
         x_ptr,
         addend_ptr,
+        count_ptr,
         mean_ptr,
         m2_ptr,
         S,
@@ -163,6 +173,62 @@ if triton is not None:
         out = (b * n_parts + part).to(tl.int64) * C + cols
         tl.store(mean_ptr + out, shift + s1 / n)
         tl.store(m2_ptr + out, tl.maximum(s2 - s1 * s1 / n, 0.0))
+        if cb == 0:
+            tl.store(count_ptr + b * n_parts + part, n)
+
+    @triton.jit
+    def _merge_kernel(
+        count_ptr,
+        mean_ptr,
+        m2_ptr,
+        out_count_ptr,
+        out_mean_ptr,
+        out_m2_ptr,
+        n_parts,
+        C,
+        CHUNK: tl.constexpr,
+        FINAL: tl.constexpr,
+        BLOCK_P: tl.constexpr,
+        BLOCK_C: tl.constexpr,
+    ):
+        # one program: CHUNK consecutive parts of one sample, BLOCK_C channels -> one part (FINAL: the sample's
+        # mean and variance). Two passes over the chunk: the count-weighted mean, then the parts' m2 plus their
+        # counts times their squared distance to it (Chan et al.'s merge: no large sum of squares cancels)
+        ck = tl.program_id(0)
+        cb = tl.program_id(1)
+        b = tl.program_id(2)
+        cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+        first = ck * CHUNK
+        row0 = b.to(tl.int64) * n_parts
+        total = tl.zeros([BLOCK_P], dtype=tl.float32)
+        weighted = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+        for p0 in range(0, CHUNK, BLOCK_P):
+            rows = first + p0 + tl.arange(0, BLOCK_P)
+            valid = rows < n_parts
+            n = tl.load(count_ptr + row0 + rows, mask=valid, other=0.0)
+            m = tl.load(mean_ptr + (row0 + rows)[:, None] * C + cols[None, :], mask=valid[:, None], other=0.0)
+            total += n
+            weighted += n[:, None] * m
+        count = tl.sum(total, axis=0)
+        mean = tl.sum(weighted, axis=0) / tl.maximum(count, 1.0)  # a chunk of empty parts: mean 0, weight 0
+        spread = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+        for p0 in range(0, CHUNK, BLOCK_P):
+            rows = first + p0 + tl.arange(0, BLOCK_P)
+            valid = rows < n_parts
+            offs = (row0 + rows)[:, None] * C + cols[None, :]
+            n = tl.load(count_ptr + row0 + rows, mask=valid, other=0.0)
+            d = tl.load(mean_ptr + offs, mask=valid[:, None], other=0.0) - mean[None, :]
+            spread += tl.load(m2_ptr + offs, mask=valid[:, None], other=0.0) + n[:, None] * d * d
+        m2 = tl.sum(spread, axis=0)
+        n_out = tl.num_programs(0)
+        out = (b * n_out + ck).to(tl.int64) * C + cols
+        tl.store(out_mean_ptr + out, mean)
+        if FINAL:
+            tl.store(out_m2_ptr + out, m2 / tl.maximum(count, 1.0))
+        else:
+            tl.store(out_m2_ptr + out, m2)
+            if cb == 0:
+                tl.store(out_count_ptr + b * n_out + ck, count)
 
     @triton.jit
     def _apply_kernel(
@@ -170,12 +236,13 @@ if triton is not None:
         res_ptr,
         y_ptr,
         mean_ptr,
-        rstd_ptr,
+        var_ptr,
         w_ptr,
         b_ptr,
         S,
         C,
         real_channels,
+        eps,
         negative_slope,
         HAS_AFFINE: tl.constexpr,
         HAS_RESIDUAL: tl.constexpr,
@@ -196,7 +263,7 @@ if triton is not None:
         offs = b.to(tl.int64) * S * C + rows.to(tl.int64)[:, None] * C + cols[None, :]
         x = tl.load(x_ptr + offs, mask=real, other=0.0).to(tl.float32)
         mean = tl.load(mean_ptr + b * C + cols)
-        rstd = tl.load(rstd_ptr + b * C + cols)
+        rstd = tl.rsqrt(tl.load(var_ptr + b * C + cols) + eps)
         if HAS_AFFINE:
             scale = rstd * tl.load(w_ptr + cols)
             shift = tl.load(b_ptr + cols) - mean * scale
@@ -260,10 +327,12 @@ def instance_stats(
     n_parts = triton.cdiv(n_rows, rows_per_part)
     part_mean = torch.empty(n_batch, n_parts, n_chan, device=x.device, dtype=torch.float32)
     part_m2 = torch.empty_like(part_mean)
+    part_count = torch.empty(n_batch, n_parts, device=x.device, dtype=torch.float32)
     grid = (n_parts, n_chan // _BLOCK_C, n_batch)
     _stats_kernel[grid](
         rows,
         as_rows(add) if add is not None else rows,
+        part_count,
         part_mean,
         part_m2,
         n_rows,
@@ -275,9 +344,7 @@ def instance_stats(
         BLOCK_C=_BLOCK_C,
         num_warps=num_warps,
     )
-    counts = torch.full((n_parts,), float(rows_per_part), device=x.device)
-    counts[-1:].fill_(n_rows - rows_per_part * (n_parts - 1))  # a fill, not a host copy: legal in CUDA graph capture
-    return merge_parts(part_mean, part_m2, counts)
+    return merge_parts_triton(part_count, part_mean, part_m2)
 
 
 def merge_parts(mean: torch.Tensor, m2: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -293,6 +360,56 @@ def merge_parts(mean: torch.Tensor, m2: torch.Tensor, counts: torch.Tensor) -> t
     merged_mean = (mean * counts).sum(1) / total
     merged_m2 = m2.sum(1) + (counts * (mean - merged_mean[:, None]) ** 2).sum(1)
     return merged_mean, merged_m2 / total
+
+
+_MERGE_CHUNK = 256  # parts one merge program folds into one: a sample's 16384 patches take two launches
+
+
+def merge_parts_triton(
+    count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:py:func:`merge_parts` as Triton launches (one per 256-fold reduction, no host synchronisation), for the
+    partial statistics the kernels write.
+
+    Args:
+        count: ``[B, P]`` float32 values in each part (zero for a part outside the volume).
+        mean, m2: ``[B, P, C]`` float32, contiguous, ``C`` a multiple of 16: each part's mean and sum of squared
+            deviations from it.
+
+    Returns:
+        ``(mean, var)``, each ``[B, C]`` float32 (the biased variance).
+    """
+    n_batch, n_parts, n_chan = mean.shape
+    if count.shape != (n_batch, n_parts) or m2.shape != mean.shape or n_chan % 16:
+        raise ValueError(
+            "merge_parts_triton takes counts [B, P] and statistics [B, P, C] with C a multiple of 16, "
+            f"got {tuple(count.shape)}, {tuple(mean.shape)} and {tuple(m2.shape)}."
+        )
+    block_c = math.gcd(n_chan, _BLOCK_C)
+    while True:
+        final = n_parts <= _MERGE_CHUNK
+        n_out = 1 if final else triton.cdiv(n_parts, _MERGE_CHUNK)
+        out_mean = torch.empty(n_batch, n_out, n_chan, device=mean.device, dtype=torch.float32)
+        out_m2 = torch.empty_like(out_mean)
+        out_count = torch.empty(n_batch, n_out, device=mean.device, dtype=torch.float32) if not final else count
+        _merge_kernel[(n_out, n_chan // block_c, n_batch)](
+            count,
+            mean,
+            m2,
+            out_count,
+            out_mean,
+            out_m2,
+            n_parts,
+            n_chan,
+            CHUNK=_MERGE_CHUNK,
+            FINAL=final,
+            BLOCK_P=64,
+            BLOCK_C=block_c,
+            num_warps=4,
+        )
+        if final:
+            return out_mean.view(n_batch, n_chan), out_m2.view(n_batch, n_chan)
+        count, mean, m2, n_parts = out_count, out_mean, out_m2, n_out
 
 
 def norm_act(
@@ -321,7 +438,6 @@ def norm_act(
     rows = _check_rows(x)
     n_batch, n_rows, n_chan = rows.shape
     mean, var = instance_stats(x) if stats is None else stats
-    rstd = torch.rsqrt(var + spec.eps)
     write_padding = out is None or (out is not x and out is not residual)
     if out is None:
         out = torch.empty_like(x)
@@ -341,12 +457,13 @@ def norm_act(
         res_rows,
         as_rows(out),
         mean,
-        rstd,
+        var,
         w,
         b,
         n_rows,
         n_chan,
         n_chan if real_channels is None else real_channels,
+        spec.eps,
         spec.negative_slope,
         HAS_AFFINE=has_affine,
         HAS_RESIDUAL=residual is not None,

@@ -68,13 +68,14 @@ class PaddedWeights:
     def __init__(self):
         self._cache: dict[tuple, tuple[tuple, tuple]] = {}
 
-    def _cached(self, conv: nn.Module, form: tuple, make: Callable[[], tuple]) -> tuple:
-        key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in (conv.weight, conv.bias) if p is not None)
-        hit = self._cache.get((id(conv),) + form)
+    def _cached(self, module: nn.Module, form: tuple, make: Callable[[], tuple]) -> tuple:
+        params = (module.weight, module.bias)
+        key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in params if p is not None)
+        hit = self._cache.get((id(module),) + form)
         if hit is not None and hit[0] == key:
             return hit[1]
         value = make()
-        self._cache[(id(conv),) + form] = (key, value)
+        self._cache[(id(module),) + form] = (key, value)
         return value
 
     def __call__(
@@ -106,3 +107,13 @@ class PaddedWeights:
         return self._cached(
             conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
         )
+
+    def affine(self, norm: nn.Module, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 ``(weight, bias)`` of an affine ``norm`` zero-padded to ``channels`` (zeros keep the padding
+        channels zero after the norm)."""
+
+        def make() -> tuple[torch.Tensor, torch.Tensor]:
+            pad = (0, channels - norm.num_features)
+            return F.pad(norm.weight.detach().float(), pad), F.pad(norm.bias.detach().float(), pad)
+
+        return self._cached(norm, ("affine", channels), make)

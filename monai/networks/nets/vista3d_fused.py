@@ -197,11 +197,7 @@ class FusedClassBranch:
         stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         spec = _norm_spec(norm, act)
-        weight = bias = None
-        if norm.affine:
-            n = x.shape[1]
-            weight = F.pad(norm.weight.detach().float(), (0, n - norm.num_features))
-            bias = F.pad(norm.bias.detach().float(), (0, n - norm.num_features))
+        weight, bias = self.weights.affine(norm, x.shape[1]) if norm.affine else (None, None)
         if self.kernels == "torch":
             return norm_act_reference(x, weight, bias, spec, residual, norm.num_features)
         return norm_act(x, weight, bias, spec, residual, norm.num_features, out=x if in_place else None, stats=stats)

@@ -22,6 +22,7 @@ from monai.networks.kernels import (
     NormAct,
     instance_stats,
     merge_parts,
+    merge_parts_triton,
     norm_act,
     norm_act_reference,
     unavailable_reason,
@@ -207,6 +208,29 @@ class TestMergeParts(unittest.TestCase):
         merged_mean, var = merge_parts(mean, m2, torch.tensor(sizes, dtype=torch.float64))
         torch.testing.assert_close(merged_mean, x.mean(1))
         torch.testing.assert_close(var, x.var(1, unbiased=False))
+
+
+@unittest.skipUnless(KERNELS_RUN, WHY_NOT)
+class TestMergePartsTriton(unittest.TestCase):
+    # (samples, parts, channels): one launch (<= 256 parts), two and three levels of 256-fold merges
+    @parameterized.expand([(2, 3, 64), (1, 300, 128), (2, 70000, 64)])
+    def test_equals_reference(self, batch, n_parts, channels):
+        g = torch.Generator().manual_seed(n_parts)
+        count = torch.randint(0, 300, (batch, n_parts), generator=g).double()
+        count[:, -1] = 0  # an empty part (a plane past the volume's end): its mean must not count
+        mean = torch.randn(batch, n_parts, channels, generator=g, dtype=torch.float64) + 40
+        mean[:, -1] = 1e4
+        m2 = torch.rand(batch, n_parts, channels, generator=g, dtype=torch.float64) * count[..., None]
+        ref_mean = (mean * count[..., None]).sum(1) / count.sum(1, keepdim=True)
+        ref_m2 = m2.sum(1) + (count[..., None] * (mean - ref_mean[:, None]) ** 2).sum(1)
+        got_mean, got_var = merge_parts_triton(*(t.float().to(DEVICE) for t in (count, mean, m2)))
+        torch.testing.assert_close(got_mean.double().cpu(), ref_mean, rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(got_var.double().cpu(), ref_m2 / count.sum(1, keepdim=True), rtol=1e-4, atol=1e-4)
+
+    def test_rejects_mismatched_shapes(self):
+        mean = torch.zeros(1, 4, 64, device=DEVICE)
+        with self.assertRaisesRegex(ValueError, "counts"):
+            merge_parts_triton(torch.zeros(1, 3, device=DEVICE), mean, mean)
 
 
 class TestStatisticsParts(unittest.TestCase):

@@ -64,5 +64,20 @@ class TestPaddedWeights(unittest.TestCase):
         self.assertEqual(weights(conv, torch.float32, 64)[0].dtype, torch.float32)
 
 
+    def test_norm_affine_padded_and_cached(self):
+        norm = nn.InstanceNorm3d(48, affine=True)
+        nn.init.normal_(norm.weight)
+        nn.init.normal_(norm.bias)
+        weights = PaddedWeights()
+        w, b = weights.affine(norm, 64)
+        self.assertEqual((w.dtype, tuple(w.shape)), (torch.float32, (64,)))
+        torch.testing.assert_close(w[:48], norm.weight.detach())
+        torch.testing.assert_close(b[:48], norm.bias.detach())
+        self.assertTrue(torch.equal(torch.cat([w[48:], b[48:]]), torch.zeros(32)))
+        self.assertIs(weights.affine(norm, 64)[0], w)
+        with torch.no_grad():
+            norm.weight.add_(1.0)  # an in-place write bumps the version: a new copy
+        torch.testing.assert_close(weights.affine(norm, 64)[0][:48], norm.weight.detach())
+
 if __name__ == "__main__":
     unittest.main()
