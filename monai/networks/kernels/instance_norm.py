@@ -188,37 +188,27 @@ if triton is not None:
         C,
         CHUNK: tl.constexpr,
         FINAL: tl.constexpr,
-        BLOCK_P: tl.constexpr,
         BLOCK_C: tl.constexpr,
     ):
         # one program: CHUNK consecutive parts of one sample, BLOCK_C channels -> one part (FINAL: the sample's
-        # mean and variance). Two passes over the chunk: the count-weighted mean, then the parts' m2 plus their
-        # counts times their squared distance to it (Chan et al.'s merge: no large sum of squares cancels)
+        # mean and variance). The chunk is read once, into registers (a loop of dependent loads cost more than the
+        # arithmetic); from it the count-weighted mean, then the parts' m2 plus their counts times their squared
+        # distance to it (Chan et al.'s merge: no large sum of squares cancels)
         ck = tl.program_id(0)
         cb = tl.program_id(1)
         b = tl.program_id(2)
         cols = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-        first = ck * CHUNK
-        row0 = b.to(tl.int64) * n_parts
-        total = tl.zeros([BLOCK_P], dtype=tl.float32)
-        weighted = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
-        for p0 in range(0, CHUNK, BLOCK_P):
-            rows = first + p0 + tl.arange(0, BLOCK_P)
-            valid = rows < n_parts
-            n = tl.load(count_ptr + row0 + rows, mask=valid, other=0.0)
-            m = tl.load(mean_ptr + (row0 + rows)[:, None] * C + cols[None, :], mask=valid[:, None], other=0.0)
-            total += n
-            weighted += n[:, None] * m
-        count = tl.sum(total, axis=0)
-        mean = tl.sum(weighted, axis=0) / tl.maximum(count, 1.0)  # a chunk of empty parts: mean 0, weight 0
-        spread = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
-        for p0 in range(0, CHUNK, BLOCK_P):
-            rows = first + p0 + tl.arange(0, BLOCK_P)
-            valid = rows < n_parts
-            offs = (row0 + rows)[:, None] * C + cols[None, :]
-            n = tl.load(count_ptr + row0 + rows, mask=valid, other=0.0)
-            d = tl.load(mean_ptr + offs, mask=valid[:, None], other=0.0) - mean[None, :]
-            spread += tl.load(m2_ptr + offs, mask=valid[:, None], other=0.0) + n[:, None] * d * d
+        rows = ck * CHUNK + tl.arange(0, CHUNK)
+        valid = rows < n_parts
+        rows = b.to(tl.int64) * n_parts + rows
+        offs = rows[:, None] * C + cols[None, :]
+        n = tl.load(count_ptr + rows, mask=valid, other=0.0)
+        m = tl.load(mean_ptr + offs, mask=valid[:, None], other=0.0)
+        spread = tl.load(m2_ptr + offs, mask=valid[:, None], other=0.0)
+        count = tl.sum(n, axis=0)
+        mean = tl.sum(n[:, None] * m, axis=0) / tl.maximum(count, 1.0)  # a chunk of empty parts: mean 0, weight 0
+        d = m - mean[None, :]
+        spread += n[:, None] * d * d
         m2 = tl.sum(spread, axis=0)
         n_out = tl.num_programs(0)
         out = (b * n_out + ck).to(tl.int64) * C + cols
@@ -362,13 +352,13 @@ def merge_parts(mean: torch.Tensor, m2: torch.Tensor, counts: torch.Tensor) -> t
     return merged_mean, merged_m2 / total
 
 
-_MERGE_CHUNK = 256  # parts one merge program folds into one: a sample's 16384 patches take two launches
+_MERGE_CHUNK = 128  # parts one merge program folds into one: a sample's 16384 patches take two launches
 
 
 def merge_parts_triton(
     count: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:py:func:`merge_parts` as Triton launches (one per 256-fold reduction, no host synchronisation), for the
+    """:py:func:`merge_parts` as Triton launches (one per 128-fold reduction, no host synchronisation), for the
     partial statistics the kernels write.
 
     Args:
@@ -403,9 +393,8 @@ def merge_parts_triton(
             n_chan,
             CHUNK=_MERGE_CHUNK,
             FINAL=final,
-            BLOCK_P=64,
             BLOCK_C=block_c,
-            num_warps=4,
+            num_warps=8,
         )
         if final:
             return out_mean.view(n_batch, n_chan), out_m2.view(n_batch, n_chan)

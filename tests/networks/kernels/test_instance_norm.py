@@ -212,7 +212,7 @@ class TestMergeParts(unittest.TestCase):
 
 @unittest.skipUnless(KERNELS_RUN, WHY_NOT)
 class TestMergePartsTriton(unittest.TestCase):
-    # (samples, parts, channels): one launch (<= 256 parts), two and three levels of 256-fold merges
+    # (samples, parts, channels): one launch (<= 128 parts), two and three levels of 128-fold merges
     @parameterized.expand([(2, 3, 64), (1, 300, 128), (2, 70000, 64)])
     def test_equals_reference(self, batch, n_parts, channels):
         g = torch.Generator().manual_seed(n_parts)
