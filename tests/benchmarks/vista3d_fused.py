@@ -411,6 +411,25 @@ def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str)
     return {"sw_batch_size": bs, "peak_gib": peak, "snapshot": path}
 
 
+def gpu_span_and_busy(events) -> tuple[float, float]:
+    """Milliseconds from the first CUDA kernel's start to the last one's end, and the part of it in which some
+    kernel ran (the union of their intervals): the difference is GPU time lost to launches and host work."""
+    from torch.autograd import DeviceType
+
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA)
+    if not spans:
+        return 0.0, 0.0
+    busy, (start, end) = 0.0, spans[0]
+    for s, e in spans[1:]:
+        if s > end:
+            busy += end - start
+            start, end = s, e
+        else:
+            end = max(end, e)
+    busy += end - start
+    return (max(e for _, e in spans) - spans[0][0]) / 1e3, busy / 1e3
+
+
 def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
@@ -467,6 +486,9 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
         for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
     ]
     print(f"--- CUDA kernels of one fused forward of {bs} windows: {total:.1f} ms ({total / bs:.2f} ms / window)")
+    span, busy = gpu_span_and_busy(prof.events())
+    print(f"  first kernel start to last kernel end {span:.2f} ms, kernels running {busy:.2f} ms, GPU idle between "
+          f"them {span - busy:.2f} ms ({(span - busy) / bs:.3f} ms / window)")  # fmt: skip
     for r in rows:
         print(f"  {r['kind']:28s} {r['ms']:8.2f} ms {r['ms_per_window']:7.2f} ms/window {100 * r['share']:5.1f} %")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
@@ -498,10 +520,12 @@ def main(argv=None) -> int:
         default=None,
         help="write the allocator's history of one fused forward (the largest --sw-batch-sizes) to this pickle",
     )
+    p.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms (cudnn.benchmark)")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
+    torch.backends.cudnn.benchmark = a.cudnn_benchmark
     roi = a.roi or (128 if cuda else 32)
     out: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
     if a.kernels:
