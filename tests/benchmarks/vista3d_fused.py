@@ -521,11 +521,18 @@ def main(argv=None) -> int:
         help="write the allocator's history of one fused forward (the largest --sw-batch-sizes) to this pickle",
     )
     p.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms (cudnn.benchmark)")
+    p.add_argument(
+        "--graph-max-windows", type=int, default=None, help="replay CUDA graphs up to this window batch (default: 4)"
+    )
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    if a.graph_max_windows is not None:
+        from monai.networks.nets import vista3d_fused
+
+        vista3d_fused.GRAPH_MAX_WINDOWS = a.graph_max_windows
     roi = a.roi or (128 if cuda else 32)
     out: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
     if a.kernels:

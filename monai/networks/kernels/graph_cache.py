@@ -13,7 +13,8 @@
 A forward of a hundred small launches on one or two windows is bound by the CPU that issues them; a captured graph
 issues them all at once. The cache captures ``fn`` on first use of an input signature (shapes, dtypes, autocast
 state), copies each call's inputs into the graph's own input buffers, replays, and returns a copy of the output (the
-graph's output buffer is overwritten by the next replay). When a watched parameter changes (its storage or version
+graph's output buffer is overwritten by the next replay), or, for a caller that consumes it at once, the buffer
+itself. When a watched parameter changes (its storage or version
 counter, bumped by every in-place write and by ``load_state_dict``) every graph is dropped and recaptured on demand.
 """
 
@@ -42,12 +43,21 @@ class GraphCache:
         fn: a function of CUDA tensors returning one tensor; it must not synchronise with the host.
         params: tensors ``fn`` reads besides its inputs (e.g. a network's parameters); a change drops the graphs.
         max_graphs: how many input signatures keep a graph (and its memory); the least recently used goes first.
+        copy_output: return a copy of the output; ``False`` returns the graph's own output buffer, which the next
+            call overwrites (work queued on the current stream before that call still reads this call's values).
     """
 
-    def __init__(self, fn: Callable[..., torch.Tensor], params: Sequence[torch.Tensor], max_graphs: int = 2):
+    def __init__(
+        self,
+        fn: Callable[..., torch.Tensor],
+        params: Sequence[torch.Tensor],
+        max_graphs: int = 2,
+        copy_output: bool = True,
+    ):
         self.fn = fn
         self.params = list(params)
         self.max_graphs = max_graphs
+        self.copy_output = copy_output
         self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
         self._fingerprint: tuple = ()
 
@@ -85,4 +95,4 @@ class GraphCache:
         for buffer, value in zip(captured.inputs, inputs):
             buffer.copy_(value)
         captured.graph.replay()
-        return captured.output.clone()
+        return captured.output.clone() if self.copy_output else captured.output

@@ -124,7 +124,9 @@ class FusedClassBranch:
         self.weights = PaddedWeights()
         branch = [net.image_encoder.encoder, net.image_encoder.up_layers_auto, net.class_head.image_post_mapping]
         params = [p for module in branch for p in module.parameters()]
-        self.graphs = GraphCache(self.class_logits, params) if cuda_graphs else None
+        # the graph ends at the class features; the class product runs after each replay into a new tensor, so no
+        # copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out
+        self.graphs = GraphCache(self.features, params, copy_output=False) if cuda_graphs else None
 
     def compute_dtype(self, image: torch.Tensor) -> torch.dtype:
         """The dtype the branch runs ``image`` in: fp16 under fp16 autocast, else the image's own dtype."""
@@ -259,7 +261,11 @@ class FusedClassBranch:
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding``
         ``[K, C_pad]``."""
-        src = self.features(image)
+        return self._project(self.features(image), embedding)
+
+    @staticmethod
+    def _project(src: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """``[W, K, N]`` logits from the class features ``src`` ``[W, C_pad, *spatial]`` (channels-last)."""
         n_win, n_chan = src.shape[:2]
         # [K, C] @ [W, C, N] -> [W, K, N]; the features are [W, N, C] in memory, which cuBLAS reads as a transposed
         # operand, and the embedding is broadcast over the windows with a zero batch stride (no copies)
@@ -282,7 +288,8 @@ class FusedClassBranch:
         embedding = F.pad(embedding, (0, padded_channels(embedding.shape[-1]) - embedding.shape[-1]))
         embedding = embedding.to(self.compute_dtype(image))
         if self.graphs is not None and image.is_cuda and image.shape[0] <= GRAPH_MAX_WINDOWS:
-            logits = self.graphs(image, embedding)
+            # the graph's own features buffer: the product below is queued before any later replay overwrites it
+            logits = self._project(self.graphs(image), embedding)
         else:
             logits = self.class_logits(image, embedding)
         return logits.view(image.shape[0], -1, *image.shape[2:]).transpose(0, 1)
