@@ -110,6 +110,7 @@ def worker(args) -> dict:
     from monai.inferers import SlidingWindowInfererAdapt
 
     dev = torch.device(args.device)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     net = build_net(args.tiny, dev)
     labels = everything_labels()[: args.classes]
     cv = torch.tensor(labels, device=dev).view(-1, 1)
@@ -184,6 +185,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="a tiny network (the CPU default)")
     p.add_argument("--no-fuse", action="store_true", help="run the fork's module path, not the fused one")
     p.add_argument("--upstream", default=None, help="folder where upstream MONAI is pip-installed with --target")
+    p.add_argument("--cudnn-benchmark", action="store_true",
+                   help="cudnn.benchmark on in both workers (the fork's fused path turns it on for itself anyway)")
     p.add_argument("--compare-logits", action="store_true", help="also compare logits (costs host memory)")
     p.add_argument("--compare-logits-max-voxels", type=int, default=16_000_000,
                    help="compare logits only for volumes up to this many voxels (host memory and disk)")

@@ -115,6 +115,29 @@ class TestFusedReference(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "kernels must be one of"):
             build_tiny_vista3d().fuse(kernels="cuda")
 
+    @parameterized.expand([(True, False), (False, False), (False, True)])
+    def test_cudnn_benchmark_scoped(self, switch, caller_setting):
+        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        seen = []
+        real_conv3d = vista3d_fused.F.conv3d
+
+        def spy(*args, **kwargs):
+            seen.append(torch.backends.cudnn.benchmark)
+            return real_conv3d(*args, **kwargs)
+
+        before = torch.backends.cudnn.benchmark
+        try:
+            torch.backends.cudnn.benchmark = caller_setting
+            with mock.patch.object(vista3d_fused, "CUDNN_BENCHMARK", switch), mock.patch.object(
+                vista3d_fused.F, "conv3d", spy
+            ):
+                _logits(net, torch.randn(1, 1, 32, 32, 32))
+            self.assertTrue(seen)
+            self.assertEqual(set(seen), {switch or caller_setting})  # on inside the forward when switched on
+            self.assertEqual(torch.backends.cudnn.benchmark, caller_setting)  # the caller's setting after it
+        finally:
+            torch.backends.cudnn.benchmark = before
+
     def test_shape_check(self):
         net = build_tiny_vista3d().eval().fuse(kernels="torch")
         with self.assertRaisesRegex(ValueError, "divisible"):

@@ -24,6 +24,9 @@ zeros throughout, so the logits are those of the module path up to fp16 rounding
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -51,6 +54,21 @@ TRITON_CONV = {
     64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
     128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
 }
+# the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
+# heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
+# per window at one window, docs/benchmarks.md)
+CUDNN_BENCHMARK = True
+
+
+@contextmanager
+def _cudnn_benchmark(enable: bool) -> Iterator[None]:
+    """``torch.backends.cudnn.benchmark`` on inside the block when ``enable``; the caller's setting after it."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = before or enable
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def _only_child(module: nn.Module, kind: type) -> nn.Module:
@@ -287,9 +305,10 @@ class FusedClassBranch:
         embedding = embedding.reshape(-1, embedding.shape[-1])
         embedding = F.pad(embedding, (0, padded_channels(embedding.shape[-1]) - embedding.shape[-1]))
         embedding = embedding.to(self.compute_dtype(image))
-        if self.graphs is not None and image.is_cuda and image.shape[0] <= GRAPH_MAX_WINDOWS:
-            # the graph's own features buffer: the product below is queued before any later replay overwrites it
-            logits = self._project(self.graphs(image), embedding)
-        else:
-            logits = self.class_logits(image, embedding)
+        with _cudnn_benchmark(CUDNN_BENCHMARK):
+            if self.graphs is not None and image.is_cuda and image.shape[0] <= GRAPH_MAX_WINDOWS:
+                # the graph's own features buffer: the product below is queued before any later replay overwrites it
+                logits = self._project(self.graphs(image), embedding)
+            else:
+                logits = self.class_logits(image, embedding)
         return logits.view(image.shape[0], -1, *image.shape[2:]).transpose(0, 1)
