@@ -410,6 +410,8 @@ def norm_act(
     real_channels: int | None = None,
     out: torch.Tensor | None = None,
     stats: tuple[torch.Tensor, torch.Tensor] | None = None,
+    block_s: int = 128,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     """The Triton version of :py:func:`norm_act_reference` for channels-last CUDA tensors.
 
@@ -423,6 +425,7 @@ def norm_act(
             padding channels are written as zeros only when it is a new tensor: ``x`` and ``residual`` must hold
             zeros there already (the padded layout's invariant).
         stats: ``x``'s ``(mean, var)`` from :py:func:`instance_stats` when already known; computed when ``None``.
+        block_s: rows per program (a power of two); ``num_warps``: warps per program.
     """
     rows = _check_rows(x)
     n_batch, n_rows, n_chan = rows.shape
@@ -439,7 +442,6 @@ def norm_act(
     # without affine parameters the kernel never reads w and b: any float32 tensor stands in, no allocation
     w = weight.float().contiguous() if has_affine else mean
     b = bias.float().contiguous() if has_affine else mean
-    block_s = 128
     grid = (triton.cdiv(n_rows, block_s), n_chan // _BLOCK_C, n_batch)
     _apply_kernel[grid](
         rows,
@@ -460,6 +462,6 @@ def norm_act(
         WRITE_PADDING=write_padding,
         BLOCK_S=block_s,
         BLOCK_C=_BLOCK_C,
-        num_warps=4,
+        num_warps=num_warps,
     )
     return out
