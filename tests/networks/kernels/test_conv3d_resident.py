@@ -1,0 +1,178 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The resident-weight Gluon convolution against float64 (Hopper GPUs only), its input checks and its sm_90 build
+(on any machine)."""
+
+from __future__ import annotations
+
+import unittest
+from unittest import mock
+
+import torch
+import torch.nn.functional as F
+from parameterized import parameterized
+
+from monai.networks.kernels import conv3d_resident
+from monai.networks.kernels.conv3d import conv3x3x3_weights
+from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+REASON = resident_unavailable_reason(DEVICE)
+
+
+def _input(g: torch.Generator, batch: int, channels: int, d: int, h: int, w: int, device: str = DEVICE):
+    """48 random channels, NaN in the padding channels (a kernel that reads them fails the comparison),
+    channels-last fp16."""
+    x = torch.randn(batch, channels, d, h, w, generator=g)
+    x[:, 48:] = float("nan")
+    return x.half().to(device).contiguous(memory_format=torch.channels_last_3d)
+
+
+def _weights(g: torch.Generator, device: str = DEVICE) -> tuple[torch.Tensor, torch.Tensor]:
+    """A ``Conv3d`` weight [48, 48, 3, 3, 3] (outputs of unit scale) and its GEMM operand."""
+    weight = (torch.randn(48, 48, 3, 3, 3, generator=g) / (27 * 48) ** 0.5).to(device)
+    return weight, conv3x3x3_weights(weight, out_columns=64, planes=1)
+
+
+class TestAvailability(unittest.TestCase):
+    def test_reason_off_gpu(self):
+        reason = resident_unavailable_reason("cpu")
+        self.assertIsInstance(reason, str)
+        self.assertGreater(len(reason), 10)
+
+    def test_reason_without_gluon(self):
+        with mock.patch.object(conv3d_resident, "_GLUON_MISSING", "Triton 3.4 has no usable Gluon"):
+            self.assertEqual(resident_unavailable_reason("cuda"), "Triton 3.4 has no usable Gluon")
+
+
+class TestInputChecks(unittest.TestCase):
+    """Bad inputs are refused before any GPU work, so these run on every machine (on the CPU the last check, the
+    device's, refuses the good ones)."""
+
+    def setUp(self):
+        g = torch.Generator().manual_seed(0)
+        self.x = _input(g, 1, 64, 3, 4, 8, device="cpu")
+        _, self.w = _weights(g, device="cpu")
+
+    def test_layout_and_dtype(self):
+        with self.assertRaisesRegex(ValueError, "channels-last"):
+            conv3x3x3_resident(self.x.contiguous(), self.w)
+        with self.assertRaisesRegex(ValueError, "fp16 tensor, got torch.float32"):
+            conv3x3x3_resident(self.x.float(), self.w)
+        with self.assertRaisesRegex(ValueError, r"\[B, C, D, H, W\]"):
+            conv3x3x3_resident(self.x[0], self.w)
+
+    @parameterized.expand([(32,), (52,)])
+    def test_channels(self, channels):
+        x = torch.zeros(1, channels, 2, 3, 4, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+        with self.assertRaisesRegex(ValueError, f"got {channels} channels"):
+            conv3x3x3_resident(x, self.w)
+
+    def test_empty_and_misaligned(self):
+        empty = torch.zeros(0, 64, 2, 3, 4, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+        with self.assertRaisesRegex(ValueError, "non-empty"):
+            conv3x3x3_resident(empty, self.w)
+        # channels-last storage starting one element (2 bytes) past an aligned address
+        shifted = torch.zeros(1 + self.x.numel(), dtype=torch.float16)[1:].view(1, 3, 4, 8, 64).permute(0, 4, 1, 2, 3)
+        self.assertTrue(shifted.is_contiguous(memory_format=torch.channels_last_3d))
+        with self.assertRaisesRegex(ValueError, "16-byte aligned"):
+            conv3x3x3_resident(shifted, self.w)
+
+    @parameterized.expand(
+        [
+            ("two planes", dict(planes=2)),  # stacked for the Triton kernel's two planes per program
+            ("64 input channels", dict(in_channels=64)),
+            ("48 output columns", dict(out_columns=48)),
+        ]
+    )
+    def test_weights(self, _, kwargs):
+        weight = torch.randn(48, 48, 3, 3, 3)
+        with self.assertRaisesRegex(ValueError, r"conv3x3x3_weights\(weight, out_columns=64, planes=1\)"):
+            conv3x3x3_resident(self.x, conv3x3x3_weights(weight, **{"out_columns": 64, **kwargs}))
+
+    def test_weights_dtype(self):
+        with self.assertRaisesRegex(ValueError, "fp16 weights of shape"):
+            conv3x3x3_resident(self.x, self.w.float())
+
+    def test_programs(self):
+        with self.assertRaisesRegex(ValueError, "programs >= 1"):
+            conv3x3x3_resident(self.x, self.w, programs=0)
+
+    def test_device(self):
+        with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
+            conv3x3x3_resident(self.x, self.w)
+
+
+@unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
+class TestBuild(unittest.TestCase):
+    """The kernel compiles for compute capability 9.0 on any machine with Triton and Gluon (no GPU needed)."""
+
+    @parameterized.expand([(False,), (True,)])
+    def test_fits_shared_memory(self, stats):
+        compiled = conv3d_resident.compile_for_sm90(stats=stats)
+        self.assertLessEqual(compiled.metadata.shared, conv3d_resident.SHARED_LIMIT)
+        ptx = compiled.asm["ptx"]
+        self.assertIn("wgmma.mma_async", ptx)
+        self.assertIn("cp.async.bulk.tensor", ptx)
+        # the statistics are its only pointer stores: without them the stand-in pointers (the output) are not written
+        self.assertEqual("st.global" in ptx, stats)
+
+
+@unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")
+class TestResidentConv(unittest.TestCase):
+    # (batch, stored channels, D, H, W, programs): odd D (the last tile's second plane lies outside the volume),
+    # H and W not multiples of the 8 x 16 tile, a volume smaller than one tile, a batch of 3; programs: None = one
+    # per SM, else fewer (each program walks many tiles, so the look-ahead crosses tiles and samples); 48 stored
+    # channels (no padding)
+    @parameterized.expand(
+        [
+            (1, 64, 13, 20, 24, None),
+            (3, 64, 7, 9, 17, 5),
+            (1, 64, 1, 5, 7, None),
+            (3, 64, 5, 3, 6, None),
+            (2, 64, 4, 19, 33, 1),
+            (3, 48, 6, 8, 16, 2),
+            (2, 64, 16, 32, 48, None),
+        ]
+    )
+    def test_against_float64(self, batch, channels, d, h, w, programs):
+        g = torch.Generator().manual_seed(batch * d + h)
+        x = _input(g, batch, channels, d, h, w)
+        weight, gemm = _weights(g)
+        torch.full((batch, 64, d, h, w), float("nan"), device=DEVICE)  # the output is likely to reuse this block
+        y, (mean, var) = conv3x3x3_resident(x, gemm, stats=True, programs=programs)
+        self.assertEqual(tuple(y.shape), (batch, 64, d, h, w))
+        self.assertEqual(y.dtype, torch.float16)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        ref = F.conv3d(x[:, :48].double(), weight.double(), padding=1)
+        # every voxel: fp16 rounding of values of unit scale, fp32 accumulation
+        torch.testing.assert_close(y[:, :48].double(), ref, rtol=2e-3, atol=2e-3)
+        self.assertTrue(torch.equal(y[:, 48:], torch.zeros_like(y[:, 48:])))
+        # the statistics are those of the output as stored (fp16), padding channels included
+        ref_var, ref_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
+        self.assertEqual(tuple(mean.shape), (batch, 64))
+        self.assertEqual(tuple(var.shape), (batch, 64))
+        torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
+        # the statistics epilogue leaves the output as it was
+        y_plain, none = conv3x3x3_resident(x, gemm, programs=programs)
+        self.assertIsNone(none)
+        self.assertTrue(torch.equal(y_plain, y))
+
+    def test_weights_elsewhere(self):
+        g = torch.Generator().manual_seed(1)
+        _, gemm = _weights(g, device="cpu")
+        with self.assertRaisesRegex(ValueError, "the weights are on cpu"):
+            conv3x3x3_resident(_input(g, 1, 64, 2, 3, 4), gemm)
+
+
+if __name__ == "__main__":
+    unittest.main()
