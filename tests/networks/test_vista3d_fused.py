@@ -21,6 +21,7 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.kernels import unavailable_reason
+from monai.networks.kernels.conv3d_resident import resident_unavailable_reason
 from monai.networks.nets import vista3d132, vista3d_fused
 from monai.networks.nets.segresnet_ds import SegResNetDS2
 from tests.networks.tiny_vista3d import build_tiny_vista3d
@@ -32,6 +33,14 @@ CLASSES = torch.tensor([[1], [5], [7]])
 def _logits(net, x, **kw):
     with torch.no_grad():
         return net(x, class_vector=CLASSES.to(x.device), transpose=True, **kw)
+
+
+def _conv_spies():
+    """Patches that count the fused path's calls of the Triton and of the resident-weight convolution."""
+    return (
+        mock.patch.object(vista3d_fused, "conv3x3x3", wraps=vista3d_fused.conv3x3x3),
+        mock.patch.object(vista3d_fused, "conv3x3x3_resident", wraps=vista3d_fused.conv3x3x3_resident),
+    )
 
 
 class TestFusedReference(unittest.TestCase):
@@ -165,16 +174,19 @@ class TestFusedKernels(unittest.TestCase):
 
     def test_triton_convolutions_fp16(self):
         # 48 channels: the full-resolution convolutions (encoder and decoder level 0: 2 each, class head: 4) and the
-        # 96-channel ones of level 1 (2) take the Triton implicit GEMM with the statistics and residual epilogues;
-        # fp16 against the float32 modules
+        # 96-channel ones of level 1 (2) take the Triton implicit GEMM with the statistics and residual epilogues,
+        # except the six 48-channel ones without a residual where the resident-weight kernel runs (Hopper); fp16
+        # against the float32 modules
         torch.manual_seed(0)
         net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
         x = torch.randn(1, 1, 8, 8, 12, device=DEVICE)
         expected = _logits(net, x)
         net.fuse(cuda_graphs=False)  # a graph capture runs the forward twice
-        with mock.patch.object(vista3d_fused, "conv3x3x3", wraps=vista3d_fused.conv3x3x3) as conv:
+        triton_spy, gluon_spy = _conv_spies()
+        with triton_spy as conv, gluon_spy as gluon:
             out = _logits(net, x.half()).float()
-        self.assertEqual(conv.call_count, 10)
+        resident = 6 if resident_unavailable_reason(DEVICE) is None else 0
+        self.assertEqual((conv.call_count, gluon.call_count), (10 - resident, resident))
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
 
@@ -210,6 +222,39 @@ class TestFusedKernels(unittest.TestCase):
         self.assertLess(rel, 5e-3)  # fp16 rounding through ~40 layers of a random network
         same = (out.argmax(1) == expected.argmax(1)).double().mean().item()
         self.assertGreater(same, 0.99)
+
+
+@unittest.skipUnless(
+    resident_unavailable_reason(DEVICE) is None,
+    f"the resident-weight convolution does not run here: {resident_unavailable_reason(DEVICE)}",
+)
+class TestFusedResidentConv(unittest.TestCase):
+    """The fused path with the resident-weight Gluon convolution (Hopper GPUs only)."""
+
+    def test_network_48_channels(self):
+        # feature_size 48: the 48-channel convolutions without a residual (encoder and decoder level 0: 1 each, class
+        # head: 4) take the resident-weight kernel, those with one (level 0: 2) and the 96-channel ones of level 1 (2)
+        # the Triton kernel; two windows (per-sample statistics), a shape no tile divides
+        torch.manual_seed(0)
+        net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
+        x = torch.randn(2, 1, 10, 20, 22, device=DEVICE)
+        expected = _logits(net, x)
+        net.fuse(cuda_graphs=False)
+        triton_spy, gluon_spy = _conv_spies()
+        with triton_spy as conv, gluon_spy as gluon:
+            out = _logits(net, x.half()).float()
+        self.assertEqual((conv.call_count, gluon.call_count), (4, 6))
+        self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
+        self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
+        # the same forward with the Triton kernel in its place
+        with mock.patch.object(vista3d_fused, "RESIDENT_CONV", False):
+            with mock.patch.object(vista3d_fused, "conv3x3x3_resident") as gluon:
+                triton_out = _logits(net, x.half()).float()
+            gluon.assert_not_called()
+        self.assertLess(((out - triton_out).norm() / triton_out.norm()).item(), 5e-3)
+        # replayed as a CUDA graph: the same logits as the eager forward
+        net.fuse()
+        torch.testing.assert_close(_logits(net, x.half()).float(), out, rtol=0, atol=0)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@ image's channel to 8), the layout in which cuDNN's convolutions run fastest; eve
 kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), the
 3x3x3 convolutions of the two finest levels (48 and 96 channels) run as a Triton implicit GEMM over the real
 channels with the next norm's statistics and the residual add in its epilogue
-(:py:mod:`monai.networks.kernels.conv3d`), and no layout conversion runs inside the forward. Padding channels hold
-zeros throughout, so the logits are those of the module path up to fp16 rounding.
+(:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels without a residual add, on Hopper, as a persistent
+Gluon kernel with the weights resident in shared memory and the statistics in its epilogue
+(:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
+channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
 :py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
 """
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
 from monai.networks.kernels.conv3d import ConvLaunch, channel_pieces, conv3x3x3, conv3x3x3_single_channel
+from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
@@ -54,6 +57,10 @@ TRITON_CONV = {
     64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
     128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
 }
+# the 48 -> 48 channel 3x3x3 convolutions without a residual add (with the next norm's statistics) run through the
+# persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): without the statistics 9.36 ms
+# against the Triton kernel's 10.95 ms for 14 x 48 x 128^3 on the H200; False leaves them to TRITON_CONV
+RESIDENT_CONV = True
 # the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
 # heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
 # per window at one window, docs/benchmarks.md)
@@ -175,12 +182,17 @@ class FusedClassBranch:
             y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
 
+    def _plain_3x3x3(self, conv: nn.Module, x: torch.Tensor) -> bool:
+        """Whether ``conv`` on ``x`` is an fp16 3x3x3 convolution of the form the fused kernels take (stride 1, zero
+        padding 1, no bias, dilation or groups) and the fused kernels are on."""
+        if self.kernels != "triton" or x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
+            return False
+        same = conv.kernel_size == (3, 3, 3) and conv.stride == (1, 1, 1) and conv.padding == (1, 1, 1)
+        return same and conv.dilation == (1, 1, 1) and conv.groups == 1 and conv.bias is None
+
     def _triton_launch(self, conv: nn.Module, x: torch.Tensor) -> ConvLaunch | None:
         """The Triton convolution's launch for ``conv`` on ``x``, or ``None`` where cuDNN runs it."""
-        if self.kernels != "triton" or x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
-            return None
-        same = conv.kernel_size == (3, 3, 3) and conv.stride == (1, 1, 1) and conv.padding == (1, 1, 1)
-        if not same or conv.dilation != (1, 1, 1) or conv.groups != 1 or conv.bias is not None:
+        if not self._plain_3x3x3(conv, x):
             return None
         try:
             channel_pieces(conv.in_channels)
@@ -188,10 +200,20 @@ class FusedClassBranch:
             return None
         return TRITON_CONV.get(padded_channels(conv.out_channels))
 
+    def _resident(self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
+        """Whether ``conv(x)`` runs through the resident-weight Gluon kernel: ``RESIDENT_CONV`` on, 48 -> 48
+        channels, no residual add, and a GPU that runs it."""
+        if not RESIDENT_CONV or residual is not None or not self._plain_3x3x3(conv, x):
+            return False
+        return (conv.in_channels, conv.out_channels) == (48, 48) and resident_unavailable_reason(x.device) is None
+
     def _conv_norm_input(
         self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, tuple | None]:
-        """``conv(x) (+ residual)`` and, where the Triton kernels compute them on the way, its statistics."""
+        """``conv(x) (+ residual)`` and, where the Triton or Gluon kernels compute them on the way, its
+        statistics."""
+        if self._resident(conv, x, residual):
+            return conv3x3x3_resident(x, self.weights.gemm(conv, planes=1), stats=True)
         launch = self._triton_launch(conv, x)
         if launch is not None:
             return conv3x3x3(x, self.weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
