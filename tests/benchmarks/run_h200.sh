@@ -5,6 +5,7 @@
 #   everything_bench      the same with cudnn.benchmark on in both (upstream's best with cuDNN's own autotuning)
 #   fused                 the fused forward vs the module path and its cuDNN variant (bs 1,2,14), its kernels, kernel profiles (bs 1, 14)
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
+#   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
@@ -56,6 +57,7 @@ for run in "$@"; do
   fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --triton-conv default,cudnn --profile 1,14 --json "$out/fused.json" ;;
   fused_cudnn_bench) step fused_cudnn_bench 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --cudnn-benchmark --sw-batch-sizes 1,2,14 --profile 1 --json "$out/fused_cudnn_bench.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
+  fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
   ncu_conv) step ncu_conv 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -k regex:_conv_kernel python3 tests/benchmarks/ncu_conv3d.py ;;
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;

@@ -256,19 +256,23 @@ def clear_of_ties(logits: torch.Tensor, margin: float) -> torch.Tensor:
     return ((top[0] - top[1]) > margin) & (top[0].abs() > margin / 2)
 
 
-def conv_tables() -> dict:
-    """Named choices of which convolutions the fused forward runs through the Triton kernel (``--triton-conv``)."""
+def conv_tables() -> dict[str, tuple[dict, bool]]:
+    """Named choices of which convolutions the fused forward runs through the Triton kernel (``--triton-conv``):
+    ``(TRITON_CONV table, RESIDENT_CONV)``; only ``default`` runs the 48-channel convolutions without a residual
+    through the resident-weight Gluon kernel (where the GPU runs it), ``noresident`` is the default without it."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
+    default = dict(vista3d_fused.TRITON_CONV)
     return {
-        "default": dict(vista3d_fused.TRITON_CONV),
-        "cudnn": {},
-        "64s+128s": {64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)},
-        "64s2+128s": {64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)},
-        "64s2w8+128s": {64: L(8, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)},
-        "64s2x16+128s": {64: L(16, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)},
-        "64s4+128s": {64: L(8, 16, 8, 3, 4, True), 128: L(16, 16, 8, 3, 1, True)},
-        "64s2w8+128s2": {64: L(8, 16, 8, 3, 2, True), 128: L(8, 16, 8, 3, 2, True)},
+        "default": (default, True),
+        "noresident": (default, False),
+        "cudnn": ({}, False),
+        "64s+128s": ({64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}, False),
+        "64s2+128s": ({64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
+        "64s2w8+128s": ({64: L(8, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
+        "64s2x16+128s": ({64: L(16, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
+        "64s4+128s": ({64: L(8, 16, 8, 3, 4, True), 128: L(16, 16, 8, 3, 1, True)}, False),
+        "64s2w8+128s2": ({64: L(8, 16, 8, 3, 2, True), 128: L(8, 16, 8, 3, 2, True)}, False),
     }
 
 
@@ -279,7 +283,7 @@ def forward(
     first fused variant is the row's "fused"."""
     cuda = dev.type == "cuda"
     choices = conv_tables()
-    default_table = dict(vista3d_fused.TRITON_CONV)
+    default_table, default_resident = dict(vista3d_fused.TRITON_CONV), vista3d_fused.RESIDENT_CONV
     net = build_net(not cuda, dev)
     labels = torch.tensor(everything_labels()[:n_classes])
     cv = labels.view(-1, 1).to(dev)
@@ -295,8 +299,9 @@ def forward(
         outputs, maps, clear = {}, {}, {}
         for path in ["modules"] + [f"fused[{t}]" for t in tables]:
             if path != "modules":
+                table, vista3d_fused.RESIDENT_CONV = choices[path[6:-1]]
                 vista3d_fused.TRITON_CONV.clear()
-                vista3d_fused.TRITON_CONV.update(choices[path[6:-1]])
+                vista3d_fused.TRITON_CONV.update(table)
             net.fuse(path != "modules", kernels="triton" if cuda else "torch")  # fuse() again: new graphs
             if cuda:
                 torch.cuda.synchronize()
@@ -380,10 +385,12 @@ def forward(
     net.fuse(False)
     vista3d_fused.TRITON_CONV.clear()
     vista3d_fused.TRITON_CONV.update(default_table)
+    vista3d_fused.RESIDENT_CONV = default_resident
     return rows
 
 
-_KINDS = [
+_KINDS = [  # the first kind whose keys a kernel's name contains
+    ("3x3x3 convolution, resident weights (Gluon)", ("_resident_conv_kernel",)),
     ("norm statistics / residual add (Triton)", ("_stats_kernel",)),
     ("first convolution (Triton)", ("_single_channel_kernel",)),
     ("3x3x3 convolution (Triton)", ("_conv_kernel",)),
@@ -523,10 +530,11 @@ def main(argv=None) -> int:
     p.add_argument(
         "--triton-conv",
         default="default",
-        help="comma-separated choices of Triton convolutions for the fused forward (default, cudnn, 64s+128s, "
-        "64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the Triton "
-        "kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = 16x16 "
-        "voxels)",
+        help="comma-separated choices of Triton convolutions for the fused forward (default, noresident, cudnn, "
+        "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
+        "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
+        "16x16 voxels; only default runs the 48-channel convolutions without a residual through the resident-weight "
+        "Gluon kernel, noresident is default without it)",
     )
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)
