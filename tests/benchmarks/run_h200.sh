@@ -35,7 +35,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,35p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,36p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
