@@ -27,10 +27,21 @@ volume, written to part ``2 * tile + plane``; tiles are numbered sample-major, s
 contiguous and :py:func:`~monai.networks.kernels.instance_norm.merge_parts_triton` merges them. Each part is written
 by the one program that owns its tile.
 
+With a ``residual`` (the SegResNet blocks' ``conv2(y) + x``), each plane's residual box is loaded by TMA into the
+output staging buffer as soon as the previous store has read it out: a tile's first plane's during its input plane
+p = 2 (18 patches before its epilogue), its second plane's during the next tile's second patch (7 patches before).
+The epilogue reads it back in the accumulator's layout (``ldmatrix``, mirroring the store's ``stmatrix``), adds it in
+fp32 and overwrites it with the sum, each thread the elements it read, so the residual takes no shared memory of its
+own (one more barrier) and no registers while the products run. Loading it into registers by pointer instead would
+keep 64 fp16 values per thread beside the two 64-register accumulators through the last patches (one 2-byte load per
+value: a thread's accumulator holds pairs of voxels of a channel, 128 B apart), and a coalesced load converted to
+that layout needs a 16 KB scratch buffer the shared memory does not have. Without a residual the kernel is the same
+as before it had one (``r_desc`` is then ``None``, a constexpr).
+
 Measured on the H200, 14 x 48 x 128^3 without statistics: 9.36 ms (390 TFLOP/s) against 10.95 ms for the Triton
-kernel's launch on the fused path. Not here: a residual add (that convolution stays on the Triton kernel) and other
-channel counts. Shared memory: 165,888 B of weights, 4 x 12,288 B of input ring, a 16 KB output staging buffer
-(231,464 B of the 232,448 B an H100/H200 block may have).
+kernel's launch on the fused path. Not here: other channel counts. Shared memory: 165,888 B of weights,
+4 x 12,288 B of input ring, a 16 KB output staging buffer (231,464 B of the 232,448 B an H100/H200 block may have;
+231,480 B with the residual's barrier).
 
 Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API);
 :py:func:`resident_unavailable_reason` says where this kernel cannot run.
@@ -70,6 +81,7 @@ _BLOCK_H, _BLOCK_W = 8, 16  # a tile's voxels per plane: the MMA's N = 128
 _STAGES = 4  # input patches in flight: the most the shared memory holds beside the weights
 _NUM_WARPS = 4  # one warpgroup: both accumulators fit its registers without spills
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
+_DESCRIPTORS = ("x0_desc", "x1_desc", "w0_desc", "w1_desc", "y_desc", "r_desc")  # the kernel's, in its order
 
 
 def resident_unavailable_reason(device: torch.device | str) -> str | None:
@@ -137,14 +149,29 @@ if _GLUON_MISSING is None:
         gl.store(count_ptr + part, count)
 
     @gluon.jit
-    def _store_plane(y_desc, y_s, acc, count_ptr, mean_ptr, m2_ptr, part, b, d, h0, w0, D, H, W,
+    def _load_residual(r_desc, y_s, r_bar, b, d, h0, w0):
+        # the residual box of output plane d into the staging buffer, once its previous store has read it out; the
+        # plane's epilogue waits on r_bar (what lies outside the volume arrives as zeros and is never stored)
+        tma.store_wait(pendings=0)
+        mbarrier.expect(r_bar, r_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(r_desc, [b, d, h0, w0, 0], r_bar, y_s)
+
+    @gluon.jit
+    def _store_plane(y_desc, y_s, acc, r_bar, count_ptr, mean_ptr, m2_ptr, part, b, d, h0, w0, D, H, W,
                      N: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STATS: gl.constexpr,
-                     acc_layout: gl.constexpr):  # fmt: skip
-        # accumulator [N, voxels] -> fp16 output plane d through the staging buffer (TMA clips what lies outside
-        # the volume), then its statistics while the store runs
+                     RESIDUAL: gl.constexpr, R_PHASE: gl.constexpr, acc_layout: gl.constexpr):  # fmt: skip
+        # accumulator [N, voxels] (+ the residual the staging buffer holds, RESIDUAL) -> fp16 output plane d through
+        # the staging buffer (TMA clips what lies outside the volume), then its statistics while the store runs
         BM: gl.constexpr = BLOCK_H * BLOCK_W
-        out = acc.to(gl.float16)
-        tma.store_wait(pendings=0)  # the staging buffer's previous store has been read out
+        if RESIDUAL:
+            # _load_residual waited for the previous store; each thread reads the residual's elements of its own
+            # accumulator registers and overwrites exactly those below, so no thread clobbers another's
+            mbarrier.wait(r_bar, R_PHASE)
+            acc = acc + y_s.reshape([BM, N]).permute((1, 0)).load(acc_layout).to(gl.float32)
+            out = acc.to(gl.float16)
+        else:
+            out = acc.to(gl.float16)
+            tma.store_wait(pendings=0)  # the staging buffer's previous store has been read out
         y_s.reshape([BM, N]).store(gl.permute(out, (1, 0)))
         fence_async_shared()
         tma.async_copy_shared_to_global(y_desc, [b, d, h0, w0, 0], y_s)
@@ -158,6 +185,7 @@ if _GLUON_MISSING is None:
         w0_desc,
         w1_desc,
         y_desc,
+        r_desc,
         count_ptr,
         mean_ptr,
         m2_ptr,
@@ -172,12 +200,14 @@ if _GLUON_MISSING is None:
         BLOCK_W: gl.constexpr,
         STAGES: gl.constexpr,
         STATS: gl.constexpr,
+        RESIDUAL: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         # one persistent program per SM (never more than n_tiles: a program without a tile would leave its first
         # loads in flight); tile t of the program runs 36 patches, patch 9 * p + s: input plane d0 - 1 + p, shift s.
         # It feeds output plane d0 through tap (depth p, shift s) for p <= 2 and plane d0 + 1 through tap
-        # (depth p - 1, shift s) for p >= 1
+        # (depth p - 1, shift s) for p >= 1. RESIDUAL: r_desc reads the residual (None without), which each plane's
+        # TMA load puts into the staging buffer well before its epilogue adds it
         BM: gl.constexpr = BLOCK_H * BLOCK_W
         PATCHES: gl.constexpr = 36
         pid = gl.program_id(0)
@@ -198,6 +228,13 @@ if _GLUON_MISSING is None:
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
         y_s = gl.allocate_shared_memory(gl.float16, [1, 1, BLOCK_H, BLOCK_W, N], y_desc.layout)
+        if RESIDUAL:
+            # a plane's residual load completes this barrier's phase 0 for a first plane, phase 1 for a second: each
+            # tile loads its first plane's residual, then (during the next tile) its second plane's
+            r_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+            mbarrier.init(r_bar, count=1)
+        else:
+            r_bar = w_bar  # never waited on: the kernel without a residual is the same as before it had one
 
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
@@ -227,9 +264,13 @@ if _GLUON_MISSING is None:
                     # the previous tile's second plane, now that the first plane's store has long left the staging
                     # buffer (no wait); the last plane-0 patch's products still run meanwhile
                     if tile != pid:
-                        _store_plane(y_desc, y_s, acc1, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph, pw,
-                                     D, H, W, N, BLOCK_H, BLOCK_W, STATS, acc_layout)  # fmt: skip
+                        _store_plane(y_desc, y_s, acc1, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph,
+                                     pw, D, H, W, N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 1, acc_layout)  # fmt: skip
                     acc1 = gl.zeros([N, BM], gl.float32, acc_layout)
+                if RESIDUAL and p == 2:
+                    # this tile's first plane's residual: the second plane's store above has long been read out, and
+                    # the load has 18 patches' products (~5 us) to arrive
+                    _load_residual(r_desc, y_s, r_bar, b, d0, h0, w0)
                 for s in range(9):
                     stage = count % STAGES
                     mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
@@ -257,51 +298,75 @@ if _GLUON_MISSING is None:
                     elif nxt < n_tiles:  # the next tile's first patches load during this tile's end and epilogue
                         _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, nstage, nb, nd0, nh0, nw0, ahead - PATCHES,
                                     K0)  # fmt: skip
+                    if RESIDUAL and p == 0:
+                        if (s == 1) & (tile != pid):
+                            # the previous tile's second plane's residual, once the first plane's store (issued at
+                            # that tile's end, a patch's products ago) has left the staging buffer; 7 patches (~2 us)
+                            # to arrive before that plane's epilogue at p == 1. Earlier, the wait for the store would
+                            # stall the warpgroup while no products run
+                            _load_residual(r_desc, y_s, r_bar, pb, pd, ph, pw)
                     count += 1
             acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-            _store_plane(y_desc, y_s, acc0, count_ptr, mean_ptr, m2_ptr, 2 * tile, b, d0, h0, w0, D, H, W,
-                         N, BLOCK_H, BLOCK_W, STATS, acc_layout)  # fmt: skip
+            _store_plane(y_desc, y_s, acc0, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * tile, b, d0, h0, w0, D, H, W,
+                         N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 0, acc_layout)  # fmt: skip
             prev = tile
             pb, pd, ph, pw = b, d0 + 1, h0, w0
-        # the last tile's second plane
-        _store_plane(y_desc, y_s, acc1, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph, pw, D, H, W,
-                     N, BLOCK_H, BLOCK_W, STATS, acc_layout)  # fmt: skip
+        # the last tile's second plane (its residual's latency shows here, once per program)
+        if RESIDUAL:
+            _load_residual(r_desc, y_s, r_bar, pb, pd, ph, pw)
+        _store_plane(y_desc, y_s, acc1, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph, pw, D, H, W,
+                     N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 1, acc_layout)  # fmt: skip
         tma.store_wait(pendings=0)
 
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
 
-    def _constexprs(stats: bool, stages: int) -> dict:
+    def _constexprs(stats: bool, stages: int, residual: bool = False) -> dict:
         return dict(
-            K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=stages, STATS=stats, num_warps=_NUM_WARPS
+            K0=_K0,
+            K1=_K1,
+            N=_N,
+            BLOCK_H=_BLOCK_H,
+            BLOCK_W=_BLOCK_W,
+            STAGES=stages,
+            STATS=stats,
+            RESIDUAL=residual,
+            num_warps=_NUM_WARPS,
         )
 
     def _boxes() -> dict[str, list[int]]:
-        # the TMA boxes of the kernel's five descriptors: two input channel pieces, two weight blocks, the output
+        # the TMA boxes of the kernel's six descriptors: two input channel pieces, two weight blocks, the output and
+        # the residual (the output's box: it lands in the output's staging buffer)
         return {
             "x0_desc": [1, 1, _BLOCK_H, _BLOCK_W, _K0],
             "x1_desc": [1, 1, _BLOCK_H, _BLOCK_W, _K1],
             "w0_desc": [_K0, _N],
             "w1_desc": [_K1, _N],
             "y_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
+            "r_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
         }
 
-    def compile_for_sm90(stats: bool = True, stages: int = _STAGES):
+    def compile_for_sm90(stats: bool = True, stages: int = _STAGES, residual: bool = False):
         """The kernel compiled for compute capability 9.0 without a GPU (Triton's ``CompiledKernel``: shared bytes in
         ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests and the experiments."""
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        sig = {k: f"tensordesc<fp16{box},{_layout(box)!r}>".replace(" ", "") for k, box in _boxes().items()}
+        boxes = _boxes()
+        sig = {k: f"tensordesc<fp16{boxes[k]},{_layout(boxes[k])!r}>".replace(" ", "") for k in _DESCRIPTORS}
+        # without a residual r_desc is None, a constexpr as the launcher specialises it: no kernel parameter
+        sig["r_desc"] = sig["y_desc"] if residual else "constexpr"
         sig.update({"count_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32"})
         sig.update({"D": "i32", "H": "i32", "W": "i32", "n_tiles": "i32"})
-        const = _constexprs(stats, stages)
+        const = _constexprs(stats, stages, residual)
         sig.update({k: "constexpr" for k in const})
+        if not residual:
+            const["r_desc"] = None
         src = GluonASTSource(fn=_resident_conv_kernel, signature=sig, constexprs=const)
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=_NUM_WARPS))
 
 
-def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None) -> None:
+def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None, residual: torch.Tensor | None) -> None:
     """Raise ``ValueError`` for anything :py:func:`conv3x3x3_resident` does not take; runs before any GPU work."""
     name = "conv3x3x3_resident"
     if x.ndim != 5 or x.dtype != torch.float16 or not x.is_contiguous(memory_format=torch.channels_last_3d):
@@ -324,17 +389,34 @@ def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None) 
         raise ValueError(f"{name}: the weights are on {weights.device}, the input on {x.device}.")
     if programs is not None and programs < 1:
         raise ValueError(f"{name} takes programs >= 1 (or None: one per SM), got {programs}.")
+    if residual is not None:
+        out_shape = (x.shape[0], _N, *x.shape[2:])
+        if tuple(residual.shape) != out_shape:
+            raise ValueError(
+                f"{name}: the residual must have the output's shape {out_shape}, got {tuple(residual.shape)}."
+            )
+        if residual.dtype != torch.float16 or not residual.is_contiguous(memory_format=torch.channels_last_3d):
+            raise ValueError(
+                f"{name} takes a channels-last fp16 residual, got {residual.dtype} with strides {residual.stride()}."
+            )
+        if residual.device != x.device:
+            raise ValueError(f"{name}: the residual is on {residual.device}, the input on {x.device}.")
+        if residual.data_ptr() % 16:
+            raise ValueError(f"{name} reads the residual by TMA, which needs 16-byte aligned storage.")
     reason = resident_unavailable_reason(x.device)
     if reason is not None:
         raise ValueError(f"{name} cannot run on {x.device}: {reason}.")
 
 
 def conv3x3x3_resident(
-    x: torch.Tensor, weights: torch.Tensor, stats: bool = False, programs: int | None = None
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    stats: bool = False,
+    programs: int | None = None,
+    residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of 48 channels to 48 (written as 64, the last 16
-    zeros), of a channels-last fp16 tensor on a Hopper GPU. No residual add: that convolution takes
-    :py:func:`~monai.networks.kernels.conv3d.conv3x3x3`.
+    zeros), of a channels-last fp16 tensor on a Hopper GPU, plus an optional residual.
 
     Args:
         x: ``[B, C, D, H, W]`` fp16 in ``torch.channels_last_3d`` on a GPU :py:func:`resident_unavailable_reason`
@@ -345,11 +427,14 @@ def conv3x3x3_resident(
             variance), of the values as stored.
         programs: the persistent grid; one program per SM when ``None`` (never more than the tiles). Fewer make each
             program walk more tiles (the tests use this).
+        residual: added to the convolution before the fp16 rounding (in fp32, as
+            :py:func:`~monai.networks.kernels.conv3d.conv3x3x3` adds it) and the statistics: ``[B, 64, D, H, W]``
+            channels-last fp16 on ``x``'s device, channels 48-63 zero (they are added to the output's zero padding).
 
     Returns:
         ``(y, stats)``: ``y`` ``[B, 64, D, H, W]`` channels-last fp16; the statistics or ``None``.
     """
-    _check_inputs(x, weights, programs)
+    _check_inputs(x, weights, programs, residual)
     n_b, _, d, h, w = x.shape
     y = torch.empty((n_b, _N, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
     n_tiles = n_b * triton.cdiv(d, 2) * triton.cdiv(h, _BLOCK_H) * triton.cdiv(w, _BLOCK_W)
@@ -362,11 +447,16 @@ def conv3x3x3_resident(
         count = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
     boxes = _boxes()
     xv, yv = x.permute(0, 2, 3, 4, 1), y.permute(0, 2, 3, 4, 1)  # [B, D, H, W, C] views: channels innermost
+    # without a residual r_desc is None, which the launcher specialises as a constexpr: the kernel it runs then has
+    # neither the parameter nor any of the residual's work
+    rv = residual.permute(0, 2, 3, 4, 1) if residual is not None else None
+    tensors = (xv, xv, weights, weights, yv, rv)
     descs = [
-        TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k]))
-        for t, k in ((xv, "x0_desc"), (xv, "x1_desc"), (weights, "w0_desc"), (weights, "w1_desc"), (yv, "y_desc"))
+        TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k])) if t is not None else None
+        for t, k in zip(tensors, _DESCRIPTORS)
     ]
-    _resident_conv_kernel[(grid,)](*descs, count, mean, m2, d, h, w, n_tiles, **_constexprs(stats, _STAGES))
+    const = _constexprs(stats, _STAGES, residual is not None)
+    _resident_conv_kernel[(grid,)](*descs, count, mean, m2, d, h, w, n_tiles, **const)
     if not stats:
         return y, None
     return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, _N), m2.view(n_b, -1, _N))

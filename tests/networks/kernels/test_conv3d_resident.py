@@ -8,11 +8,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The resident-weight Gluon convolution against float64 (Hopper GPUs only), its input checks and its sm_90 build
-(on any machine)."""
+"""The resident-weight Gluon convolution, without and with a residual, against float64 (Hopper GPUs only), its
+input checks and its sm_90 builds (on any machine)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import unittest
 from unittest import mock
 
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from parameterized import parameterized
 
+import monai
 from monai.networks.kernels import conv3d_resident
 from monai.networks.kernels.conv3d import conv3x3x3_weights
 from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
@@ -34,6 +39,14 @@ def _input(g: torch.Generator, batch: int, channels: int, d: int, h: int, w: int
     x = torch.randn(batch, channels, d, h, w, generator=g)
     x[:, 48:] = float("nan")
     return x.half().to(device).contiguous(memory_format=torch.channels_last_3d)
+
+
+def _residual(g: torch.Generator, batch: int, d: int, h: int, w: int, device: str = DEVICE) -> torch.Tensor:
+    """A residual of the output's shape: 48 random channels of unit scale, the 16 padding channels zero,
+    channels-last fp16."""
+    r = torch.randn(batch, 64, d, h, w, generator=g)
+    r[:, 48:] = 0.0
+    return r.half().to(device).contiguous(memory_format=torch.channels_last_3d)
 
 
 def _weights(g: torch.Generator, device: str = DEVICE) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,21 +122,86 @@ class TestInputChecks(unittest.TestCase):
     def test_device(self):
         with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
             conv3x3x3_resident(self.x, self.w)
+        # a good residual gets as far as the device check
+        with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
+            conv3x3x3_resident(self.x, self.w, residual=torch.zeros_like(self.x))
+
+    @parameterized.expand(
+        [
+            ("48 channels", (1, 48, 3, 4, 8)),  # the output has 64 (48 + zero padding)
+            ("other depth", (1, 64, 2, 4, 8)),
+            ("other batch", (2, 64, 3, 4, 8)),
+        ]
+    )
+    def test_residual_shape(self, _, shape):
+        residual = torch.zeros(shape, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+        with self.assertRaisesRegex(ValueError, r"the residual must have the output's shape \(1, 64, 3, 4, 8\)"):
+            conv3x3x3_resident(self.x, self.w, residual=residual)
+
+    def test_residual_layout_and_dtype(self):
+        with self.assertRaisesRegex(ValueError, "channels-last fp16 residual, got torch.float16 with strides"):
+            conv3x3x3_resident(self.x, self.w, residual=torch.zeros_like(self.x).contiguous())
+        with self.assertRaisesRegex(ValueError, "channels-last fp16 residual, got torch.float32"):
+            conv3x3x3_resident(self.x, self.w, residual=torch.zeros_like(self.x, dtype=torch.float32))
+
+    def test_residual_device_and_alignment(self):
+        elsewhere = torch.zeros_like(self.x, device="meta")
+        with self.assertRaisesRegex(ValueError, "the residual is on meta, the input on cpu"):
+            conv3x3x3_resident(self.x, self.w, residual=elsewhere)
+        # channels-last storage starting one element (2 bytes) past an aligned address
+        shifted = torch.zeros(1 + self.x.numel(), dtype=torch.float16)[1:].view(1, 3, 4, 8, 64).permute(0, 4, 1, 2, 3)
+        with self.assertRaisesRegex(ValueError, "reads the residual by TMA, which needs 16-byte aligned storage"):
+            conv3x3x3_resident(self.x, self.w, residual=shifted)
+
+
+_BUILD_SCRIPT = """
+import json, sys
+from monai.networks.kernels.conv3d_resident import compile_for_sm90
+builds = {}
+for stats in (False, True):
+    for residual in (False, True):
+        c = compile_for_sm90(stats=stats, residual=residual)
+        builds[f"{stats} {residual}"] = {"shared": c.metadata.shared, "ptx": c.asm["ptx"]}
+json.dump(builds, sys.stdout)
+"""
 
 
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
 class TestBuild(unittest.TestCase):
     """The kernel compiles for compute capability 9.0 on any machine with Triton and Gluon (no GPU needed)."""
 
-    @parameterized.expand([(False,), (True,)])
-    def test_fits_shared_memory(self, stats):
-        compiled = conv3d_resident.compile_for_sm90(stats=stats)
-        self.assertLessEqual(compiled.metadata.shared, conv3d_resident.SHARED_LIMIT)
-        ptx = compiled.asm["ptx"]
+    builds: dict = {}
+
+    @classmethod
+    def setUpClass(cls):
+        # in a fresh interpreter without TRITON_INTERPRET: with it (the CPU test runs) Triton's own jit helpers, such
+        # as the reductions' combine functions, are interpreter objects the compiler refuses (a cached build hid this)
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        root = os.path.dirname(os.path.dirname(os.path.abspath(monai.__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+        run = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT], env=env, capture_output=True, text=True, cwd=root)
+        if run.returncode:
+            raise AssertionError(f"the sm_90 builds failed:\n{run.stderr[-3000:]}")
+        cls.builds = json.loads(run.stdout)
+
+    @parameterized.expand([(False, False), (True, False), (False, True), (True, True)])
+    def test_fits_shared_memory(self, stats, residual):
+        build = self.builds[f"{stats} {residual}"]
+        self.assertLessEqual(build["shared"], conv3d_resident.SHARED_LIMIT)
+        ptx = build["ptx"]
         self.assertIn("wgmma.mma_async", ptx)
         self.assertIn("cp.async.bulk.tensor", ptx)
         # the statistics are its only pointer stores: without them the stand-in pointers (the output) are not written
         self.assertEqual("st.global" in ptx, stats)
+        # the residual comes by TMA into the staging buffer and is read back from there, never by pointer
+        self.assertNotIn("ld.global", ptx)
+        self.assertEqual("ldmatrix" in ptx, residual)
+
+    @parameterized.expand([(False,), (True,)])
+    def test_residual_costs_no_shared_buffer(self, stats):
+        # the residual shares the output's staging buffer: only its barrier is added
+        plain = self.builds[f"{stats} False"]["shared"]
+        self.assertLessEqual(self.builds[f"{stats} True"]["shared"], plain + 16)
 
 
 @unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")
@@ -166,6 +244,68 @@ class TestResidentConv(unittest.TestCase):
         y_plain, none = conv3x3x3_resident(x, gemm, programs=programs)
         self.assertIsNone(none)
         self.assertTrue(torch.equal(y_plain, y))
+
+    # (batch, stored channels, D, H, W, programs), as above: odd D (the last tile's second plane, and its residual
+    # box, lie outside the volume), edge tiles, a volume smaller than one tile, one program (every residual load
+    # waits for the store before it in the one staging buffer), a program per tile (its only tile's planes)
+    @parameterized.expand(
+        [
+            (1, 64, 13, 20, 24, None),
+            (3, 64, 7, 9, 17, 5),
+            (1, 64, 1, 5, 7, None),
+            (2, 64, 4, 19, 33, 1),
+            (3, 48, 6, 8, 16, 2),
+            (2, 64, 6, 16, 32, 24),
+        ]
+    )
+    def test_residual_against_float64(self, batch, channels, d, h, w, programs):
+        g = torch.Generator().manual_seed(batch * d + w)
+        x = _input(g, batch, channels, d, h, w)
+        residual = _residual(g, batch, d, h, w)
+        weight, gemm = _weights(g)
+        torch.full((batch, 64, d, h, w), float("nan"), device=DEVICE)  # the output is likely to reuse this block
+        y, (mean, var) = conv3x3x3_resident(x, gemm, stats=True, programs=programs, residual=residual)
+        self.assertEqual(tuple(y.shape), (batch, 64, d, h, w))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        ref = F.conv3d(x[:, :48].double(), weight.double(), padding=1) + residual[:, :48].double()
+        # values of scale ~1.4: fp16 rounding of the sum, fp32 accumulation
+        torch.testing.assert_close(y[:, :48].double(), ref, rtol=2e-3, atol=3e-3)
+        self.assertTrue(torch.equal(y[:, 48:], torch.zeros_like(y[:, 48:])))
+        # the statistics are those of the sum as stored: against the float64 sum rounded to fp16, they differ only
+        # where the kernel's fp32 sum rounds to the other neighbour
+        ref_var, ref_mean = torch.var_mean(ref.half().double(), dim=(2, 3, 4), unbiased=False)
+        torch.testing.assert_close(mean[:, :48].double(), ref_mean, rtol=1e-3, atol=1e-4)
+        torch.testing.assert_close(var[:, :48].double(), ref_var, rtol=1e-3, atol=1e-4)
+        # and exactly (up to fp32 summation) those of the output it returns, padding channels included (zeros)
+        out_var, out_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
+        torch.testing.assert_close(mean.double(), out_mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(var.double(), out_var, rtol=1e-4, atol=1e-9)
+        self.assertTrue(bool((mean[:, 48:] == 0).all()) and bool((var[:, 48:] == 0).all()))
+        # the same output without the statistics; the residual left as it was
+        residual_before = residual.clone()
+        y_plain, none = conv3x3x3_resident(x, gemm, programs=programs, residual=residual)
+        self.assertIsNone(none)
+        self.assertTrue(torch.equal(y_plain, y))
+        self.assertTrue(torch.equal(residual, residual_before))
+
+    def test_residual_is_added_once(self):
+        # conv(x) + r - conv(x) = r up to the fp16 rounding of the sum: a residual dropped, added twice or taken
+        # from another plane or tile (an mbarrier phase off by one) shows
+        g = torch.Generator().manual_seed(7)
+        x = _input(g, 2, 64, 9, 11, 21)
+        _, gemm = _weights(g)
+        residual = _residual(g, 2, 9, 11, 21)
+        for programs in (None, 3):
+            y_plain, _ = conv3x3x3_resident(x, gemm, programs=programs)
+            y, _ = conv3x3x3_resident(x, gemm, programs=programs, residual=residual)
+            diff = y.double() - y_plain.double()
+            torch.testing.assert_close(diff, residual.double(), rtol=0, atol=4e-3)
+
+    def test_residual_elsewhere(self):
+        g = torch.Generator().manual_seed(2)
+        _, gemm = _weights(g)
+        with self.assertRaisesRegex(ValueError, "the residual is on cpu"):
+            conv3x3x3_resident(_input(g, 1, 64, 2, 3, 4), gemm, residual=_residual(g, 1, 2, 3, 4, device="cpu"))
 
     def test_weights_elsewhere(self):
         g = torch.Generator().manual_seed(1)
