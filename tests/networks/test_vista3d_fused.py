@@ -175,8 +175,8 @@ class TestFusedKernels(unittest.TestCase):
     def test_triton_convolutions_fp16(self):
         # 48 channels: the full-resolution convolutions (encoder and decoder level 0: 2 each, class head: 4) and the
         # 96-channel ones of level 1 (2) take the Triton implicit GEMM with the statistics and residual epilogues,
-        # except the six 48-channel ones without a residual where the resident-weight kernel runs (Hopper); fp16
-        # against the float32 modules
+        # except the eight 48-channel ones (with a residual or without) where the resident-weight kernel runs
+        # (Hopper); fp16 against the float32 modules
         torch.manual_seed(0)
         net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
         x = torch.randn(1, 1, 8, 8, 12, device=DEVICE)
@@ -185,7 +185,7 @@ class TestFusedKernels(unittest.TestCase):
         triton_spy, gluon_spy = _conv_spies()
         with triton_spy as conv, gluon_spy as gluon:
             out = _logits(net, x.half()).float()
-        resident = 6 if resident_unavailable_reason(DEVICE) is None else 0
+        resident = 8 if resident_unavailable_reason(DEVICE) is None else 0
         self.assertEqual((conv.call_count, gluon.call_count), (10 - resident, resident))
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
@@ -232,8 +232,8 @@ class TestFusedResidentConv(unittest.TestCase):
     """The fused path with the resident-weight Gluon convolution (Hopper GPUs only)."""
 
     def test_network_48_channels(self):
-        # feature_size 48: the 48-channel convolutions without a residual (encoder and decoder level 0: 1 each, class
-        # head: 4) take the resident-weight kernel, those with one (level 0: 2) and the 96-channel ones of level 1 (2)
+        # feature_size 48: the 48-channel convolutions (encoder and decoder level 0: conv1 without a residual and
+        # conv2 with one, 2 each; class head: 4) take the resident-weight kernel, the 96-channel ones of level 1 (2)
         # the Triton kernel; two windows (per-sample statistics), a shape no tile divides
         torch.manual_seed(0)
         net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
@@ -243,7 +243,10 @@ class TestFusedResidentConv(unittest.TestCase):
         triton_spy, gluon_spy = _conv_spies()
         with triton_spy as conv, gluon_spy as gluon:
             out = _logits(net, x.half()).float()
-        self.assertEqual((conv.call_count, gluon.call_count), (4, 6))
+        self.assertEqual((conv.call_count, gluon.call_count), (2, 8))
+        # the two level-0 conv2 calls pass the block's input as the residual, the others none
+        with_residual = [c.kwargs.get("residual") is not None for c in gluon.call_args_list]
+        self.assertEqual(sum(with_residual), 2)
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
         # the same forward with the Triton kernel in its place

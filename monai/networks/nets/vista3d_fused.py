@@ -16,8 +16,8 @@ image's channel to 8), the layout in which cuDNN's convolutions run fastest; eve
 kernels with its affine map, residual add and activation (:py:mod:`monai.networks.kernels.instance_norm`), the
 3x3x3 convolutions of the two finest levels (48 and 96 channels) run as a Triton implicit GEMM over the real
 channels with the next norm's statistics and the residual add in its epilogue
-(:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels without a residual add, on Hopper, as a persistent
-Gluon kernel with the weights resident in shared memory and the statistics in its epilogue
+(:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels, on Hopper, as a persistent Gluon kernel with the
+weights resident in shared memory and the statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
@@ -57,9 +57,10 @@ TRITON_CONV = {
     64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
     128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
 }
-# the 48 -> 48 channel 3x3x3 convolutions without a residual add (with the next norm's statistics) run through the
-# persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): without the statistics 9.36 ms
-# against the Triton kernel's 10.95 ms for 14 x 48 x 128^3 on the H200; False leaves them to TRITON_CONV
+# the 48 -> 48 channel 3x3x3 convolutions (with the next norm's statistics, and the residual add where the block has
+# one) run through the persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): without the
+# statistics 9.36 ms against the Triton kernel's 10.95 ms for 14 x 48 x 128^3 on the H200; False leaves them to
+# TRITON_CONV
 RESIDENT_CONV = True
 # the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
 # heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
@@ -200,10 +201,11 @@ class FusedClassBranch:
             return None
         return TRITON_CONV.get(padded_channels(conv.out_channels))
 
-    def _resident(self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None) -> bool:
-        """Whether ``conv(x)`` runs through the resident-weight Gluon kernel: ``RESIDENT_CONV`` on, 48 -> 48
-        channels, no residual add, and a GPU that runs it."""
-        if not RESIDENT_CONV or residual is not None or not self._plain_3x3x3(conv, x):
+    def _resident(self, conv: nn.Module, x: torch.Tensor) -> bool:
+        """Whether ``conv(x)``, with or without a residual add (the kernel takes the block's input, padded to 64
+        channels like the output), runs through the resident-weight Gluon kernel: ``RESIDENT_CONV`` on, 48 -> 48
+        channels, and a GPU that runs it."""
+        if not RESIDENT_CONV or not self._plain_3x3x3(conv, x):
             return False
         return (conv.in_channels, conv.out_channels) == (48, 48) and resident_unavailable_reason(x.device) is None
 
@@ -212,8 +214,8 @@ class FusedClassBranch:
     ) -> tuple[torch.Tensor, tuple | None]:
         """``conv(x) (+ residual)`` and, where the Triton or Gluon kernels compute them on the way, its
         statistics."""
-        if self._resident(conv, x, residual):
-            return conv3x3x3_resident(x, self.weights.gemm(conv, planes=1), stats=True)
+        if self._resident(conv, x):
+            return conv3x3x3_resident(x, self.weights.gemm(conv, planes=1), stats=True, residual=residual)
         launch = self._triton_launch(conv, x)
         if launch is not None:
             return conv3x3x3(x, self.weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
