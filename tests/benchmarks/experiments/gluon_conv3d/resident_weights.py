@@ -32,10 +32,14 @@ measured the same (9.379 against 9.364 ms; in a second run 9.151 against 9.231 m
 second plane's statistics (``stats=True``: the next norm's, per plane, in the epilogue) run beside the next tile's
 products.
 
+The module's kernel also takes a residual (``conv(x) + residual``, the SegResNet blocks' conv2), loaded by TMA into
+the output staging buffer well before each plane's epilogue; ``run`` times it with the statistics and the input as
+the residual, beside the Triton kernel's ``conv3x3x3(x, w, True, x, launch)``.
+
 Shared memory (limit 232,448 B): 219,176 B at 3 stages, 231,464 B at 4 (both kernels: 165,888 of weights,
-12,288 per stage, one 16 KB output staging buffer). Compile the draft and the module's kernel (without and with the
-statistics) on the CPU (no GPU needed; prints shared bytes, registers and spills from ptxas, wgmma and TMA
-instructions in the PTX)::
+12,288 per stage, one 16 KB output staging buffer; 231,480 B with the residual's barrier). Compile the draft and the
+module's kernel (without and with the statistics and the residual) on the CPU (no GPU needed; prints shared bytes,
+registers and spills from ptxas, wgmma and TMA instructions in the PTX)::
 
     python tests/benchmarks/experiments/gluon_conv3d/resident_weights.py --compile-only
 
@@ -272,15 +276,16 @@ def make_launch(
 
 
 def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: the draft's variants and the module's kernel (without and with its statistics) against
-    float64 and timed, next to conv3x3x3's default (without and with its statistics).
+    """On a Hopper GPU: the draft's variants and the module's kernel (without and with its statistics, and with the
+    statistics and the input as its residual) against float64 and timed, next to conv3x3x3's default (the same
+    three forms).
 
     Checked per variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the first
     and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
     cross-tile look-ahead and the plane pairing of every tile a program walks), the zero padding channels, and an
     odd shape (D = 13: the last tile's second plane lies outside; H, W not multiples of the tile) on 5 programs, so
     each program walks many tiles. The module's statistics against the float64 mean and variance of the float64
-    output rounded to fp16 (the values as stored), on the same samples."""
+    output (with the residual: conv(x) + x) rounded to fp16 (the values as stored), on the same samples."""
     import time
 
     import torch.nn.functional as F
@@ -323,9 +328,11 @@ def run(batch: int = 14, size: int = 128) -> None:
     triton_default = ConvLaunch(8, 16, 4, 3, 2, True)
     ms_triton = triton.testing.do_bench(lambda: conv3x3x3(x, base, launch=triton_default))
     ms_triton_stats = triton.testing.do_bench(lambda: conv3x3x3(x, base, stats=True, launch=triton_default))
+    # the residual form of the fused path (the SegResNet blocks' conv2: conv(x) + x, then the next norm's statistics)
+    ms_triton_residual = triton.testing.do_bench(lambda: conv3x3x3(x, base, True, x, triton_default))
     flop = 2 * 48 * 48 * 27 * batch * size**3
     print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton:.3f} ms, with statistics "
-          f"{ms_triton_stats:.3f} ms")  # fmt: skip
+          f"{ms_triton_stats:.3f} ms, with statistics and residual {ms_triton_residual:.3f} ms")  # fmt: skip
     y = torch.empty_like(x)
     y_odd = torch.empty_like(x_odd)
     for name, kernel, planes, stages, constexprs in VARIANTS:
@@ -345,23 +352,33 @@ def run(batch: int = 14, size: int = 128) -> None:
         except Exception as e:  # a launch the GPU refuses is reported, not fatal
             print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
     del y, y_odd
-    for stats in (False, True):
-        label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}"
+    # the residual is the input itself (its padding channels are zero), as in the blocks' conv2
+    refs_residual = (
+        refs[0] + x[:1, :48].double(),
+        refs[1] + x[-1:, :48].double(),
+        refs[2] + x_odd[:, :48].double(),
+    )
+    ms_triton_for = {(False, False): ms_triton, (True, False): ms_triton_stats, (True, True): ms_triton_residual}
+    for stats, res in ((False, False), (True, False), (True, True)):
+        label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}{' +residual' if res else ''}"
+        want = refs_residual if res else refs
         try:
-            out, st = poisoned(x, lambda s=stats: conv3x3x3_resident(x, gemm, stats=s))
-            out_odd, st_odd = poisoned(x_odd, lambda s=stats: conv3x3x3_resident(x_odd, gemm, stats=s, programs=5))
+            out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
+            out_odd, st_odd = poisoned(
+                x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
+            )
             errs = (
-                worst_plane_err(out[:1], refs[0]),
-                worst_plane_err(out[-1:], refs[1]),
-                worst_plane_err(out_odd, refs[2]),
+                worst_plane_err(out[:1], want[0]),
+                worst_plane_err(out[-1:], want[1]),
+                worst_plane_err(out_odd, want[2]),
             )
             pad_ok = bool((out[:, 48:] == 0).all()) and bool((out_odd[:, 48:] == 0).all())
             text = ""
             if stats:
                 checks = [
-                    stats_err((st[0][:1], st[1][:1]), refs[0]),
-                    stats_err((st[0][-1:], st[1][-1:]), refs[1]),
-                    stats_err(st_odd, refs[2]),
+                    stats_err((st[0][:1], st[1][:1]), want[0]),
+                    stats_err((st[0][-1:], st[1][-1:]), want[1]),
+                    stats_err(st_odd, want[2]),
                 ]
                 e_mean = max(c[0] for c in checks)
                 e_var = max(c[1] for c in checks)
@@ -371,11 +388,13 @@ def run(batch: int = 14, size: int = 128) -> None:
                     f"worst var rel. err {e_var:.2e}, padding channels' {pad_stats}"
                 )
             del out, out_odd, st, st_odd
-            ms = triton.testing.do_bench(lambda s=stats: conv3x3x3_resident(x, gemm, stats=s))
+            ms = triton.testing.do_bench(
+                lambda s=stats, r=res: conv3x3x3_resident(x, gemm, stats=s, residual=x if r else None)
+            )
             print(f"{label}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
                   f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
                   f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default "
-                  f"{ms_triton_stats if stats else ms_triton:.3f} ms")  # fmt: skip
+                  f"{ms_triton_for[stats, res]:.3f} ms")  # fmt: skip
         except Exception as e:  # reported, not fatal: the draft's lines still stand
             print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
     print(f"({time.perf_counter() - start:.0f} s in all)")
@@ -391,7 +410,8 @@ if __name__ == "__main__":
         for name, kernel, _, stages, constexprs in VARIANTS:
             print(f"{name}, {stages} stages: {resources(compile_only(stages=stages, kernel=kernel, **constexprs))}")
         for stats in (False, True):
-            label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}"
-            print(f"{label}: {resources(compile_for_sm90(stats=stats))}")
+            for res in (False, True):
+                label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}{' +residual' if res else ''}"
+                print(f"{label}: {resources(compile_for_sm90(stats=stats, residual=res))}")
     else:
         run()
