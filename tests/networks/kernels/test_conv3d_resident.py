@@ -299,7 +299,8 @@ class TestResidentConv(unittest.TestCase):
             y_plain, _ = conv3x3x3_resident(x, gemm, programs=programs)
             y, _ = conv3x3x3_resident(x, gemm, programs=programs, residual=residual)
             diff = y.double() - y_plain.double()
-            torch.testing.assert_close(diff, residual.double(), rtol=0, atol=4e-3)
+            # two fp16 roundings of values up to ~8 (half an ulp each: 2e-3); a wrong residual is off by ~1
+            torch.testing.assert_close(diff, residual.double(), rtol=0, atol=1e-2)
 
     def test_residual_elsewhere(self):
         g = torch.Generator().manual_seed(2)
