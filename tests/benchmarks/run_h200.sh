@@ -11,6 +11,7 @@
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
 #   fused_cudnn_bench     the fused forward with cudnn.benchmark on (cuDNN times its algorithms per shape)
 #   fused_kernels         single kernels at 14 x 48 x 128^3: cuDNN convolutions, the norm's statistics and apply passes
+#   fused_batches         the fused forward at window batches 8, 14 and 20 (where the fork's best batch lies)
 #   fused_graphs14        the fused forward at 14 windows replayed as a CUDA graph (the default stops at 4)
 #   gluon_resident        the draft persistent Gluon convolution with resident weights (experiments/gluon_conv3d)
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU
@@ -36,7 +37,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,37p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,38p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -58,6 +59,7 @@ for run in "$@"; do
   fused) step fused 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --forward --sw-batch-sizes 1,2,14 --triton-conv default,cudnn --profile 1,14 --json "$out/fused.json" ;;
   fused_cudnn_bench) step fused_cudnn_bench 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --cudnn-benchmark --sw-batch-sizes 1,2,14 --profile 1 --json "$out/fused_cudnn_bench.json" ;;
   fused_kernels) step fused_kernels 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --json "$out/fused_kernels.json" ;;
+  fused_batches) step fused_batches 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 8,14,20 --triton-conv default --json "$out/fused_batches.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
