@@ -18,6 +18,7 @@ import unittest
 from unittest import mock
 
 import torch
+import torch.nn as nn
 from parameterized import parameterized
 
 from monai.networks.kernels import unavailable_reason
@@ -146,6 +147,20 @@ class TestFusedReference(unittest.TestCase):
             self.assertEqual(torch.backends.cudnn.benchmark, caller_setting)  # the caller's setting after it
         finally:
             torch.backends.cudnn.benchmark = before
+
+    def test_resident_kernel_unavailable_is_logged_once(self):
+        branch = vista3d_fused.FusedClassBranch(build_tiny_vista3d(feature_size=48).eval(), cuda_graphs=False)
+        conv = nn.Conv3d(48, 48, 3, padding=1, bias=False)
+        x = torch.zeros(1, 64, 4, 4, 4, dtype=torch.float16)
+        with mock.patch.object(vista3d_fused, "resident_unavailable_reason", return_value="no such GPU here"):
+            with self.assertLogs(vista3d_fused.logger, "WARNING") as logs:
+                self.assertFalse(branch._resident(conv, x))
+                self.assertFalse(branch._resident(conv, x))
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("no such GPU here", logs.output[0])
+        with mock.patch.object(vista3d_fused, "resident_unavailable_reason", return_value=None):
+            self.assertTrue(branch._resident(conv, x))
+            self.assertFalse(branch._resident(nn.Conv3d(48, 96, 3, padding=1, bias=False), x))  # 48 -> 48 only
 
     def test_shape_check(self):
         net = build_tiny_vista3d().eval().fuse(kernels="torch")

@@ -26,6 +26,7 @@ channels hold zeros throughout, so the logits are those of the module path up to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -44,6 +45,8 @@ from monai.networks.kernels.triton_support import unavailable_reason
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 
 __all__ = ["FusedClassBranch", "check_supported"]
+
+logger = logging.getLogger(__name__)
 
 
 KERNELS = ("triton", "torch")
@@ -148,6 +151,7 @@ class FusedClassBranch:
         self.net = net
         self.kernels = kernels
         self.weights = PaddedWeights()
+        self._logged: set[str] = set()
         branch = [net.image_encoder.encoder, net.image_encoder.up_layers_auto, net.class_head.image_post_mapping]
         params = [p for module in branch for p in module.parameters()]
         # the graph ends at the class features; the class product runs after each replay into a new tensor, so no
@@ -205,9 +209,13 @@ class FusedClassBranch:
         """Whether ``conv(x)``, with or without a residual add (the kernel takes the block's input, padded to 64
         channels like the output), runs through the resident-weight Gluon kernel: ``RESIDENT_CONV`` on, 48 -> 48
         channels, and a GPU that runs it."""
-        if not RESIDENT_CONV or not self._plain_3x3x3(conv, x):
+        if not RESIDENT_CONV or not self._plain_3x3x3(conv, x) or (conv.in_channels, conv.out_channels) != (48, 48):
             return False
-        return (conv.in_channels, conv.out_channels) == (48, 48) and resident_unavailable_reason(x.device) is None
+        reason = resident_unavailable_reason(x.device)
+        if reason is not None and reason not in self._logged:
+            self._logged.add(reason)  # the Triton kernel runs instead: as right, slower; said once per reason
+            logger.warning("VISTA3D fused path: the 48-channel convolutions run on the Triton kernel: %s.", reason)
+        return reason is None
 
     def _conv_norm_input(
         self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None
