@@ -71,6 +71,11 @@ else:
             warpgroup_mma_wait,
         )
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        # newer Tritons (3.9) name the TMA copies async_load / async_store and make the old names raise; 3.5-3.6
+        # have only the old ones
+        _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+        _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
     except ImportError as e:  # a Triton without Gluon's Hopper API; the fused path then keeps the Triton kernel
         _GLUON_MISSING = f"Triton {triton.__version__} has no usable Gluon ({e})"
 
@@ -124,8 +129,8 @@ if _GLUON_MISSING is None:
         ws = w0 + patch % 3 - 1
         bar = ready.index(stage)
         mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(stage))
-        tma.async_copy_global_to_shared(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(stage))
+        _tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(stage))
+        _tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(stage))
 
     @gluon.jit
     def _plane_stats(out, count_ptr, mean_ptr, m2_ptr, part, d, h0, w0, D, H, W,
@@ -154,7 +159,7 @@ if _GLUON_MISSING is None:
         # plane's epilogue waits on r_bar (what lies outside the volume arrives as zeros and is never stored)
         tma.store_wait(pendings=0)
         mbarrier.expect(r_bar, r_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(r_desc, [b, d, h0, w0, 0], r_bar, y_s)
+        _tma_load(r_desc, [b, d, h0, w0, 0], r_bar, y_s)
 
     @gluon.jit
     def _store_plane(y_desc, y_s, acc, r_bar, count_ptr, mean_ptr, m2_ptr, part, b, d, h0, w0, D, H, W,
@@ -174,7 +179,7 @@ if _GLUON_MISSING is None:
             tma.store_wait(pendings=0)  # the staging buffer's previous store has been read out
         y_s.reshape([BM, N]).store(gl.permute(out, (1, 0)))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, d, h0, w0, 0], y_s)
+        _tma_store(y_desc, [b, d, h0, w0, 0], y_s)
         if STATS:
             _plane_stats(out, count_ptr, mean_ptr, m2_ptr, part, d, h0, w0, D, H, W, N, BLOCK_H, BLOCK_W, acc_layout)
 
@@ -219,8 +224,8 @@ if _GLUON_MISSING is None:
         mbarrier.init(w_bar, count=1)
         mbarrier.expect(w_bar, 27 * (w0_desc.block_type.nbytes + w1_desc.block_type.nbytes))
         for tap in gl.static_range(27):
-            tma.async_copy_global_to_shared(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
-            tma.async_copy_global_to_shared(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
+            _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
+            _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
         # the ring of input patches, one barrier per buffer, and the output staging buffer
         x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
         x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
