@@ -67,17 +67,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.runtime.jit import JITFunction
 
-
-@gluon.jit
-def _issue(x0_desc, x1_desc, x0_s, x1_s, ready, stage, b, d, h0, w0, tap, K0: gl.constexpr):
-    # the input patch of `tap` (depth, row, column offsets) for the tile at (b, d, h0, w0); zeros outside the volume
-    dd = d + tap // 9 - 1
-    hs = h0 + (tap % 9) // 3 - 1
-    ws = w0 + tap % 3 - 1
-    bar = ready.index(stage)
-    mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(stage))
-    tma.async_copy_global_to_shared(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(stage))
+# the module's patch loader and its TMA copies (named as the installed Triton names them) serve the draft too
+from monai.networks.kernels.conv3d_resident import _load_patch, _tma_load, _tma_store
 
 
 @gluon.jit
@@ -109,8 +100,8 @@ def resident_conv_kernel(
     mbarrier.init(w_bar, count=1)
     mbarrier.expect(w_bar, 27 * (w0_desc.block_type.nbytes + w1_desc.block_type.nbytes))
     for tap in gl.static_range(27):
-        tma.async_copy_global_to_shared(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
-        tma.async_copy_global_to_shared(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
+        _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
+        _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
     # the ring of input patches
     x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
     x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
@@ -136,7 +127,7 @@ def resident_conv_kernel(
         h0 = th * BLOCK_H
         w0 = tw * BLOCK_W
         for ahead in gl.static_range(STAGES - 1):
-            _issue(x0_desc, x1_desc, x0_s, x1_s, ready, (count + ahead) % STAGES, b, d, h0, w0, ahead, K0)
+            _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, (count + ahead) % STAGES, b, d, h0, w0, ahead, K0)
         acc = gl.zeros([N, BM], gl.float32, acc_layout)
         for t in range(27):
             stage = count % STAGES
@@ -148,14 +139,14 @@ def resident_conv_kernel(
             # the previous patch's products are done: its buffer takes the patch STAGES - 1 ahead
             acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
             if t + STAGES - 1 < 27:
-                _issue(x0_desc, x1_desc, x0_s, x1_s, ready, (count + STAGES - 1) % STAGES, b, d, h0, w0,
+                _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, (count + STAGES - 1) % STAGES, b, d, h0, w0,
                        t + STAGES - 1, K0)  # fmt: skip
             count += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         tma.store_wait(pendings=0)  # the previous tile's store has left y_s
         y_s.reshape([BM, N]).store(gl.permute(acc.to(gl.float16), (1, 0)))
         fence_async_shared()
-        tma.async_copy_shared_to_global(y_desc, [b, d, h0, w0, 0], y_s)
+        _tma_store(y_desc, [b, d, h0, w0, 0], y_s)
     tma.store_wait(pendings=0)
 
 
