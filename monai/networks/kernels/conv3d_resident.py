@@ -38,12 +38,13 @@ value: a thread's accumulator holds pairs of voxels of a channel, 128 B apart), 
 that layout needs a 16 KB scratch buffer the shared memory does not have. Without a residual the kernel is the same
 as before it had one (``r_desc`` is then ``None``, a constexpr).
 
-Measured on the H200, 14 x 48 x 128^3 without statistics: 9.36 ms (390 TFLOP/s) against 10.95 ms for the Triton
-kernel's launch on the fused path. Not here: other channel counts. Shared memory: 165,888 B of weights,
+Measured on the H200, 14 x 48 x 128^3: 9.20 ms (397 TFLOP/s), 9.75 with statistics, 10.53 with statistics and a
+residual, against 10.66 / 11.04 / 11.21 ms for the Triton kernel's launch on the fused path (docs/benchmarks.md).
+Not here: other channel counts (96 channels' weights, 498 KB, do not fit). Shared memory: 165,888 B of weights,
 4 x 12,288 B of input ring, a 16 KB output staging buffer (231,464 B of the 232,448 B an H100/H200 block may have;
 231,480 B with the residual's barrier).
 
-Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API);
+Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API; it also compiles with 3.9);
 :py:func:`resident_unavailable_reason` says where this kernel cannot run.
 """
 

@@ -61,9 +61,9 @@ TRITON_CONV = {
     128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
 }
 # the 48 -> 48 channel 3x3x3 convolutions (with the next norm's statistics, and the residual add where the block has
-# one) run through the persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): without the
-# statistics 9.36 ms against the Triton kernel's 10.95 ms for 14 x 48 x 128^3 on the H200; False leaves them to
-# TRITON_CONV
+# one) run through the persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): with the
+# statistics 9.75 ms against the Triton kernel's 11.04 ms for 14 x 48 x 128^3 on the H200, the window forward 12.06
+# against 13.07 ms at 14 windows; False leaves them to TRITON_CONV
 RESIDENT_CONV = True
 # the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
 # heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
