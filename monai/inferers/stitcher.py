@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from monai.inferers.windows import Band, SlidingWindowPlan
+from monai.networks.kernels.window_add import add_window, add_window_supported
 
 __all__ = ["WindowStitcher", "flatten_outputs", "pack_outputs"]
 
@@ -172,11 +173,8 @@ class WindowStitcher:
             for j, c in enumerate(coords):
                 idx = self._target_index(k, c)
                 pj = p[j : j + 1]
-                if wsrc is None:
-                    target[idx].add_(pj)
-                else:
-                    wj = wsrc[j : j + 1] if wsrc.shape[0] > 1 else wsrc
-                    target[idx].addcmul_(pj, wj)
+                wj = None if wsrc is None else wsrc[j : j + 1] if wsrc.shape[0] > 1 else wsrc
+                _add_weighted(target[idx], pj, wj)
                 if self.per_window_weights:
                     wc = (w[j : j + 1] if w.shape[0] > 1 else w).to(self.device)
                     if wc.shape[1] > 1:
@@ -252,6 +250,17 @@ class WindowStitcher:
             results.append(out)
         self.counts = []
         return results
+
+
+def _add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None) -> None:
+    """``target += src * weight`` (``+= src`` without a weight): on a GPU through the window-add kernel where it takes
+    the tensors (PyTorch's mixed-dtype path over a strided slice is slow there), else in PyTorch."""
+    if target.is_cuda and add_window_supported(target, src, weight):
+        add_window(target, src, weight)
+    elif weight is None:
+        target.add_(src)
+    else:
+        target.addcmul_(src, weight)
 
 
 def _as_5d_weight(w: torch.Tensor, ndim: int) -> torch.Tensor:
