@@ -2,6 +2,7 @@
 # The H200 measurements recorded in docs/benchmarks.md, one run per name (named by what it measures).
 # Usage (on the GPU machine, from the repository root): bash tests/benchmarks/run_h200.sh OUTDIR RUN [RUN ...]
 #   everything            fork (fused path) vs upstream everything-segmentation, full logits, sw_batch_size 1,4,14,auto
+#   everything_stitch     the same at sw_batch_size 14 and auto only, without the logit comparison (quicker)
 #   everything_bench      the same with cudnn.benchmark on in both (upstream's best with cuDNN's own autotuning)
 #   fused                 the fused forward vs the module path and its cuDNN variant (bs 1,2,14), its kernels, kernel profiles (bs 1, 14)
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
@@ -37,7 +38,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,38p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,39p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -52,6 +53,7 @@ STREAM="python3 tests/benchmarks/vista3d_streaming.py $UP"
 for run in "$@"; do
   case "$run" in
   everything) step everything 240 python3 tests/benchmarks/vista3d_everything.py $UP --sw-batch-sizes 1,4,14,auto --compare-logits --json "$out/everything.json" ;;
+  everything_stitch) step everything_stitch 150 python3 tests/benchmarks/vista3d_everything.py $UP --sw-batch-sizes 14,auto --json "$out/everything_stitch.json" ;;
   everything_bench) step everything_bench 240 python3 tests/benchmarks/vista3d_everything.py $UP --sw-batch-sizes 1,4,14,auto --cudnn-benchmark --json "$out/everything_bench.json" ;;
   class_head) step class_head 60 python3 tests/benchmarks/vista3d_class_head.py --device cuda --size 128 --json "$out/class_head.json" ;;
   class_memory) step class_memory 60 python3 tests/benchmarks/vista3d_class_only_memory.py --device cuda --size 128 --modes class,points,mixed --json "$out/class_memory.json" ;;
