@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from monai.inferers.windows import Band, SlidingWindowPlan
-from monai.networks.kernels.window_add import add_window, add_window_supported
+from monai.inferers.window_add import add_window, add_window_supported
 
 __all__ = ["WindowStitcher", "flatten_outputs", "pack_outputs"]
 

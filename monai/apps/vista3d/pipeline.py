@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from monai.inferers.windows import plan_sliding_windows
-from monai.networks.kernels.triton_support import unavailable_reason
+from monai.utils.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError

@@ -18,4 +18,4 @@ their module path.
 from .instance_norm import NormAct, instance_stats, merge_parts, merge_parts_triton, norm_act, norm_act_reference
 from .padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from .graph_cache import GraphCache
-from .triton_support import interpreting, unavailable_reason
+from monai.utils.triton_support import interpreting, unavailable_reason

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from monai.networks.kernels.instance_norm import merge_parts_triton
-from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
+from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_channel", "channel_pieces"]
 

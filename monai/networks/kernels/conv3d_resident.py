@@ -53,7 +53,7 @@ from __future__ import annotations
 import torch
 
 from monai.networks.kernels.instance_norm import merge_parts_triton
-from monai.networks.kernels.triton_support import interpreting, triton
+from monai.utils.triton_support import interpreting, triton
 
 __all__ = ["conv3x3x3_resident", "resident_unavailable_reason"]
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from monai.networks.kernels.triton_support import check_kernel_input, tl, triton
+from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = [
     "NormAct",

@@ -41,7 +41,7 @@ from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
-from monai.networks.kernels.triton_support import unavailable_reason
+from monai.utils.triton_support import unavailable_reason
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 
 __all__ = ["FusedClassBranch", "check_supported"]

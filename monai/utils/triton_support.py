@@ -8,7 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Triton, when it is installed, and where the fused kernels can run.
+"""Triton, when it is installed, and where the fused kernels can run (those of ``monai.networks.kernels`` and the
+stitch's window add in ``monai.inferers``; it lives here, below both, because it knows neither).
 
 Triton ships with the CUDA builds of PyTorch; a CPU install has none and never needs it. With
 ``TRITON_INTERPRET=1`` in the environment before the first import of the kernels, Triton runs them on CPU tensors

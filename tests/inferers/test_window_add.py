@@ -18,7 +18,7 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.kernels import unavailable_reason
-from monai.networks.kernels.window_add import add_window, add_window_supported
+from monai.inferers.window_add import add_window, add_window_supported
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 KERNELS_RUN = unavailable_reason(DEVICE) is None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from monai.networks.kernels.triton_support import check_kernel_input, interpreting, tl, triton
+from monai.utils.triton_support import check_kernel_input, interpreting, tl, triton
 
 __all__ = ["add_window", "add_window_supported"]
 
