@@ -17,7 +17,8 @@ Run under ``ncu`` (clocks left alone), e.g.::
         python3 tests/benchmarks/ncu_conv3d.py
 
 Each form runs twice (the first launch compiles); profile with ``--launch-skip 1 --launch-count 1`` per form or
-read the second of each pair.
+read the second of each pair. ``--resident`` runs the resident-weight Gluon convolution instead, in its two forms
+(one warpgroup, warp-specialized), with the next norm's statistics: ``-k regex:_resident_conv``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,23 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=14)
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--channels", type=int, default=48)
+    p.add_argument("--resident", action="store_true", help="the resident-weight Gluon kernel's two forms instead")
     a = p.parse_args(argv)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(a.batch, a.channels, a.size, a.size, a.size, generator=g).to("cuda", torch.float16)
     x = pad_channels(x, 64 if a.channels <= 64 else 128)
     weight = torch.randn(a.channels, a.channels, 3, 3, 3, generator=g).cuda() / (27 * a.channels) ** 0.5
+    if a.resident:
+        from monai.networks.kernels import conv3d_resident
+
+        gemm = conv3x3x3_weights(weight, out_columns=64)
+        for ws in (False, True):
+            conv3d_resident.WARP_SPECIALIZED = ws
+            for _ in range(2):
+                conv3d_resident.conv3x3x3_resident(x, gemm, stats=True)
+            torch.cuda.synchronize()
+            print(f"ran conv3x3x3_resident, {'warp-specialized' if ws else 'one warpgroup'}, statistics", flush=True)
+        return 0
     forms = (
         ("swapped", ConvLaunch(swap=True)),
         ("swapped, 2 stacked planes of 8x16, 4 warps", ConvLaunch(8, 16, planes=2, swap=True)),

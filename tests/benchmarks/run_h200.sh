@@ -8,6 +8,7 @@
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
+#   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution's two forms
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
 #   fused_cudnn_bench     the fused forward with cudnn.benchmark on (cuDNN times its algorithms per shape)
@@ -38,7 +39,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,39p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,40p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -65,12 +66,13 @@ for run in "$@"; do
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
+  ncu_resident) step ncu_resident 240 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats -k regex:_resident_conv --launch-skip 1 --launch-count 3 python3 tests/benchmarks/ncu_conv3d.py --resident ;;
   ncu_conv) step ncu_conv 200 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats -k regex:_conv_kernel python3 tests/benchmarks/ncu_conv3d.py ;;
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
   gluon_resident) step gluon_resident 120 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
-  pytest_fused) step pytest_fused 150 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
+  pytest_fused) step pytest_fused 330 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;
   streaming512) step streaming512 120 $STREAM --sizes 512x512x512 --classes 117 --repeats 5 --full-repeats 1 --acc-dtypes float16 --json "$out/streaming512.json" ;;

@@ -8,42 +8,28 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Experiments (not on any path): persistent Gluon 3x3x3 convolutions with the 27 taps' weights resident in shared
-memory.
+"""The resident-weight Gluon convolution of :py:mod:`monai.networks.kernels.conv3d_resident` in its two forms, on
+the GPU and compiled on the CPU (not on any path).
 
-The Triton kernel in ``monai/networks/kernels/conv3d.py`` fetches every tap's weights from L2 once per program:
-half of its L2 bytes. Here each persistent program loads the weights once (27 x [48, 64] fp16 = 166 KB), then
-walks its tiles; per patch one TMA load of the shifted input (a ring of ``STAGES`` buffers, mbarriers) and
-asynchronous wgmmas of the swapped product (output channels as M = 64, voxels as N = 128).
+History (docs/benchmarks.md): a draft with one output plane per tile (13.5 ms at 3 stages, 12.4 at 4, 14 x 48 x 128^3,
+H200) drained its load pipeline at every tile; v2 (9.2-9.4 ms, ~390 TFLOP/s) loads across tile boundaries and feeds
+each patch to two output planes, all on one warpgroup. The draft's code is gone; v2 is the module's single-warpgroup
+form (``WARP_SPECIALIZED = False``).
 
-``resident_conv_kernel``, the draft (H200, 14 x 48 x 128^3: correct, 13.5 ms at 3 stages, 12.4 ms at 4, against
-10.8 ms for the Triton kernel): one output plane per tile, 27 patch loads per plane, and at each tile boundary the
-load pipeline drains and refills, the tensor cores idle for a TMA latency. Kept here for comparison.
+The warp-specialized form (``WARP_SPECIALIZED = True``) splits v2's work over three partitions: one warp loads the
+patches, one warpgroup multiplies and stores each tile's first output plane, another its second. The first plane
+uses patches 0-26 of a tile and the second 9-35, so while one warpgroup runs its epilogue (conversion, staging, TMA
+store, statistics, the residual) the other has 9 patches of products of its own: the ping-pong CUTLASS's Hopper
+kernels use, here on the plane pairing. Both forms run the same products in the same order per plane, so their
+outputs agree bit for bit.
 
-Its successor, v2, is on the fused path as :py:func:`monai.networks.kernels.conv3d_resident.conv3x3x3_resident`
-(9.36 ms, 390 TFLOP/s): the loads run ``STAGES - 1`` patches ahead over the program's flat sequence of (tile,
-patch) pairs, so the next tile's first patches load while this one ends and stores; and a tile is two output planes
-(36 patches, 18 loads per plane), two [64, 128] fp32 accumulators on one warpgroup. Not the Triton kernel's one
-[128, 128] accumulator over two warpgroups with a stacked [w(plane 0); w(plane 1)] operand: its resident stacked
-weights would take 36 x [48, 128] fp16 = 332 KB, and its zero blocks at the edge planes add a third to the
-tensor-core work (72 64-row products per tile where 54 do the work). Its tile's second plane is stored during the
-next tile's first patches; storing it right after the first plane (a wait for the staging buffer in between)
-measured the same (9.379 against 9.364 ms; in a second run 9.151 against 9.231 ms) and was dropped: deferred, the
-second plane's statistics (``stats=True``: the next norm's, per plane, in the epilogue) run beside the next tile's
-products.
-
-The module's kernel also takes a residual (``conv(x) + residual``, the SegResNet blocks' conv2), loaded by TMA into
-the output staging buffer well before each plane's epilogue; ``run`` times it with the statistics and the input as
-the residual, beside the Triton kernel's ``conv3x3x3(x, w, True, x, launch)``.
-
-Shared memory (limit 232,448 B): 219,176 B at 3 stages, 231,464 B at 4 (both kernels: 165,888 of weights,
-12,288 per stage, one 16 KB output staging buffer; 231,480 B with the residual's barrier). Compile the draft and the
-module's kernel (without and with the statistics and the residual) on the CPU (no GPU needed; prints shared bytes,
-registers and spills from ptxas, wgmma and TMA instructions in the PTX)::
+Compile both forms (without and with the statistics and the residual) for sm_90 here (no GPU needed; prints shared
+bytes, registers and spills from ptxas, wgmma and TMA instructions in the PTX)::
 
     python tests/benchmarks/experiments/gluon_conv3d/resident_weights.py --compile-only
 
-On the H200 (each variant checked against float64, then timed next to the Triton kernel's default)::
+On the H200 (each form and variant checked against float64 and the two forms against each other, then timed next
+to the Triton kernel's default)::
 
     python tests/benchmarks/experiments/gluon_conv3d/resident_weights.py
 """
@@ -51,141 +37,12 @@ On the H200 (each variant checked against float64, then timed next to the Triton
 from __future__ import annotations
 
 import argparse
-from typing import Callable
 
 import torch
 import triton
 from triton.compiler.compiler import CompiledKernel
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    tma,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
-from triton.runtime.jit import JITFunction
 
-# the module's patch loader and its TMA copies (named as the installed Triton names them) serve the draft too
-from monai.networks.kernels.conv3d_resident import _load_patch, _tma_load, _tma_store
-
-
-@gluon.jit
-def resident_conv_kernel(
-    x0_desc,
-    x1_desc,
-    w0_desc,
-    w1_desc,
-    y_desc,
-    D,
-    H,
-    W,
-    n_tiles,
-    K0: gl.constexpr,
-    K1: gl.constexpr,
-    N: gl.constexpr,
-    BLOCK_H: gl.constexpr,
-    BLOCK_W: gl.constexpr,
-    STAGES: gl.constexpr,
-    num_warps: gl.constexpr,
-):
-    BM: gl.constexpr = BLOCK_H * BLOCK_W
-    pid = gl.program_id(0)
-    n_prog = gl.num_programs(0)
-    # the weights, once per program: tap t's [K0, N] and [K1, N] blocks
-    w0_s = gl.allocate_shared_memory(gl.float16, [27, K0, N], w0_desc.layout)
-    w1_s = gl.allocate_shared_memory(gl.float16, [27, K1, N], w1_desc.layout)
-    w_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(w_bar, count=1)
-    mbarrier.expect(w_bar, 27 * (w0_desc.block_type.nbytes + w1_desc.block_type.nbytes))
-    for tap in gl.static_range(27):
-        _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
-        _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
-    # the ring of input patches
-    x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
-    x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-    y_s = gl.allocate_shared_memory(gl.float16, [1, 1, BLOCK_H, BLOCK_W, N], y_desc.layout)
-    mbarrier.wait(w_bar, 0)
-
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
-    )
-    tiles_w = gl.cdiv(W, BLOCK_W)
-    tiles_h = gl.cdiv(H, BLOCK_H)
-    count = 0  # patches consumed so far by this program: the ring position and barrier phase
-    for tile in range(pid, n_tiles, n_prog):
-        tw = tile % tiles_w
-        rest = tile // tiles_w
-        th = rest % tiles_h
-        rest = rest // tiles_h
-        d = rest % D
-        b = rest // D
-        h0 = th * BLOCK_H
-        w0 = tw * BLOCK_W
-        for ahead in gl.static_range(STAGES - 1):
-            _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, (count + ahead) % STAGES, b, d, h0, w0, ahead, K0)
-        acc = gl.zeros([N, BM], gl.float32, acc_layout)
-        for t in range(27):
-            stage = count % STAGES
-            mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
-            a0 = x0_s.index(stage).reshape([BM, K0]).permute((1, 0))
-            a1 = x1_s.index(stage).reshape([BM, K1]).permute((1, 0))
-            acc = warpgroup_mma(w0_s.index(t).permute((1, 0)), a0, acc, is_async=True)
-            acc = warpgroup_mma(w1_s.index(t).permute((1, 0)), a1, acc, is_async=True)
-            # the previous patch's products are done: its buffer takes the patch STAGES - 1 ahead
-            acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
-            if t + STAGES - 1 < 27:
-                _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, (count + STAGES - 1) % STAGES, b, d, h0, w0,
-                       t + STAGES - 1, K0)  # fmt: skip
-            count += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        tma.store_wait(pendings=0)  # the previous tile's store has left y_s
-        y_s.reshape([BM, N]).store(gl.permute(acc.to(gl.float16), (1, 0)))
-        fence_async_shared()
-        _tma_store(y_desc, [b, d, h0, w0, 0], y_s)
-    tma.store_wait(pendings=0)
-
-
-def layout(block: list[int]) -> gl.NVMMASharedLayout:
-    return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
-
-
-def compile_only(
-    block_h: int = 8,
-    block_w: int = 16,
-    stages: int = 3,
-    num_warps: int = 4,
-    kernel: JITFunction | None = None,
-    **constexprs,
-):
-    """Compile ``kernel`` (the draft by default) for sm_90 on this machine; ``constexprs``: its extra ones."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    k0, k1, n = 32, 16, 64
-
-    def desc(block):
-        return f"tensordesc<fp16{block},{layout(block)!r}>".replace(" ", "")
-
-    sig = {
-        "x0_desc": desc([1, 1, block_h, block_w, k0]),
-        "x1_desc": desc([1, 1, block_h, block_w, k1]),
-        "w0_desc": desc([k0, n]),
-        "w1_desc": desc([k1, n]),
-        "y_desc": desc([1, 1, block_h, block_w, n]),
-        "D": "i32",
-        "H": "i32",
-        "W": "i32",
-        "n_tiles": "i32",
-    }
-    const = dict(K0=k0, K1=k1, N=n, BLOCK_H=block_h, BLOCK_W=block_w, STAGES=stages, **constexprs, num_warps=num_warps)
-    sig.update({k: "constexpr" for k in const})
-    src = GluonASTSource(fn=kernel or resident_conv_kernel, signature=sig, constexprs=const)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+from monai.networks.kernels import conv3d_resident
 
 
 def resources(c: CompiledKernel) -> str:
@@ -216,67 +73,26 @@ def resources(c: CompiledKernel) -> str:
     )
 
 
-# the draft's variants run() times: (name, kernel, output planes per tile, stages, extra constexprs)
-VARIANTS = [
-    ("draft", resident_conv_kernel, 1, 3, {}),
-    ("draft", resident_conv_kernel, 1, 4, {}),
-]
+FORMS = ((False, False), (True, False), (True, True))  # (statistics, residual) of the fused path's launches
 
 
-def make_launch(
-    kernel: JITFunction,
-    x: torch.Tensor,
-    gemm: torch.Tensor,
-    y: torch.Tensor,
-    planes: int,
-    stages: int,
-    block_h: int = 8,
-    block_w: int = 16,
-    programs: int | None = None,
-    **constexprs,
-) -> Callable[[], None]:
-    """A launch of ``kernel`` on ``x`` [B, 64, D, H, W] channels-last fp16 (48 real channels) into ``y``, its
-    descriptors built once; ``planes``: output planes per tile; ``programs``: the persistent grid (one per SM by
-    default, never more than the tiles: a program without a tile would leave its first loads in flight)."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    def desc(t, block):
-        return TensorDescriptor.from_tensor(t, block, layout(block))
-
-    n_b, _, d, h, w = x.shape
-    xv, yv = x.permute(0, 2, 3, 4, 1), y.permute(0, 2, 3, 4, 1)
-    tiles = n_b * triton.cdiv(d, planes) * triton.cdiv(h, block_h) * triton.cdiv(w, block_w)
-    programs = min(programs or torch.cuda.get_device_properties(x.device).multi_processor_count, tiles)
-    args = (
-        desc(xv, [1, 1, block_h, block_w, 32]),
-        desc(xv, [1, 1, block_h, block_w, 16]),
-        desc(gemm, [32, 64]),
-        desc(gemm, [16, 64]),
-        desc(yv, [1, 1, block_h, block_w, 64]),
-        d,
-        h,
-        w,
-        tiles,
-    )
-    const = dict(K0=32, K1=16, N=64, BLOCK_H=block_h, BLOCK_W=block_w, STAGES=stages, num_warps=4, **constexprs)
-
-    def launch() -> None:
-        kernel[(programs,)](*args, **const)
-
-    return launch
+def label(stats: bool, residual: bool, warp_specialized: bool) -> str:
+    form = "warp-specialized" if warp_specialized else "one warpgroup"
+    return f"conv3x3x3_resident ({form}){' +stats' if stats else ''}{' +residual' if residual else ''}"
 
 
 def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: the draft's variants and the module's kernel (without and with its statistics, and with the
-    statistics and the input as its residual) against float64 and timed, next to conv3x3x3's default (the same
-    three forms).
+    """On a Hopper GPU: both forms of the module's kernel, without and with its statistics, and with the statistics
+    and the input as its residual, against float64 and timed, next to conv3x3x3's default (the same three forms).
 
-    Checked per variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the first
-    and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
+    Checked per form and variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the
+    first and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
     cross-tile look-ahead and the plane pairing of every tile a program walks), the zero padding channels, and an
     odd shape (D = 13: the last tile's second plane lies outside; H, W not multiples of the tile) on 5 programs, so
-    each program walks many tiles. The module's statistics against the float64 mean and variance of the float64
-    output (with the residual: conv(x) + x) rounded to fp16 (the values as stored), on the same samples."""
+    each program walks many tiles. The statistics against the float64 mean and variance of the float64 output
+    (with the residual: conv(x) + x) rounded to fp16 (the values as stored), on the same samples. The
+    warp-specialized form's output and statistics against the single warpgroup's, bit for bit, on the whole batch
+    and the odd shape."""
     import time
 
     import torch.nn.functional as F
@@ -315,49 +131,35 @@ def run(batch: int = 14, size: int = 128) -> None:
         return fn()
 
     refs = reference(x[:1]), reference(x[-1:]), reference(x_odd)
+    # the residual is the input itself (its padding channels are zero), as in the blocks' conv2
+    refs_residual = tuple(r + t[:, :48].double() for r, t in zip(refs, (x[:1], x[-1:], x_odd)))
     base = conv3x3x3_weights(weight, out_columns=64, planes=2)
     triton_default = ConvLaunch(8, 16, 4, 3, 2, True)
-    ms_triton = triton.testing.do_bench(lambda: conv3x3x3(x, base, launch=triton_default))
-    ms_triton_stats = triton.testing.do_bench(lambda: conv3x3x3(x, base, stats=True, launch=triton_default))
-    # the residual form of the fused path (the SegResNet blocks' conv2: conv(x) + x, then the next norm's statistics)
-    ms_triton_residual = triton.testing.do_bench(lambda: conv3x3x3(x, base, True, x, triton_default))
+    ms_triton = {
+        form: triton.testing.do_bench(
+            lambda f=form: conv3x3x3(x, base, f[0], x if f[1] else None, triton_default)
+        )
+        for form in FORMS
+    }
     flop = 2 * 48 * 48 * 27 * batch * size**3
-    print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton:.3f} ms, with statistics "
-          f"{ms_triton_stats:.3f} ms, with statistics and residual {ms_triton_residual:.3f} ms")  # fmt: skip
-    y = torch.empty_like(x)
-    y_odd = torch.empty_like(x_odd)
-    for name, kernel, planes, stages, constexprs in VARIANTS:
-        label = f"{name} 8x16, {stages} stages"
-        try:
-            y.fill_(float("nan"))
-            y_odd.fill_(float("nan"))
-            launch = make_launch(kernel, x, gemm, y, planes, stages, **constexprs)
-            launch()
-            make_launch(kernel, x_odd, gemm, y_odd, planes, stages, programs=5, **constexprs)()
-            errs = worst_plane_err(y[:1], refs[0]), worst_plane_err(y[-1:], refs[1]), worst_plane_err(y_odd, refs[2])
-            pad_ok = bool((y[:, 48:] == 0).all()) and bool((y_odd[:, 48:] == 0).all())
-            ms = triton.testing.do_bench(launch)
-            print(f"{label}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
-                  f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
-                  f"{'zero' if pad_ok else 'WRONG'}")  # fmt: skip
-        except Exception as e:  # a launch the GPU refuses is reported, not fatal
-            print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
-    del y, y_odd
-    # the residual is the input itself (its padding channels are zero), as in the blocks' conv2
-    refs_residual = (
-        refs[0] + x[:1, :48].double(),
-        refs[1] + x[-1:, :48].double(),
-        refs[2] + x_odd[:, :48].double(),
-    )
-    ms_triton_for = {(False, False): ms_triton, (True, False): ms_triton_stats, (True, True): ms_triton_residual}
-    for stats, res in ((False, False), (True, False), (True, True)):
-        label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}{' +residual' if res else ''}"
+    print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton[FORMS[0]]:.3f} ms, with statistics "
+          f"{ms_triton[FORMS[1]]:.3f} ms, with statistics and residual {ms_triton[FORMS[2]]:.3f} ms")  # fmt: skip
+    for stats, res in FORMS:
         want = refs_residual if res else refs
-        try:
-            out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
-            out_odd, st_odd = poisoned(
-                x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
-            )
+        results = {}
+        for ws in (False, True):
+            name = label(stats, res, ws)
+            conv3d_resident.WARP_SPECIALIZED = ws
+            try:
+                out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
+                out_odd, st_odd = poisoned(
+                    x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
+                )
+                torch.cuda.synchronize()
+            except Exception as e:  # reported, not fatal: the other form's lines still stand
+                print(f"{name}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            results[ws] = (out, st, out_odd, st_odd)
             errs = (
                 worst_plane_err(out[:1], want[0]),
                 worst_plane_err(out[-1:], want[1]),
@@ -371,38 +173,37 @@ def run(batch: int = 14, size: int = 128) -> None:
                     stats_err((st[0][-1:], st[1][-1:]), want[1]),
                     stats_err(st_odd, want[2]),
                 ]
-                e_mean = max(c[0] for c in checks)
-                e_var = max(c[1] for c in checks)
                 pad_stats = "zero" if all(c[2] for c in checks) else "WRONG"
                 text = (
-                    f"; statistics vs float64 of the fp16-rounded output: worst |mean err| / std {e_mean:.2e}, "
-                    f"worst var rel. err {e_var:.2e}, padding channels' {pad_stats}"
+                    f"; statistics vs float64 of the fp16-rounded output: worst |mean err| / std "
+                    f"{max(c[0] for c in checks):.2e}, worst var rel. err {max(c[1] for c in checks):.2e}, "
+                    f"padding channels' {pad_stats}"
                 )
-            del out, out_odd, st, st_odd
             ms = triton.testing.do_bench(
                 lambda s=stats, r=res: conv3x3x3_resident(x, gemm, stats=s, residual=x if r else None)
             )
-            print(f"{label}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
+            print(f"{name}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
                   f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
-                  f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default "
-                  f"{ms_triton_for[stats, res]:.3f} ms")  # fmt: skip
-        except Exception as e:  # reported, not fatal: the draft's lines still stand
-            print(f"{label}: {type(e).__name__}: {str(e)[:200]}")
+                  f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default {ms_triton[stats, res]:.3f} ms")  # fmt: skip
+        if len(results) == 2:
+            (a, sa, a_odd, sa_odd), (b, sb, b_odd, sb_odd) = results[False], results[True]
+            same = torch.equal(a, b) and torch.equal(a_odd, b_odd)
+            if stats:
+                same = same and all(torch.equal(p, q) for p, q in zip(sa + sa_odd, sb + sb_odd))
+            print(f"  the two forms' outputs{' and statistics' if stats else ''} bit for bit equal: {same}")
+        del results
+    conv3d_resident.WARP_SPECIALIZED = True
     print(f"({time.perf_counter() - start:.0f} s in all)")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compile-only", action="store_true", help="compile every variant for sm_90 here (no GPU needed)")
+    p.add_argument("--compile-only", action="store_true", help="compile both forms for sm_90 here (no GPU needed)")
     a = p.parse_args()
     if a.compile_only:
-        from monai.networks.kernels.conv3d_resident import compile_for_sm90
-
-        for name, kernel, _, stages, constexprs in VARIANTS:
-            print(f"{name}, {stages} stages: {resources(compile_only(stages=stages, kernel=kernel, **constexprs))}")
-        for stats in (False, True):
-            for res in (False, True):
-                label = f"conv3x3x3_resident (v2, 4 stages){' +stats' if stats else ''}{' +residual' if res else ''}"
-                print(f"{label}: {resources(compile_for_sm90(stats=stats, residual=res))}")
+        for stats, res in ((False, False), (False, True), (True, False), (True, True)):
+            for ws in (False, True):
+                c = conv3d_resident.compile_for_sm90(stats=stats, residual=res, warp_specialized=ws)
+                print(f"{label(stats, res, ws)}: {resources(c)}")
     else:
         run()
