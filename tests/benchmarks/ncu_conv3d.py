@@ -17,8 +17,8 @@ Run under ``ncu`` (clocks left alone), e.g.::
         python3 tests/benchmarks/ncu_conv3d.py
 
 Each form runs twice (the first launch compiles); profile with ``--launch-skip 1 --launch-count 1`` per form or
-read the second of each pair. ``--resident`` runs the resident-weight Gluon convolution instead, in its two forms
-(one warpgroup, warp-specialized), with the next norm's statistics: ``-k regex:_resident_conv``.
+read the second of each pair. ``--resident`` runs the resident-weight Gluon convolution instead, with the next
+norm's statistics, without and with a residual: ``-k regex:_resident_conv``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=14)
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--channels", type=int, default=48)
-    p.add_argument("--resident", action="store_true", help="the resident-weight Gluon kernel's two forms instead")
+    p.add_argument("--resident", action="store_true", help="the resident-weight Gluon kernel instead")
     a = p.parse_args(argv)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(a.batch, a.channels, a.size, a.size, a.size, generator=g).to("cuda", torch.float16)
@@ -46,12 +46,11 @@ def main(argv=None) -> int:
         from monai.networks.kernels import conv3d_resident
 
         gemm = conv3x3x3_weights(weight, out_columns=64)
-        for ws in (False, True):
-            conv3d_resident.WARP_SPECIALIZED = ws
+        for residual in (None, x):
             for _ in range(2):
-                conv3d_resident.conv3x3x3_resident(x, gemm, stats=True)
+                conv3d_resident.conv3x3x3_resident(x, gemm, stats=True, residual=residual)
             torch.cuda.synchronize()
-            print(f"ran conv3x3x3_resident, {'warp-specialized' if ws else 'one warpgroup'}, statistics", flush=True)
+            print(f"ran conv3x3x3_resident, statistics{', residual' if residual is not None else ''}", flush=True)
         return 0
     forms = (
         ("swapped", ConvLaunch(swap=True)),

@@ -8,14 +8,14 @@
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
-#   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution's two forms
+#   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
 #   fused_conv            the Triton convolution (padded, real-channel, norm folded in) against cuDNN, 48 and 96 ch
 #   fused_cudnn_bench     the fused forward with cudnn.benchmark on (cuDNN times its algorithms per shape)
 #   fused_kernels         single kernels at 14 x 48 x 128^3: cuDNN convolutions, the norm's statistics and apply passes
 #   fused_batches         the fused forward at window batches 8, 14 and 20 (where the fork's best batch lies)
 #   fused_graphs14        the fused forward at 14 windows replayed as a CUDA graph (the default stops at 4)
-#   gluon_resident        the draft persistent Gluon convolution with resident weights (experiments/gluon_conv3d)
+#   gluon_resident        the resident-weight Gluon convolution against float64 and the Triton kernel (experiments/gluon_conv3d)
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   class_head            the broadcast class head against upstream's loop (PR 01)
@@ -71,7 +71,7 @@ for run in "$@"; do
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
-  gluon_resident) step gluon_resident 120 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
+  gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_fused 330 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;

@@ -9,48 +9,41 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """A persistent 3x3x3 convolution (48 -> 48 channels, stride 1, zero padding 1, no bias) for Hopper GPUs, written in
-Gluon, with the 27 taps' weights resident in shared memory and the next instance norm's statistics in its epilogue.
+Gluon: the 27 taps' weights resident in shared memory, warp-specialized, the next instance norm's statistics and the
+block's residual in its epilogue.
 
 The Triton kernel of :py:mod:`monai.networks.kernels.conv3d` fetches every tap's weights from L2 once per program,
 half of its L2 traffic. Here one program per SM loads the weights once (27 x [48, 64] fp16, 166 KB) and then walks
-its share of the tiles. A tile is two consecutive output planes of 8 x 16 voxels: the four input planes they need
-times the 9 in-plane shifts give 36 input patches, each loaded once by TMA (what lies outside the volume arrives as
-zeros, the convolution's padding) into a ring of 4 shared-memory buffers, and multiplied on the tensor cores
-(asynchronous wgmma) into two [64 output channels, 128 voxels] fp32 accumulators, one per plane. The loads run 3
-patches ahead over the program's whole sequence of (tile, patch) pairs, so the next tile's first patches arrive
-while this one finishes and stores.
+its share of the tiles. A tile is two consecutive output planes of 8 x 16 voxels, made from four input planes. For
+each input plane and column shift one TMA load brings a slab of 10 x 16 voxels (the tile's rows and one above and
+below; what lies outside the volume arrives as zeros, the convolution's padding); the three row shifts are views of
+it, 8 rows from row 0, 1 or 2. So a tile takes 12 slab loads (184 KB) where single shifted patches took 36 (442 KB):
+with patches the L2 ran at 80-85 % of its throughput and was what held the kernel back (ncu).
 
-A tile's second plane is stored during the next tile's first 9 patches (which feed only the first plane), so the
-tensor cores keep running while it is converted, staged and, with ``stats``, reduced. The statistics are the
-per-channel count, mean and centred sum of squares of each plane's stored (fp16) values over the voxels inside the
-volume, written to part ``2 * tile + plane``; tiles are numbered sample-major, so each sample's parts are
-contiguous and :py:func:`~monai.networks.kernels.instance_norm.merge_parts_triton` merges them. Each part is written
-by the one program that owns its tile.
+Three partitions (``gl.warp_specialize``) share the work: one warp loads the slabs into a ring of 3 buffers; one
+warpgroup multiplies each tile's first output plane (slabs of input planes d0 - 1 ... d0 + 1) and another its second
+(d0 ... d0 + 2), asynchronous wgmmas into a [64 output channels, 128 voxels] fp32 accumulator each. Each warpgroup's
+epilogue (fp16 conversion, staging, TMA store, statistics, residual) runs while the other multiplies the three
+slabs only its own plane uses, and the two planes take the one staging buffer in turn.
 
+The statistics are the per-channel count, mean and centred sum of squares of each plane's stored (fp16) values over
+the voxels inside the volume, written to part ``2 * tile + plane``; tiles are numbered sample-major, so each
+sample's parts are contiguous and :py:func:`~monai.networks.kernels.instance_norm.merge_parts_triton` merges them.
 With a ``residual`` (the SegResNet blocks' ``conv2(y) + x``), each plane's residual box is loaded by TMA into the
-output staging buffer as soon as the previous store has read it out: a tile's first plane's during its input plane
-p = 2 (18 patches before its epilogue), its second plane's during the next tile's second patch (7 patches before).
-The epilogue reads it back in the accumulator's layout (``ldmatrix``, mirroring the store's ``stmatrix``), adds it in
-fp32 and overwrites it with the sum, each thread the elements it read, so the residual takes no shared memory of its
-own (one more barrier) and no registers while the products run. Loading it into registers by pointer instead would
-keep 64 fp16 values per thread beside the two 64-register accumulators through the last patches (one 2-byte load per
-value: a thread's accumulator holds pairs of voxels of a channel, 128 B apart), and a coalesced load converted to
-that layout needs a 16 KB scratch buffer the shared memory does not have. Without a residual the kernel is the same
-as before it had one (``r_desc`` is then ``None``, a constexpr).
+staging buffer when the buffer is handed to that plane's warpgroup, read back in the accumulator's layout
+(``ldmatrix``, mirroring the store's ``stmatrix``) and added in fp32 before the rounding, so it takes no shared
+memory of its own.
 
-Measured on the H200, 14 x 48 x 128^3: 9.20 ms (397 TFLOP/s), 9.75 with statistics, 10.53 with statistics and a
-residual, against 10.66 / 11.04 / 11.21 ms for the Triton kernel's launch on the fused path (docs/benchmarks.md).
+The statistics take one pass over the plane, shifted by the warpgroup's previous plane's means (near this plane's,
+so the shifted sum of squares keeps its precision): the two-pass form kept 64 values per thread alive across the
+mean's reduction and spilled.
+
+Measured on the H200, 14 x 48 x 128^3: 6.90 ms (530 TFLOP/s), 7.79 with statistics, 8.15 with statistics and a
+residual, against 9.23 / 9.68 / 10.59 for the earlier single-warpgroup form with patch loads and 10.60 / 11.08 /
+11.16 for the Triton kernel (docs/benchmarks.md).
 Not here: other channel counts (96 channels' weights, 498 KB, do not fit). Shared memory: 165,888 B of weights,
-4 x 12,288 B of input ring, a 16 KB output staging buffer (231,464 B of the 232,448 B an H100/H200 block may have;
-231,480 B with the residual's barrier).
-
-The warp-specialized form (``WARP_SPECIALIZED``, the default) runs the same tiles, patches and products in three
-partitions: one warp loads the patches into the ring, one warpgroup multiplies and stores each tile's first output
-plane (patches 0-26) and another its second (patches 9-35). So each warpgroup's epilogue (conversion, staging, TMA
-store, statistics, residual) runs while the other multiplies the 9 patches only its own plane uses, the loads never
-wait for an epilogue, and the two planes share the one staging buffer in turn. Its outputs and statistics equal the
-single warpgroup's bit for bit (same products in the same order per plane); 14 x 48 x 128^3 on the H200: 8.62 ms
-(424 TFLOP/s), 8.98 with statistics, 9.99 with statistics and residual, against 9.27 / 9.69 / 10.62 for one warpgroup.
+3 slabs of 15,360 B in a ring of 32 rows (48 KB: a view's shape must be a power of two), a 16 KB output staging
+buffer, barriers: about 231.8 KB of the 232,448 B an H100/H200 block may have.
 
 Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API; it also compiles with 3.9);
 :py:func:`resident_unavailable_reason` says where this kernel cannot run.
@@ -92,16 +85,14 @@ _C_IN = 48  # input channels read, as two power-of-two pieces (the MMA's K): cha
 _K0, _K1 = 32, 16
 _N = 64  # output channels written (48 real + 16 zero padding): the weights' columns, the MMA's M
 _BLOCK_H, _BLOCK_W = 8, 16  # a tile's voxels per plane: the MMA's N = 128
-_STAGES = 4  # input patches in flight: the most the shared memory holds beside the weights
-_NUM_WARPS = 4  # one warpgroup: both accumulators fit its registers without spills
-# the warp-specialized form: 12 warps (3 warpgroups: two consumers, the producer's warp padded to one) at most
-# _MAXNREG registers each on average; the producer's takes 24 and the second consumer CONSUMER_REGS, the first the rest
-WARP_SPECIALIZED = True
+_STAGES = 3  # slabs in flight (10 rows of 16 voxels, 15,360 B): the most the shared memory holds beside the weights
+_NUM_WARPS = 4  # the default partition: the first plane's warpgroup
+# 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
+# average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
 _MAXNREG = 168
 _CONSUMER_REGS = 232
 _PRODUCER_REGS = 24
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
-_DESCRIPTORS = ("x0_desc", "x1_desc", "w0_desc", "w1_desc", "y_desc", "r_desc")  # the kernel's, in its order
 
 
 def resident_unavailable_reason(device: torch.device | str) -> str | None:
@@ -124,6 +115,8 @@ def resident_unavailable_reason(device: torch.device | str) -> str | None:
 
 
 if _GLUON_MISSING is None:
+    # Triton 3.9 renames a shared-memory view's _reinterpret to reinterpret (and 3.6 has only the old name)
+    _NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
 
     @gluon.jit
     def _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr):
@@ -135,232 +128,48 @@ if _GLUON_MISSING is None:
         rest = rest // tiles_h
         return rest // tiles_d, (rest % tiles_d) * 2, th * BLOCK_H, tw * BLOCK_W
 
-    @gluon.jit
-    def _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, stage, b, d0, h0, w0, patch, K0: gl.constexpr):
-        # patch = 9 * p + s of the tile at (b, d0, h0, w0): input plane d0 - 1 + p shifted by s (row offset
-        # s // 3 - 1, column offset s % 3 - 1), both channel pieces, into ring buffer `stage`
-        dd = d0 + patch // 9 - 1
-        hs = h0 + (patch % 9) // 3 - 1
-        ws = w0 + patch % 3 - 1
-        bar = ready.index(stage)
-        mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
-        _tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(stage))
-        _tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(stage))
-
-    @gluon.jit
-    def _plane_stats(out, count_ptr, mean_ptr, m2_ptr, part, d, h0, w0, D, H, W,
-                     N: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
-                     acc_layout: gl.constexpr):  # fmt: skip
-        # count, per-channel mean and centred sum of squares of one stored plane `out` [N, voxels] over its voxels
-        # inside the volume, into part `part`; a plane past the last (odd D) has count 0 and zero statistics
-        BM: gl.constexpr = BLOCK_H * BLOCK_W
-        i = gl.arange(0, BM, layout=gl.SliceLayout(0, acc_layout))
-        inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W) & (d < D)
-        # a tile starts inside the volume's rows and columns, so the count is the clipped rectangle
-        count = gl.minimum(H - h0, BLOCK_H) * gl.minimum(W - w0, BLOCK_W)
-        count = gl.where(d < D, count, 0).to(gl.float32)
-        vals = gl.where(inside[None, :], out.to(gl.float32), 0.0)
-        mean = gl.sum(vals, axis=1) / gl.maximum(count, 1.0)
-        centred = gl.where(inside[None, :], vals - mean[:, None], 0.0)
-        m2 = gl.sum(centred * centred, axis=1)
-        cols = part.to(gl.int64) * N + gl.arange(0, N, layout=gl.SliceLayout(1, acc_layout))
-        gl.store(mean_ptr + cols, mean)
-        gl.store(m2_ptr + cols, m2)
-        gl.store(count_ptr + part, count)
-
-    @gluon.jit
-    def _load_residual(r_desc, y_s, r_bar, b, d, h0, w0):
-        # the residual box of output plane d into the staging buffer, once its previous store has read it out; the
-        # plane's epilogue waits on r_bar (what lies outside the volume arrives as zeros and is never stored)
-        tma.store_wait(pendings=0)
-        mbarrier.expect(r_bar, r_desc.block_type.nbytes)
-        _tma_load(r_desc, [b, d, h0, w0, 0], r_bar, y_s)
-
-    @gluon.jit
-    def _store_plane(y_desc, y_s, acc, r_bar, count_ptr, mean_ptr, m2_ptr, part, b, d, h0, w0, D, H, W,
-                     N: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STATS: gl.constexpr,
-                     RESIDUAL: gl.constexpr, R_PHASE: gl.constexpr, acc_layout: gl.constexpr):  # fmt: skip
-        # accumulator [N, voxels] (+ the residual the staging buffer holds, RESIDUAL) -> fp16 output plane d through
-        # the staging buffer (TMA clips what lies outside the volume), then its statistics while the store runs
-        BM: gl.constexpr = BLOCK_H * BLOCK_W
-        if RESIDUAL:
-            # _load_residual waited for the previous store; each thread reads the residual's elements of its own
-            # accumulator registers and overwrites exactly those below, so no thread clobbers another's
-            mbarrier.wait(r_bar, R_PHASE)
-            acc = acc + y_s.reshape([BM, N]).permute((1, 0)).load(acc_layout).to(gl.float32)
-            out = acc.to(gl.float16)
-        else:
-            out = acc.to(gl.float16)
-            tma.store_wait(pendings=0)  # the staging buffer's previous store has been read out
-        y_s.reshape([BM, N]).store(gl.permute(out, (1, 0)))
-        fence_async_shared()
-        _tma_store(y_desc, [b, d, h0, w0, 0], y_s)
-        if STATS:
-            _plane_stats(out, count_ptr, mean_ptr, m2_ptr, part, d, h0, w0, D, H, W, N, BLOCK_H, BLOCK_W, acc_layout)
-
-    @gluon.jit
-    def _resident_conv_kernel(
-        x0_desc,
-        x1_desc,
-        w0_desc,
-        w1_desc,
-        y_desc,
-        r_desc,
-        count_ptr,
-        mean_ptr,
-        m2_ptr,
-        D,
-        H,
-        W,
-        n_tiles,
-        K0: gl.constexpr,
-        K1: gl.constexpr,
-        N: gl.constexpr,
-        BLOCK_H: gl.constexpr,
-        BLOCK_W: gl.constexpr,
-        STAGES: gl.constexpr,
-        STATS: gl.constexpr,
-        RESIDUAL: gl.constexpr,
-        num_warps: gl.constexpr,
-    ):
-        # one persistent program per SM (never more than n_tiles: a program without a tile would leave its first
-        # loads in flight); tile t of the program runs 36 patches, patch 9 * p + s: input plane d0 - 1 + p, shift s.
-        # It feeds output plane d0 through tap (depth p, shift s) for p <= 2 and plane d0 + 1 through tap
-        # (depth p - 1, shift s) for p >= 1. RESIDUAL: r_desc reads the residual (None without), which each plane's
-        # TMA load puts into the staging buffer well before its epilogue adds it
-        BM: gl.constexpr = BLOCK_H * BLOCK_W
-        PATCHES: gl.constexpr = 36
-        pid = gl.program_id(0)
-        n_prog = gl.num_programs(0)
-        # the weights, once per program: tap 9 * depth + shift as a [K0, N] and a [K1, N] block
-        w0_s = gl.allocate_shared_memory(gl.float16, [27, K0, N], w0_desc.layout)
-        w1_s = gl.allocate_shared_memory(gl.float16, [27, K1, N], w1_desc.layout)
-        w_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-        mbarrier.init(w_bar, count=1)
-        mbarrier.expect(w_bar, 27 * (w0_desc.block_type.nbytes + w1_desc.block_type.nbytes))
-        for tap in gl.static_range(27):
-            _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
-            _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
-        # the ring of input patches, one barrier per buffer, and the output staging buffer
-        x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
-        x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-        y_s = gl.allocate_shared_memory(gl.float16, [1, 1, BLOCK_H, BLOCK_W, N], y_desc.layout)
-        if RESIDUAL:
-            # a plane's residual load completes this barrier's phase 0 for a first plane, phase 1 for a second: each
-            # tile loads its first plane's residual, then (during the next tile) its second plane's
-            r_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-            mbarrier.init(r_bar, count=1)
-        else:
-            r_bar = w_bar  # never waited on: the kernel without a residual is the same as before it had one
-
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BM, 16]
-        )
-        tiles_w = gl.cdiv(W, BLOCK_W)
-        tiles_h = gl.cdiv(H, BLOCK_H)
-        tiles_d = gl.cdiv(D, 2)
-        # the program's (tile, patch) sequence starts with its first tile's first STAGES - 1 patches (loading while
-        # the weights arrive); from then on consuming patch `count` issues patch count + STAGES - 1 into the buffer
-        # patch count - 1 has just released
-        b, d0, h0, w0 = _tile_origin(pid, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-        for q in gl.static_range(STAGES - 1):
-            _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, q, b, d0, h0, w0, q, K0)
-        mbarrier.wait(w_bar, 0)
-
-        count = 0  # patches consumed so far: the ring position and the barriers' phase
-        acc1 = gl.zeros([N, BM], gl.float32, acc_layout)  # the previous tile's second plane, until stored
-        prev = pid  # that tile, and where its second plane goes
-        pb, pd, ph, pw = b, d0 + 1, h0, w0
-        for tile in range(pid, n_tiles, n_prog):
-            b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            nxt = tile + n_prog  # the tile the look-ahead runs into near the end of this one
-            nb, nd0, nh0, nw0 = _tile_origin(nxt, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            acc0 = gl.zeros([N, BM], gl.float32, acc_layout)
-            for p in gl.static_range(4):
-                if p == 1:
-                    # the previous tile's second plane, now that the first plane's store has long left the staging
-                    # buffer (no wait); the last plane-0 patch's products still run meanwhile
-                    if tile != pid:
-                        _store_plane(y_desc, y_s, acc1, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph,
-                                     pw, D, H, W, N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 1, acc_layout)  # fmt: skip
-                    acc1 = gl.zeros([N, BM], gl.float32, acc_layout)
-                if RESIDUAL and p == 2:
-                    # this tile's first plane's residual: the second plane's store above has long been read out, and
-                    # the load has 18 patches' products (~5 us) to arrive
-                    _load_residual(r_desc, y_s, r_bar, b, d0, h0, w0)
-                for s in range(9):
-                    stage = count % STAGES
-                    mbarrier.wait(ready.index(stage), (count // STAGES) & 1)
-                    a0 = x0_s.index(stage).reshape([BM, K0]).permute((1, 0))
-                    a1 = x1_s.index(stage).reshape([BM, K1]).permute((1, 0))
-                    if p <= 2:
-                        acc0 = warpgroup_mma(w0_s.index(9 * p + s).permute((1, 0)), a0, acc0, is_async=True)
-                        acc0 = warpgroup_mma(w1_s.index(9 * p + s).permute((1, 0)), a1, acc0, is_async=True)
-                    if p >= 1:
-                        acc1 = warpgroup_mma(w0_s.index(9 * p - 9 + s).permute((1, 0)), a0, acc1, is_async=True)
-                        acc1 = warpgroup_mma(w1_s.index(9 * p - 9 + s).permute((1, 0)), a1, acc1, is_async=True)
-                    # only this patch's 2 or 4 products may still run: the previous patch's buffer is free
-                    if p == 0:
-                        acc0 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0,))
-                    elif p == 3:
-                        acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc1,))
-                    else:
-                        acc0, acc1 = warpgroup_mma_wait(num_outstanding=4, deps=(acc0, acc1))
-                    nstage = (count + STAGES - 1) % STAGES
-                    ahead = 9 * p + s + STAGES - 1
-                    if 9 * p + 8 + STAGES - 1 < PATCHES:  # compile time: this plane's look-ahead stays in the tile
-                        _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, nstage, b, d0, h0, w0, ahead, K0)
-                    elif ahead < PATCHES:
-                        _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, nstage, b, d0, h0, w0, ahead, K0)
-                    elif nxt < n_tiles:  # the next tile's first patches load during this tile's end and epilogue
-                        _load_patch(x0_desc, x1_desc, x0_s, x1_s, ready, nstage, nb, nd0, nh0, nw0, ahead - PATCHES,
-                                    K0)  # fmt: skip
-                    if RESIDUAL and p == 0:
-                        if (s == 1) & (tile != pid):
-                            # the previous tile's second plane's residual, once the first plane's store (issued at
-                            # that tile's end, a patch's products ago) has left the staging buffer; 7 patches (~2 us)
-                            # to arrive before that plane's epilogue at p == 1. Earlier, the wait for the store would
-                            # stall the warpgroup while no products run
-                            _load_residual(r_desc, y_s, r_bar, pb, pd, ph, pw)
-                    count += 1
-            acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-            _store_plane(y_desc, y_s, acc0, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * tile, b, d0, h0, w0, D, H, W,
-                         N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 0, acc_layout)  # fmt: skip
-            prev = tile
-            pb, pd, ph, pw = b, d0 + 1, h0, w0
-        # the last tile's second plane (its residual's latency shows here, once per program)
-        if RESIDUAL:
-            _load_residual(r_desc, y_s, r_bar, pb, pd, ph, pw)
-        _store_plane(y_desc, y_s, acc1, r_bar, count_ptr, mean_ptr, m2_ptr, 2 * prev + 1, pb, pd, ph, pw, D, H, W,
-                     N, BLOCK_H, BLOCK_W, STATS, RESIDUAL, 1, acc_layout)  # fmt: skip
-        tma.store_wait(pendings=0)
-
-    # ---- the warp-specialized form: a producer warp and one consumer warpgroup per output plane ----
-    _GROUP_BOUNDS = ((0, 9), (9, 27), (27, 36))
+    @gluon.constexpr_function
+    def _slab_group(u):
+        # a tile's slabs by the output planes they feed: 0-2 (input plane d0 - 1) only the first, 3-8 both, 9-11
+        # (input plane d0 + 2) only the second
+        return 0 if u < 3 else (1 if u < 9 else 2)
 
     @gluon.constexpr_function
-    def _patch_group(j):
-        # a tile's patches by the output planes they feed: 0-8 (input plane d0 - 1) only the first, 9-26 both,
-        # 27-35 (input plane d0 + 2) only the second
-        return 0 if j < 9 else (1 if j < 27 else 2)
-
-    @gluon.constexpr_function
-    def _ready_uses(j, stages, before):
-        # patch j's ready barrier (one per group and ring buffer) completes once for each patch of its group that
-        # lands in buffer j % stages: how many such patches a tile has (before=False), or come before j (True)
-        lo, hi = _GROUP_BOUNDS[_patch_group(j)]
-        return sum(q % stages == j % stages for q in range(lo, j if before else hi))
+    def _ready_uses(u, stages, before):
+        # slab u's ready barrier (one per group and ring buffer) completes once for each slab of its group that lands
+        # in buffer u % stages: how many such slabs a tile has (before=False), or come before u in it (True)
+        lo, hi = ((0, 3), (3, 9), (9, 12))[_slab_group(u)]
+        return sum(q % stages == u % stages for q in range(lo, u if before else hi))
 
     @gluon.jit
-    def _produce_patches(x0_desc, x1_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
-                         K0: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
-                         STAGES: gl.constexpr):  # fmt: skip
-        # the producer warp: every tile's 36 patches in order into the ring; patch j of a tile goes to buffer
-        # j % STAGES (36 is a multiple of STAGES, so the same buffer in every tile) once both planes' consumers
-        # have released that buffer's previous patch, and signals its group's barrier for that buffer
+    def _ring_rows(ring, row: gl.constexpr, rows: gl.constexpr):
+        # `rows` rows of the slab ring (a row: 16 voxels x K channels) from its row `row` on, as [voxels, K]. A slice
+        # must start at a multiple of its own size, so this slices one row and reinterprets it as the longer view;
+        # rows are whole swizzle atoms, so the bytes are where that view expects them
+        start = ring.slice(row * 16, 16)
+        if _NEW_REINTERPRET:
+            return start.reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
+        else:
+            return start._reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
+
+    @gluon.jit
+    def _ring_box(ring, row: gl.constexpr, desc):
+        # the ring's rows from `row` on as the box of `desc` ([rows, 1, 1, 16, K]), for its TMA load
+        start = ring.slice(row * 16, 16)
+        if _NEW_REINTERPRET:
+            return start.reinterpret(gl.float16, desc.block_type.shape, desc.layout)
+        else:
+            return start._reinterpret(gl.float16, desc.block_type.shape, desc.layout)
+
+    @gluon.jit
+    def _produce_slabs(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                       K0: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
+                       STAGES: gl.constexpr):  # fmt: skip
+        # the producer warp: every tile's 12 slabs in order into the ring. Slab u = 3 * p + c: input plane
+        # d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1; it goes to buffer u % STAGES (the same
+        # in every tile: 12 is a multiple of STAGES) once both planes' consumers have released that buffer's previous
+        # slab, and completes its group's barrier for that buffer. The descriptors read the input as [H, B, D, W, C]:
+        # a box is [rows, 1, 1, BLOCK_W, K], BLOCK_H rows and the last two (a box's sizes are powers of two)
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
         tiles_w = gl.cdiv(W, BLOCK_W)
@@ -369,28 +178,60 @@ if _GLUON_MISSING is None:
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            for j in gl.static_range(36):
-                s = j % STAGES
-                # the buffer's use number i * (36 // STAGES) + j // STAGES waits for the one before to be released
-                # (a fresh barrier passes the wait for parity 1)
-                mbarrier.wait(empty.index(s), ((i * (36 // STAGES) + j // STAGES) & 1) ^ 1)
-                bar = ready.index(_patch_group(j) * STAGES + s)
-                mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
-                dd = d0 + j // 9 - 1
-                hs = h0 + (j % 9) // 3 - 1
-                ws = w0 + j % 3 - 1
-                _tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(s))
-                _tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(s))
+            for u in gl.static_range(12):
+                # use i * 12 // STAGES + u // STAGES of the buffer waits for the one before to be released (a fresh
+                # barrier passes the wait for parity 1)
+                mbarrier.wait(empty.index(u % STAGES), ((i * (12 // STAGES) + u // STAGES) & 1) ^ 1)
+                bar = ready.index(_slab_group(u) * STAGES + u % STAGES)
+                mbarrier.expect(bar, x0_desc.block_type.nbytes + x0h_desc.block_type.nbytes
+                                + x1_desc.block_type.nbytes + x1h_desc.block_type.nbytes)  # fmt: skip
+                dd = d0 + u // 3 - 1
+                ws = w0 + u % 3 - 1
+                # (the slab's first ring row as an expression: a variable assigned in the unrolled loop would be a
+                # run-time integer, and a view's offset must be known when compiling)
+                _tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar, _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2), x0_desc))
+                _tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
+                          _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x0h_desc))
+                _tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar, _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2), x1_desc))
+                _tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
+                          _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x1h_desc))  # fmt: skip
             i += 1
 
     @gluon.jit
-    def _release_patch(empty, j: gl.constexpr, STAGES: gl.constexpr):
-        # patch j's buffer back to the producer: a patch both planes use needs both consumers' arrivals (the
-        # barrier counts 2), one only this plane uses is released for both
-        if _patch_group(j) == 1:
-            mbarrier.arrive(empty.index(j % STAGES), count=1)
+    def _release_slab(empty, u: gl.constexpr, STAGES: gl.constexpr):
+        # slab u's buffer back to the producer: a slab both planes use needs both consumers' arrivals (the barrier
+        # counts 2), one only this plane uses is released for both
+        if _slab_group(u) == 1:
+            mbarrier.arrive(empty.index(u % STAGES), count=1)
         else:
-            mbarrier.arrive(empty.index(j % STAGES), count=2)
+            mbarrier.arrive(empty.index(u % STAGES), count=2)
+
+    @gluon.jit
+    def _plane_stats(out, shift, count_ptr, mean_ptr, m2_ptr, part, d, h0, w0, D, H, W,
+                     N: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
+                     acc_layout: gl.constexpr):  # fmt: skip
+        # count, per-channel mean and centred sum of squares of one stored plane `out` [N, voxels] over its voxels
+        # inside the volume, into part `part`; a plane past the last (odd D) has count 0 and zero statistics.
+        # Returns the means (the next plane's shift)
+        BM: gl.constexpr = BLOCK_H * BLOCK_W
+        i = gl.arange(0, BM, layout=gl.SliceLayout(0, acc_layout))
+        inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W) & (d < D)
+        # a tile starts inside the volume's rows and columns, so the count is the clipped rectangle
+        count = gl.minimum(H - h0, BLOCK_H) * gl.minimum(W - w0, BLOCK_W)
+        count = gl.where(d < D, count, 0).to(gl.float32)
+        # one pass, shifted by `shift` (the consumer's previous plane's means: near this plane's, so the shifted sum
+        # of squares loses no precision to the mean) so no value waits in registers for the mean's reduction
+        t = gl.where(inside[None, :], out.to(gl.float32) - shift[:, None], 0.0)
+        s1 = gl.sum(t, axis=1)
+        s2 = gl.sum(t * t, axis=1)
+        n = gl.maximum(count, 1.0)
+        mean = gl.where(count > 0, shift + s1 / n, 0.0)
+        m2 = gl.maximum(s2 - s1 * s1 / n, 0.0)
+        cols = part.to(gl.int64) * N + gl.arange(0, N, layout=gl.SliceLayout(1, acc_layout))
+        gl.store(mean_ptr + cols, mean)
+        gl.store(m2_ptr + cols, m2)
+        gl.store(count_ptr + part, count)
+        return mean
 
     @gluon.jit
     def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc,
@@ -398,13 +239,13 @@ if _GLUON_MISSING is None:
                        PLANE: gl.constexpr, K0: gl.constexpr, K1: gl.constexpr, N: gl.constexpr,
                        BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
                        RESIDUAL: gl.constexpr):  # fmt: skip
-        # one warpgroup: output plane d0 + PLANE of each tile, from the tile's patches 9 * PLANE ... 9 * PLANE + 26
-        # (input planes d0 - 1 + PLANE ... d0 + 1 + PLANE through taps 0 ... 26). Its epilogue runs while the other
-        # plane's warpgroup multiplies the patches only that plane uses, then it hands over the one staging buffer:
-        # the first plane's consumer to the second's, the second's to the next tile's first (with a residual, by
-        # loading that plane's residual into it)
+        # one warpgroup: output plane d0 + PLANE of each tile, from slabs 3 * PLANE ... 3 * PLANE + 8 (input planes
+        # d0 - 1 + PLANE ... d0 + 1 + PLANE), each through its three row shifts: 27 products [N, K] x [K, BM] per
+        # channel piece. Its epilogue runs while the other plane's warpgroup multiplies the slabs only that plane
+        # uses; then it hands over the one staging buffer: the first plane's consumer to the second's, the second's
+        # to the next tile's first (with a residual, by loading that plane's residual into it)
         BM: gl.constexpr = BLOCK_H * BLOCK_W
-        FIRST: gl.constexpr = 9 * PLANE
+        FIRST: gl.constexpr = 3 * PLANE
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, BM, 16])  # fmt: skip
         pid = gl.program_id(0)
@@ -413,34 +254,40 @@ if _GLUON_MISSING is None:
         tiles_h = gl.cdiv(H, BLOCK_H)
         tiles_d = gl.cdiv(D, 2)
         mbarrier.wait(w_bar, 0)
+        shift = gl.zeros([N], gl.float32, gl.SliceLayout(1, acc_layout))
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
             acc = gl.zeros([N, BM], gl.float32, acc_layout)
-            for j in gl.static_range(FIRST, FIRST + 27):
-                s = j % STAGES
-                phase = (i * _ready_uses(j, STAGES, False) + _ready_uses(j, STAGES, True)) & 1
-                mbarrier.wait(ready.index(_patch_group(j) * STAGES + s), phase)
-                a0 = x0_s.index(s).reshape([BM, K0]).permute((1, 0))
-                a1 = x1_s.index(s).reshape([BM, K1]).permute((1, 0))
-                acc = warpgroup_mma(w0_s.index(j - FIRST).permute((1, 0)), a0, acc, is_async=True)
-                acc = warpgroup_mma(w1_s.index(j - FIRST).permute((1, 0)), a1, acc, is_async=True)
-                if j > FIRST:  # only this patch's two products may still run: the previous patch's buffer is free
-                    acc = warpgroup_mma_wait(num_outstanding=2, deps=(acc,))
-                    _release_patch(empty, j - 1, STAGES)
+            for u in gl.static_range(FIRST, FIRST + 9):
+                phase = (i * _ready_uses(u, STAGES, False) + _ready_uses(u, STAGES, True)) & 1
+                mbarrier.wait(ready.index(_slab_group(u) * STAGES + u % STAGES), phase)
+                for r in gl.static_range(3):
+                    # the slab's rows r ... r + BLOCK_H - 1 (row shift r - 1), column shift u % 3 - 1, depth
+                    # u // 3 - PLANE: tap 9 * depth + 3 * r + u % 3
+                    tap = 9 * (u // 3 - PLANE) + 3 * r + u % 3
+                    a0 = _ring_rows(x0_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
+                    a1 = _ring_rows(x1_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
+                    acc = warpgroup_mma(w0_s.index(tap).permute((1, 0)), a0, acc, is_async=True)
+                    acc = warpgroup_mma(w1_s.index(tap).permute((1, 0)), a1, acc, is_async=True)
+                if u > FIRST:  # only this slab's six products may still run: the previous slab's buffer is free
+                    acc = warpgroup_mma_wait(num_outstanding=6, deps=(acc,))
+                    _release_slab(empty, u - 1, STAGES)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _release_patch(empty, FIRST + 26, STAGES)
+            _release_slab(empty, FIRST + 8, STAGES)
             # the epilogue: the staging buffer is this plane's (holding its residual) once y_bar says so
             mbarrier.wait(y_bar.index(PLANE), i & 1)
             if RESIDUAL:
+                # each thread reads the residual's elements of its own accumulator registers (ldmatrix, mirroring
+                # the store's stmatrix) and overwrites exactly those below, so no thread clobbers another's
                 acc = acc + y_s.reshape([BM, N]).permute((1, 0)).load(acc_layout).to(gl.float32)
             out = acc.to(gl.float16)
             y_s.reshape([BM, N]).store(gl.permute(out, (1, 0)))
             fence_async_shared()
             _tma_store(y_desc, [b, d0 + PLANE, h0, w0, 0], y_s)
             if STATS:  # while the store reads the staging buffer out
-                _plane_stats(out, count_ptr, mean_ptr, m2_ptr, 2 * tile + PLANE, d0 + PLANE, h0, w0, D, H, W,
-                             N, BLOCK_H, BLOCK_W, acc_layout)  # fmt: skip
+                shift = _plane_stats(out, shift, count_ptr, mean_ptr, m2_ptr, 2 * tile + PLANE, d0 + PLANE, h0, w0,
+                                     D, H, W, N, BLOCK_H, BLOCK_W, acc_layout)  # fmt: skip
             tma.store_wait(pendings=0)
             if PLANE == 0:  # to this tile's second plane
                 hb, hd, hh, hw = b, d0 + 1, h0, w0
@@ -457,9 +304,11 @@ if _GLUON_MISSING is None:
             i += 1
 
     @gluon.jit
-    def _resident_conv_ws_kernel(
+    def _resident_conv_kernel(
         x0_desc,
         x1_desc,
+        x0h_desc,
+        x1h_desc,
         w0_desc,
         w1_desc,
         y_desc,
@@ -483,9 +332,12 @@ if _GLUON_MISSING is None:
         PRODUCER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
     ):
-        # the same tiles, patches and products as _resident_conv_kernel, in three partitions: the default warpgroup
-        # computes each tile's first output plane, a second warpgroup its second plane, one warp loads the patches
-        gl.static_assert(36 % STAGES == 0, "a tile's 36 patches must fill the ring a whole number of times")
+        # one persistent program per SM (never more than n_tiles); the default warpgroup computes each tile's first
+        # output plane, a worker warpgroup its second, a worker warp loads the slabs. RESIDUAL: r_desc reads the
+        # residual (None without), loaded into the staging buffer before each plane's epilogue adds it
+        gl.static_assert(12 % STAGES == 0, "a tile's 12 slabs must fill the ring a whole number of times")
+        gl.static_assert(BLOCK_W == 16, "the ring's views take rows of 16 voxels")
+        # the weights, once per program: tap 9 * depth + 3 * row shift + column shift as a [K0, N] and a [K1, N] block
         w0_s = gl.allocate_shared_memory(gl.float16, [27, K0, N], w0_desc.layout)
         w1_s = gl.allocate_shared_memory(gl.float16, [27, K1, N], w1_desc.layout)
         w_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
@@ -494,18 +346,22 @@ if _GLUON_MISSING is None:
         for tap in gl.static_range(27):
             _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
             _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
-        x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
-        x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
-        # ready: one barrier per patch group and buffer (a consumer then sees every phase of the barriers it waits
-        # on, though it skips the patches only the other plane uses); empty: both consumers' releases per buffer
+        # the slab ring: voxels x channels in the boxes' swizzle (a voxel's K fp16 channels are 2 * K bytes), the
+        # STAGES slabs' (BLOCK_H + 2) rows of BLOCK_W voxels rounded up to a power of two (3 x 10 -> 32 rows)
+        voxels: gl.constexpr = 32 * BLOCK_W
+        gl.static_assert(STAGES * (BLOCK_H + 2) <= 32, "the slabs do not fit the ring")
+        x0_s = gl.allocate_shared_memory(gl.float16, [voxels, K0], gl.NVMMASharedLayout(2 * K0, 16))
+        x1_s = gl.allocate_shared_memory(gl.float16, [voxels, K1], gl.NVMMASharedLayout(2 * K1, 16))
+        # ready: one barrier per slab group and buffer (a consumer then sees every phase of the barriers it waits
+        # on, though it skips the slabs only the other plane uses); empty: both consumers' releases per buffer
         ready = gl.allocate_shared_memory(gl.int64, [3 * STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(3 * STAGES):
             mbarrier.init(ready.index(q), count=1)
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(empty.index(q), count=2)
+        # the output staging buffer, and y_bar[plane]: it is that plane's consumer's (and holds its residual)
         y_s = gl.allocate_shared_memory(gl.float16, [1, 1, BLOCK_H, BLOCK_W, N], y_desc.layout)
-        # y_bar[plane]: the staging buffer is that plane's consumer's (and holds its residual)
         y_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         mbarrier.init(y_bar.index(0), count=1)
         mbarrier.init(y_bar.index(1), count=1)
@@ -526,8 +382,8 @@ if _GLUON_MISSING is None:
                 (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
                                   mean_ptr, m2_ptr, D, H, W, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
                                   RESIDUAL)),
-                (_produce_patches, (x0_desc, x1_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles, K0, BLOCK_H,
-                                    BLOCK_W, STAGES)),
+                (_produce_slabs, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                                  K0, BLOCK_H, BLOCK_W, STAGES)),
             ],  # fmt: skip
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -536,46 +392,44 @@ if _GLUON_MISSING is None:
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
 
-    def _constexprs(stats: bool, stages: int, residual: bool = False, warp_specialized: bool = False) -> dict:
-        const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=stages, STATS=stats)
-        const.update(RESIDUAL=residual, num_warps=_NUM_WARPS)
-        if warp_specialized:
-            const.update(CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS)
-        return const
+    def _constexprs(stats: bool, residual: bool) -> dict:
+        const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=_STAGES, STATS=stats)
+        const.update(RESIDUAL=residual, CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS)
+        return dict(const, num_warps=_NUM_WARPS)
 
     def _boxes() -> dict[str, list[int]]:
-        # the TMA boxes of the kernel's six descriptors: two input channel pieces, two weight blocks, the output and
-        # the residual (the output's box: it lands in the output's staging buffer)
+        # the TMA boxes of the kernel's descriptors: a slab's first BLOCK_H rows and its last two, in the two input
+        # channel pieces (over the input's [H, B, D, W, C] view), two weight blocks, the output and the residual
+        # (the output's box: it lands in the output's staging buffer)
         return {
-            "x0_desc": [1, 1, _BLOCK_H, _BLOCK_W, _K0],
-            "x1_desc": [1, 1, _BLOCK_H, _BLOCK_W, _K1],
+            "x0_desc": [_BLOCK_H, 1, 1, _BLOCK_W, _K0],
+            "x1_desc": [_BLOCK_H, 1, 1, _BLOCK_W, _K1],
+            "x0h_desc": [2, 1, 1, _BLOCK_W, _K0],
+            "x1h_desc": [2, 1, 1, _BLOCK_W, _K1],
             "w0_desc": [_K0, _N],
             "w1_desc": [_K1, _N],
             "y_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
             "r_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
         }
 
-    def compile_for_sm90(stats: bool = True, stages: int = _STAGES, residual: bool = False,
-                         warp_specialized: bool | None = None):
+    def compile_for_sm90(stats: bool = True, residual: bool = False):
         """The kernel compiled for compute capability 9.0 without a GPU (Triton's ``CompiledKernel``: shared bytes in
         ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests and the experiments."""
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
 
         boxes = _boxes()
-        sig = {k: f"tensordesc<fp16{boxes[k]},{_layout(boxes[k])!r}>".replace(" ", "") for k in _DESCRIPTORS}
+        sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in boxes.items()}
         # without a residual r_desc is None, a constexpr as the launcher specialises it: no kernel parameter
         sig["r_desc"] = sig["y_desc"] if residual else "constexpr"
         sig.update({"count_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32"})
         sig.update({"D": "i32", "H": "i32", "W": "i32", "n_tiles": "i32"})
-        ws = WARP_SPECIALIZED if warp_specialized is None else warp_specialized
-        const = _constexprs(stats, stages, residual, ws)
+        const = _constexprs(stats, residual)
         sig.update({k: "constexpr" for k in const})
         if not residual:
             const["r_desc"] = None
-        src = GluonASTSource(fn=_resident_conv_ws_kernel if ws else _resident_conv_kernel, signature=sig,
-                             constexprs=const)  # fmt: skip
-        options = dict(num_warps=_NUM_WARPS, maxnreg=_MAXNREG) if ws else dict(num_warps=_NUM_WARPS)
+        src = GluonASTSource(fn=_resident_conv_kernel, signature=sig, constexprs=const)
+        options = dict(num_warps=_NUM_WARPS, maxnreg=_MAXNREG)
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -659,21 +513,20 @@ def conv3x3x3_resident(
         m2 = torch.empty_like(mean)
         count = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
     boxes = _boxes()
-    xv, yv = x.permute(0, 2, 3, 4, 1), y.permute(0, 2, 3, 4, 1)  # [B, D, H, W, C] views: channels innermost
-    # without a residual r_desc is None, which the launcher specialises as a constexpr: the kernel it runs then has
-    # neither the parameter nor any of the residual's work
+    # [B, D, H, W, C] views (channels innermost) for the output and the residual, [H, B, D, W, C] for the input: a
+    # slab's rows are its boxes' outermost dimension. Without a residual r_desc is None, which the launcher
+    # specialises as a constexpr: the kernel it runs then has neither the parameter nor any of the residual's work
+    xv, yv = x.permute(3, 0, 2, 4, 1), y.permute(0, 2, 3, 4, 1)
     rv = residual.permute(0, 2, 3, 4, 1) if residual is not None else None
-    tensors = (xv, xv, weights, weights, yv, rv)
-    descs = [
-        TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k])) if t is not None else None
-        for t, k in zip(tensors, _DESCRIPTORS)
-    ]
-    if WARP_SPECIALIZED:
-        const = _constexprs(stats, _STAGES, residual is not None, True)
-        _resident_conv_ws_kernel[(grid,)](*descs, count, mean, m2, d, h, w, n_tiles, **const, maxnreg=_MAXNREG)
-    else:
-        const = _constexprs(stats, _STAGES, residual is not None)
-        _resident_conv_kernel[(grid,)](*descs, count, mean, m2, d, h, w, n_tiles, **const)
+    tensors = dict(x0_desc=xv, x1_desc=xv, x0h_desc=xv, x1h_desc=xv, w0_desc=weights, w1_desc=weights, y_desc=yv)
+    tensors["r_desc"] = rv
+    descs = {
+        k: None if t is None else TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k]))
+        for k, t in tensors.items()
+    }
+    const = _constexprs(stats, residual is not None)
+    _resident_conv_kernel[(grid,)](**descs, count_ptr=count, mean_ptr=mean, m2_ptr=m2, D=d, H=h, W=w, n_tiles=n_tiles,
+                                   **const, maxnreg=_MAXNREG)  # fmt: skip
     if not stats:
         return y, None
     return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, _N), m2.view(n_b, -1, _N))

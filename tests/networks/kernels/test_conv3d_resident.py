@@ -199,9 +199,38 @@ class TestBuild(unittest.TestCase):
 
     @parameterized.expand([(False,), (True,)])
     def test_residual_costs_no_shared_buffer(self, stats):
-        # the residual shares the output's staging buffer: only its barrier is added
+        # the residual shares the output's staging buffer: at most a barrier's alignment is added
         plain = self.builds[f"{stats} False"]["shared"]
         self.assertLessEqual(self.builds[f"{stats} True"]["shared"], plain + 16)
+
+
+@unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
+class TestSlabProtocol(unittest.TestCase):
+    """The barrier arithmetic of the warp-specialized kernel, replayed in Python over a program's first tiles: each
+    wait expects the phase its barrier is in, and each ring buffer is released by exactly two arrivals."""
+
+    @parameterized.expand([(3,), (2,), (4,), (6,)])
+    def test_phases(self, stages):
+        group, uses = conv3d_resident._slab_group, conv3d_resident._ready_uses
+        done = {}  # completions so far of each ready barrier (group * stages + buffer), and of each buffer's loads
+        loads = {}
+        for tile in range(4):
+            for u in range(12):
+                bar, buf = group(u) * stages + u % stages, u % stages
+                # the producer's wait: the buffer's use number counts the loads into it before this one
+                self.assertEqual(tile * (12 // stages) + u // stages, loads.get(buf, 0))
+                loads[buf] = loads.get(buf, 0) + 1
+                # the consumers' wait: the parity of the barrier's completions before this slab's
+                self.assertEqual((tile * uses(u, stages, False) + uses(u, stages, True)) & 1, done.get(bar, 0) & 1)
+                done[bar] = done.get(bar, 0) + 1
+
+    def test_releases(self):
+        # plane 0 multiplies slabs 0-8 (input planes d0 - 1 ... d0 + 1), plane 1 slabs 3-11; a slab one plane uses
+        # alone is released with count 2, a shared one with 1 by each: always the empty barrier's count of 2
+        for u in range(12):
+            users = [plane for plane in (0, 1) if 3 * plane <= u < 3 * plane + 9]
+            each = 1 if conv3d_resident._slab_group(u) == 1 else 2
+            self.assertEqual(each * len(users), 2, f"slab {u}")
 
 
 @unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")

@@ -8,28 +8,21 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The resident-weight Gluon convolution of :py:mod:`monai.networks.kernels.conv3d_resident` in its two forms, on
-the GPU and compiled on the CPU (not on any path).
+"""The resident-weight Gluon convolution of :py:mod:`monai.networks.kernels.conv3d_resident`, on the GPU against
+float64 and the Triton kernel, and compiled on the CPU (not on any path).
 
-History (docs/benchmarks.md): a draft with one output plane per tile (13.5 ms at 3 stages, 12.4 at 4, 14 x 48 x 128^3,
-H200) drained its load pipeline at every tile; v2 (9.2-9.4 ms, ~390 TFLOP/s) loads across tile boundaries and feeds
-each patch to two output planes, all on one warpgroup. The draft's code is gone; v2 is the module's single-warpgroup
-form (``WARP_SPECIALIZED = False``).
+How it came to be (docs/benchmarks.md, 14 x 48 -> 48 x 128^3 on the H200): a draft with one output plane per tile
+(12.4 ms) drained its load pipeline at every tile; v2 (9.2 ms) loaded across tile boundaries and fed each patch to
+two output planes, all from one warpgroup; warp specialization (a producer warp, one warpgroup per output plane) took
+it to 8.6 ms, bit for bit the same outputs; loading a 10-row slab per input plane and column shift instead of a patch
+per shift (12 loads per tile instead of 36: the L2 had been 80-85 % busy) to 7.1 ms. The earlier forms' code is gone.
 
-The warp-specialized form (``WARP_SPECIALIZED = True``) splits v2's work over three partitions: one warp loads the
-patches, one warpgroup multiplies and stores each tile's first output plane, another its second. The first plane
-uses patches 0-26 of a tile and the second 9-35, so while one warpgroup runs its epilogue (conversion, staging, TMA
-store, statistics, the residual) the other has 9 patches of products of its own: the ping-pong CUTLASS's Hopper
-kernels use, here on the plane pairing. Both forms run the same products in the same order per plane, so their
-outputs agree bit for bit.
-
-Compile both forms (without and with the statistics and the residual) for sm_90 here (no GPU needed; prints shared
+Compile the kernel (without and with the statistics and the residual) for sm_90 here (no GPU needed; prints shared
 bytes, registers and spills from ptxas, wgmma and TMA instructions in the PTX)::
 
     python tests/benchmarks/experiments/gluon_conv3d/resident_weights.py --compile-only
 
-On the H200 (each form and variant checked against float64 and the two forms against each other, then timed next
-to the Triton kernel's default)::
+On the H200 (each variant checked against float64, then timed next to the Triton kernel's default)::
 
     python tests/benchmarks/experiments/gluon_conv3d/resident_weights.py
 """
@@ -76,23 +69,20 @@ def resources(c: CompiledKernel) -> str:
 FORMS = ((False, False), (True, False), (True, True))  # (statistics, residual) of the fused path's launches
 
 
-def label(stats: bool, residual: bool, warp_specialized: bool) -> str:
-    form = "warp-specialized" if warp_specialized else "one warpgroup"
-    return f"conv3x3x3_resident ({form}){' +stats' if stats else ''}{' +residual' if residual else ''}"
+def label(stats: bool, residual: bool) -> str:
+    return f"conv3x3x3_resident{' +stats' if stats else ''}{' +residual' if residual else ''}"
 
 
 def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: both forms of the module's kernel, without and with its statistics, and with the statistics
-    and the input as its residual, against float64 and timed, next to conv3x3x3's default (the same three forms).
+    """On a Hopper GPU: the module's kernel, without and with its statistics, and with the statistics and the input as
+    its residual, against float64 and timed, next to conv3x3x3's default (the same three forms).
 
     Checked per form and variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the
     first and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
     cross-tile look-ahead and the plane pairing of every tile a program walks), the zero padding channels, and an
     odd shape (D = 13: the last tile's second plane lies outside; H, W not multiples of the tile) on 5 programs, so
     each program walks many tiles. The statistics against the float64 mean and variance of the float64 output
-    (with the residual: conv(x) + x) rounded to fp16 (the values as stored), on the same samples. The
-    warp-specialized form's output and statistics against the single warpgroup's, bit for bit, on the whole batch
-    and the odd shape."""
+    (with the residual: conv(x) + x) rounded to fp16 (the values as stored), on the same samples."""
     import time
 
     import torch.nn.functional as F
@@ -146,64 +136,51 @@ def run(batch: int = 14, size: int = 128) -> None:
           f"{ms_triton[FORMS[1]]:.3f} ms, with statistics and residual {ms_triton[FORMS[2]]:.3f} ms")  # fmt: skip
     for stats, res in FORMS:
         want = refs_residual if res else refs
-        results = {}
-        for ws in (False, True):
-            name = label(stats, res, ws)
-            conv3d_resident.WARP_SPECIALIZED = ws
-            try:
-                out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
-                out_odd, st_odd = poisoned(
-                    x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
-                )
-                torch.cuda.synchronize()
-            except Exception as e:  # reported, not fatal: the other form's lines still stand
-                print(f"{name}: {type(e).__name__}: {str(e)[:300]}")
-                continue
-            results[ws] = (out, st, out_odd, st_odd)
-            errs = (
-                worst_plane_err(out[:1], want[0]),
-                worst_plane_err(out[-1:], want[1]),
-                worst_plane_err(out_odd, want[2]),
+        name = label(stats, res)
+        try:
+            out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
+            out_odd, st_odd = poisoned(
+                x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
             )
-            pad_ok = bool((out[:, 48:] == 0).all()) and bool((out_odd[:, 48:] == 0).all())
-            text = ""
-            if stats:
-                checks = [
-                    stats_err((st[0][:1], st[1][:1]), want[0]),
-                    stats_err((st[0][-1:], st[1][-1:]), want[1]),
-                    stats_err(st_odd, want[2]),
-                ]
-                pad_stats = "zero" if all(c[2] for c in checks) else "WRONG"
-                text = (
-                    f"; statistics vs float64 of the fp16-rounded output: worst |mean err| / std "
-                    f"{max(c[0] for c in checks):.2e}, worst var rel. err {max(c[1] for c in checks):.2e}, "
-                    f"padding channels' {pad_stats}"
-                )
-            ms = triton.testing.do_bench(
-                lambda s=stats, r=res: conv3x3x3_resident(x, gemm, stats=s, residual=x if r else None)
+            torch.cuda.synchronize()
+        except Exception as e:  # reported, not fatal: the other lines still stand
+            print(f"{name}: {type(e).__name__}: {str(e)[:300]}")
+            continue
+        errs = (
+            worst_plane_err(out[:1], want[0]),
+            worst_plane_err(out[-1:], want[1]),
+            worst_plane_err(out_odd, want[2]),
+        )
+        pad_ok = bool((out[:, 48:] == 0).all()) and bool((out_odd[:, 48:] == 0).all())
+        text = ""
+        if stats:
+            checks = [
+                stats_err((st[0][:1], st[1][:1]), want[0]),
+                stats_err((st[0][-1:], st[1][-1:]), want[1]),
+                stats_err(st_odd, want[2]),
+            ]
+            pad_stats = "zero" if all(c[2] for c in checks) else "WRONG"
+            text = (
+                f"; statistics vs float64 of the fp16-rounded output: worst |mean err| / std "
+                f"{max(c[0] for c in checks):.2e}, worst var rel. err {max(c[1] for c in checks):.2e}, "
+                f"padding channels' {pad_stats}"
             )
-            print(f"{name}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
-                  f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
-                  f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default {ms_triton[stats, res]:.3f} ms")  # fmt: skip
-        if len(results) == 2:
-            (a, sa, a_odd, sa_odd), (b, sb, b_odd, sb_odd) = results[False], results[True]
-            same = torch.equal(a, b) and torch.equal(a_odd, b_odd)
-            if stats:
-                same = same and all(torch.equal(p, q) for p, q in zip(sa + sa_odd, sb + sb_odd))
-            print(f"  the two forms' outputs{' and statistics' if stats else ''} bit for bit equal: {same}")
-        del results
-    conv3d_resident.WARP_SPECIALIZED = True
+        del out, out_odd, st, st_odd
+        ms = triton.testing.do_bench(
+            lambda s=stats, r=res: conv3x3x3_resident(x, gemm, stats=s, residual=x if r else None)
+        )
+        print(f"{name}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
+              f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
+              f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default {ms_triton[stats, res]:.3f} ms")  # fmt: skip
     print(f"({time.perf_counter() - start:.0f} s in all)")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compile-only", action="store_true", help="compile both forms for sm_90 here (no GPU needed)")
+    p.add_argument("--compile-only", action="store_true", help="compile the kernel for sm_90 here (no GPU needed)")
     a = p.parse_args()
     if a.compile_only:
         for stats, res in ((False, False), (False, True), (True, False), (True, True)):
-            for ws in (False, True):
-                c = conv3d_resident.compile_for_sm90(stats=stats, residual=res, warp_specialized=ws)
-                print(f"{label(stats, res, ws)}: {resources(c)}")
+            print(f"{label(stats, res)}: {resources(conv3d_resident.compile_for_sm90(stats=stats, residual=res))}")
     else:
         run()
