@@ -62,8 +62,8 @@ TRITON_CONV = {
 }
 # the 48 -> 48 channel 3x3x3 convolutions (with the next norm's statistics, and the residual add where the block has
 # one) run through the persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): with the
-# statistics 9.75 ms against the Triton kernel's 11.04 ms for 14 x 48 x 128^3 on the H200, the window forward 12.06
-# against 13.07 ms at 14 windows; False leaves them to TRITON_CONV
+# statistics 7.79 ms against the Triton kernel's 11.08 ms for 14 x 48 x 128^3 on the H200, the window forward 10.88
+# against 12.95 ms at 14 windows; False leaves them to TRITON_CONV
 RESIDENT_CONV = True
 # the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
 # heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
