@@ -45,11 +45,16 @@ Not here: other channel counts (96 channels' weights, 498 KB, do not fit). Share
 3 slabs of 15,360 B in a ring of 32 rows (48 KB: a view's shape must be a power of two), a 16 KB output staging
 buffer, barriers: about 231.8 KB of the 232,448 B an H100/H200 block may have.
 
-Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API; it also compiles with 3.9);
-:py:func:`resident_unavailable_reason` says where this kernel cannot run.
+Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API), the Triton of PyTorch 2.11's
+CUDA builds. Triton 3.9 refuses the slab views (:py:func:`slab_views_rejected`); there, as on any GPU or Triton
+:py:func:`resident_unavailable_reason` names, the fused path keeps the Triton kernel.
 """
 
 from __future__ import annotations
+
+import functools
+import os
+import tempfile
 
 import torch
 
@@ -98,8 +103,9 @@ SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute cap
 def resident_unavailable_reason(device: torch.device | str) -> str | None:
     """``None`` where :py:func:`conv3x3x3_resident` runs on ``device``, else the reason in a few words.
 
-    It needs Triton's Gluon with its Hopper API (wgmma, TMA) and a CUDA GPU of compute capability 9.x; Triton's CPU
-    interpreter does not run Gluon kernels.
+    It needs Triton's Gluon with its Hopper API (wgmma, TMA), a Triton that compiles the kernel's slab views (see
+    :py:func:`slab_views_rejected`) and a CUDA GPU of compute capability 9.x; Triton's CPU interpreter does not run
+    Gluon kernels.
     """
     device = torch.device(device)
     if _GLUON_MISSING is not None:
@@ -111,7 +117,37 @@ def resident_unavailable_reason(device: torch.device | str) -> str | None:
     major, minor = torch.cuda.get_device_capability(device)
     if major != 9:
         return f"the resident-weight convolution needs compute capability 9.x (Hopper), this GPU is {major}.{minor}"
-    return None
+    return slab_views_rejected()
+
+
+@functools.lru_cache(maxsize=None)
+def slab_views_rejected() -> str | None:
+    """``None`` where the installed Triton compiles the kernel, else why not (checked once per process by compiling
+    it for sm_90, a few seconds, no GPU needed).
+
+    The kernel views its slab ring at row offsets that are no multiple of the view's size: Triton 3.6 accepts that
+    (a one-row slice reinterpreted as the longer view, measured on the H200), Triton 3.9's verifier refuses a view
+    that reaches past the slice it comes from, and its slices must start at such multiples.
+    """
+    if _GLUON_MISSING is not None:
+        return _GLUON_MISSING
+    # the compiler writes its diagnostics to the process's stderr: catch them, and name the first error in the reason
+    with tempfile.TemporaryFile(mode="w+") as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            compile_for_sm90(stats=False, residual=False)
+            failure = None
+        except Exception as e:  # the compiler's refusal is the answer
+            failure = str(e).splitlines()[0] if str(e) else type(e).__name__
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        log.seek(0)
+        errors = [line.split("error:", 1)[1].strip() for line in log if "error:" in line]
+    if failure is None:
+        return None
+    return f"Triton {triton.__version__} does not compile the kernel's slab views: {(errors or [failure])[0][:200]}"
 
 
 if _GLUON_MISSING is None:
