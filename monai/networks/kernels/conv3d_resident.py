@@ -46,13 +46,16 @@ Not here: other channel counts (96 channels' weights, 498 KB, do not fit). Share
 buffer, barriers: about 231.8 KB of the 232,448 B an H100/H200 block may have.
 
 Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API), the Triton of PyTorch 2.11's
-CUDA builds. Triton 3.9 refuses the slab views (:py:func:`slab_views_rejected`); there, as on any GPU or Triton
-:py:func:`resident_unavailable_reason` names, the fused path keeps the Triton kernel.
+CUDA builds, which compiles the slab views. Triton 3.9 refuses them (a view may not reach past the slice it comes
+from: :py:func:`slab_views_rejected`); there the kernel loads per-shift patches (36 loads of 8 x 16 voxels per tile
+into a ring of 4, one row shift each), as the measured form before the slabs did (8.6 ms at 14 x 48 x 128^3 on the
+H200), and says so once in the log. :py:func:`resident_unavailable_reason` says where the kernel cannot run at all.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import tempfile
 
@@ -90,7 +93,12 @@ _C_IN = 48  # input channels read, as two power-of-two pieces (the MMA's K): cha
 _K0, _K1 = 32, 16
 _N = 64  # output channels written (48 real + 16 zero padding): the weights' columns, the MMA's M
 _BLOCK_H, _BLOCK_W = 8, 16  # a tile's voxels per plane: the MMA's N = 128
-_STAGES = 3  # slabs in flight (10 rows of 16 voxels, 15,360 B): the most the shared memory holds beside the weights
+# loads in flight, the most the shared memory holds beside the weights: 3 slabs (10 rows of 16 voxels, 15,360 B) or
+# 4 patches (8 rows, 12,288 B)
+_STAGES = {True: 3, False: 4}
+# the input loads: None, slabs where the installed Triton compiles them (slab_views_rejected), else per-shift patches;
+# True / False force one (the tests run both)
+SLAB_LOADS: bool | None = None
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
 # 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
 # average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
@@ -103,9 +111,8 @@ SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute cap
 def resident_unavailable_reason(device: torch.device | str) -> str | None:
     """``None`` where :py:func:`conv3x3x3_resident` runs on ``device``, else the reason in a few words.
 
-    It needs Triton's Gluon with its Hopper API (wgmma, TMA), a Triton that compiles the kernel's slab views (see
-    :py:func:`slab_views_rejected`) and a CUDA GPU of compute capability 9.x; Triton's CPU interpreter does not run
-    Gluon kernels.
+    It needs Triton's Gluon with its Hopper API (wgmma, TMA) and a CUDA GPU of compute capability 9.x; Triton's CPU
+    interpreter does not run Gluon kernels.
     """
     device = torch.device(device)
     if _GLUON_MISSING is not None:
@@ -117,17 +124,17 @@ def resident_unavailable_reason(device: torch.device | str) -> str | None:
     major, minor = torch.cuda.get_device_capability(device)
     if major != 9:
         return f"the resident-weight convolution needs compute capability 9.x (Hopper), this GPU is {major}.{minor}"
-    return slab_views_rejected()
+    return None
 
 
 @functools.lru_cache(maxsize=None)
 def slab_views_rejected() -> str | None:
-    """``None`` where the installed Triton compiles the kernel, else why not (checked once per process by compiling
-    it for sm_90, a few seconds, no GPU needed).
+    """``None`` where the installed Triton compiles the kernel's slab loads, else why not (checked once per process
+    by compiling it for sm_90: a few seconds, no GPU needed); there the kernel loads per-shift patches.
 
-    The kernel views its slab ring at row offsets that are no multiple of the view's size: Triton 3.6 accepts that
-    (a one-row slice reinterpreted as the longer view, measured on the H200), Triton 3.9's verifier refuses a view
-    that reaches past the slice it comes from, and its slices must start at such multiples.
+    The slab loads view the ring at row offsets that are no multiple of the view's size: Triton 3.6 accepts that (a
+    one-row slice reinterpreted as the longer view, measured on the H200); Triton 3.9's verifier refuses a view that
+    reaches past the slice it comes from, and its slices must start at such multiples.
     """
     if _GLUON_MISSING is not None:
         return _GLUON_MISSING
@@ -136,7 +143,7 @@ def slab_views_rejected() -> str | None:
         saved = os.dup(2)
         os.dup2(log.fileno(), 2)
         try:
-            compile_for_sm90(stats=False, residual=False)
+            compile_for_sm90(stats=False, residual=False, slabs=True)
             failure = None
         except Exception as e:  # the compiler's refusal is the answer
             failure = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -148,6 +155,15 @@ def slab_views_rejected() -> str | None:
     if failure is None:
         return None
     return f"Triton {triton.__version__} does not compile the kernel's slab views: {(errors or [failure])[0][:200]}"
+
+
+@functools.lru_cache(maxsize=None)
+def _slabs_by_default() -> bool:
+    """Whether the kernel loads slabs (:py:func:`slab_views_rejected`); says once, in the log, when it cannot."""
+    reason = slab_views_rejected()
+    if reason is not None:
+        logging.getLogger(__name__).warning("conv3x3x3_resident loads per-shift patches (slower): %s", reason)
+    return reason is None
 
 
 if _GLUON_MISSING is None:
@@ -164,17 +180,19 @@ if _GLUON_MISSING is None:
         rest = rest // tiles_h
         return rest // tiles_d, (rest % tiles_d) * 2, th * BLOCK_H, tw * BLOCK_W
 
-    @gluon.constexpr_function
-    def _slab_group(u):
-        # a tile's slabs by the output planes they feed: 0-2 (input plane d0 - 1) only the first, 3-8 both, 9-11
-        # (input plane d0 + 2) only the second
-        return 0 if u < 3 else (1 if u < 9 else 2)
+    # A tile's loads ("units") go in order, `unit` per input plane d0 - 1 + p (p = 0..3): with slabs 3 (one per
+    # column shift), with patches 9 (one per row and column shift). Plane p = 0 feeds only the first output plane,
+    # p = 1, 2 both, p = 3 only the second: the units' three groups.
 
     @gluon.constexpr_function
-    def _ready_uses(u, stages, before):
-        # slab u's ready barrier (one per group and ring buffer) completes once for each slab of its group that lands
-        # in buffer u % stages: how many such slabs a tile has (before=False), or come before u in it (True)
-        lo, hi = ((0, 3), (3, 9), (9, 12))[_slab_group(u)]
+    def _unit_group(u, unit):
+        return 0 if u < unit else (1 if u < 3 * unit else 2)
+
+    @gluon.constexpr_function
+    def _ready_uses(u, unit, stages, before):
+        # unit u's ready barrier (one per group and ring buffer) completes once for each unit of its group that lands
+        # in buffer u % stages: how many such units a tile has (before=False), or come before u in it (True)
+        lo, hi = ((0, unit), (unit, 3 * unit), (3 * unit, 4 * unit))[_unit_group(u, unit)]
         return sum(q % stages == u % stages for q in range(lo, u if before else hi))
 
     @gluon.jit
@@ -198,14 +216,16 @@ if _GLUON_MISSING is None:
             return start._reinterpret(gl.float16, desc.block_type.shape, desc.layout)
 
     @gluon.jit
-    def _produce_slabs(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+    def _produce_units(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
                        K0: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
-                       STAGES: gl.constexpr):  # fmt: skip
-        # the producer warp: every tile's 12 slabs in order into the ring. Slab u = 3 * p + c: input plane
-        # d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1; it goes to buffer u % STAGES (the same
-        # in every tile: 12 is a multiple of STAGES) once both planes' consumers have released that buffer's previous
-        # slab, and completes its group's barrier for that buffer. The descriptors read the input as [H, B, D, W, C]:
-        # a box is [rows, 1, 1, BLOCK_W, K], BLOCK_H rows and the last two (a box's sizes are powers of two)
+                       STAGES: gl.constexpr, SLABS: gl.constexpr):  # fmt: skip
+        # the producer warp: every tile's units in order into the ring; unit u goes to buffer u % STAGES (the same in
+        # every tile: the units per tile are a multiple of STAGES) once both planes' consumers have released that
+        # buffer's previous unit, and completes its group's barrier for that buffer. A slab u = 3 * p + c: input
+        # plane d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1, read through the input's
+        # [H, B, D, W, C] view as BLOCK_H rows and the last two (a box's sizes are powers of two); a patch
+        # u = 9 * p + 3 * r + c: the tile's rows and columns shifted by r - 1 and c - 1
+        UNIT: gl.constexpr = 3 if SLABS else 9
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
         tiles_w = gl.cdiv(W, BLOCK_W)
@@ -214,30 +234,38 @@ if _GLUON_MISSING is None:
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            for u in gl.static_range(12):
-                # use i * 12 // STAGES + u // STAGES of the buffer waits for the one before to be released (a fresh
-                # barrier passes the wait for parity 1)
-                mbarrier.wait(empty.index(u % STAGES), ((i * (12 // STAGES) + u // STAGES) & 1) ^ 1)
-                bar = ready.index(_slab_group(u) * STAGES + u % STAGES)
-                mbarrier.expect(bar, x0_desc.block_type.nbytes + x0h_desc.block_type.nbytes
-                                + x1_desc.block_type.nbytes + x1h_desc.block_type.nbytes)  # fmt: skip
-                dd = d0 + u // 3 - 1
+            for u in gl.static_range(4 * UNIT):
+                # use i * 4 * UNIT // STAGES + u // STAGES of the buffer waits for the one before to be released (a
+                # fresh barrier passes the wait for parity 1)
+                mbarrier.wait(empty.index(u % STAGES), ((i * (4 * UNIT // STAGES) + u // STAGES) & 1) ^ 1)
+                bar = ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES)
+                dd = d0 + u // UNIT - 1
                 ws = w0 + u % 3 - 1
-                # (the slab's first ring row as an expression: a variable assigned in the unrolled loop would be a
-                # run-time integer, and a view's offset must be known when compiling)
-                _tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar, _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2), x0_desc))
-                _tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
-                          _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x0h_desc))
-                _tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar, _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2), x1_desc))
-                _tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
-                          _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x1h_desc))  # fmt: skip
+                if SLABS:
+                    mbarrier.expect(bar, x0_desc.block_type.nbytes + x0h_desc.block_type.nbytes
+                                    + x1_desc.block_type.nbytes + x1h_desc.block_type.nbytes)  # fmt: skip
+                    # (the slab's first ring row as an expression: a variable assigned in the unrolled loop would be
+                    # a run-time integer, and a view's offset must be known when compiling)
+                    _tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar,
+                              _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2), x0_desc))
+                    _tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
+                              _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x0h_desc))
+                    _tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar,
+                              _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2), x1_desc))
+                    _tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
+                              _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x1h_desc))  # fmt: skip
+                else:
+                    mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
+                    hs = h0 + (u % 9) // 3 - 1
+                    _tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(u % STAGES))
+                    _tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(u % STAGES))
             i += 1
 
     @gluon.jit
-    def _release_slab(empty, u: gl.constexpr, STAGES: gl.constexpr):
-        # slab u's buffer back to the producer: a slab both planes use needs both consumers' arrivals (the barrier
+    def _release_unit(empty, u: gl.constexpr, UNIT: gl.constexpr, STAGES: gl.constexpr):
+        # unit u's buffer back to the producer: a unit both planes use needs both consumers' arrivals (the barrier
         # counts 2), one only this plane uses is released for both
-        if _slab_group(u) == 1:
+        if _unit_group(u, UNIT) == 1:
             mbarrier.arrive(empty.index(u % STAGES), count=1)
         else:
             mbarrier.arrive(empty.index(u % STAGES), count=2)
@@ -274,14 +302,16 @@ if _GLUON_MISSING is None:
                        count_ptr, mean_ptr, m2_ptr, D, H, W, n_tiles,
                        PLANE: gl.constexpr, K0: gl.constexpr, K1: gl.constexpr, N: gl.constexpr,
                        BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
-                       RESIDUAL: gl.constexpr):  # fmt: skip
-        # one warpgroup: output plane d0 + PLANE of each tile, from slabs 3 * PLANE ... 3 * PLANE + 8 (input planes
-        # d0 - 1 + PLANE ... d0 + 1 + PLANE), each through its three row shifts: 27 products [N, K] x [K, BM] per
+                       RESIDUAL: gl.constexpr, SLABS: gl.constexpr):  # fmt: skip
+        # one warpgroup: output plane d0 + PLANE of each tile, from the units of input planes d0 - 1 + PLANE ...
+        # d0 + 1 + PLANE (a slab through its three row shifts, a patch as it is): 27 products [N, K] x [K, BM] per
         # channel piece. Its epilogue runs while the other plane's warpgroup multiplies the slabs only that plane
         # uses; then it hands over the one staging buffer: the first plane's consumer to the second's, the second's
         # to the next tile's first (with a residual, by loading that plane's residual into it)
         BM: gl.constexpr = BLOCK_H * BLOCK_W
-        FIRST: gl.constexpr = 3 * PLANE
+        UNIT: gl.constexpr = 3 if SLABS else 9
+        FIRST: gl.constexpr = UNIT * PLANE
+        PRODUCTS: gl.constexpr = 3 if SLABS else 1  # per unit, each two wgmmas (channels 0-31, 32-47)
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, BM, 16])  # fmt: skip
         pid = gl.program_id(0)
@@ -295,22 +325,27 @@ if _GLUON_MISSING is None:
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
             acc = gl.zeros([N, BM], gl.float32, acc_layout)
-            for u in gl.static_range(FIRST, FIRST + 9):
-                phase = (i * _ready_uses(u, STAGES, False) + _ready_uses(u, STAGES, True)) & 1
-                mbarrier.wait(ready.index(_slab_group(u) * STAGES + u % STAGES), phase)
-                for r in gl.static_range(3):
-                    # the slab's rows r ... r + BLOCK_H - 1 (row shift r - 1), column shift u % 3 - 1, depth
-                    # u // 3 - PLANE: tap 9 * depth + 3 * r + u % 3
-                    tap = 9 * (u // 3 - PLANE) + 3 * r + u % 3
-                    a0 = _ring_rows(x0_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
-                    a1 = _ring_rows(x1_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
+            for u in gl.static_range(FIRST, FIRST + 3 * UNIT):
+                phase = (i * _ready_uses(u, UNIT, STAGES, False) + _ready_uses(u, UNIT, STAGES, True)) & 1
+                mbarrier.wait(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), phase)
+                for r in gl.static_range(PRODUCTS):
+                    if SLABS:
+                        # the slab's rows r ... r + BLOCK_H - 1 (row shift r - 1), column shift u % 3 - 1, depth
+                        # u // 3 - PLANE: tap 9 * depth + 3 * r + u % 3
+                        tap = 9 * (u // 3 - PLANE) + 3 * r + u % 3
+                        a0 = _ring_rows(x0_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
+                        a1 = _ring_rows(x1_s, (u % STAGES) * (BLOCK_H + 2) + r, BLOCK_H).permute((1, 0))
+                    else:  # patch u = 9 * p + shift: tap 9 * (p - PLANE) + shift
+                        tap = u - FIRST
+                        a0 = x0_s.index(u % STAGES).reshape([BM, K0]).permute((1, 0))
+                        a1 = x1_s.index(u % STAGES).reshape([BM, K1]).permute((1, 0))
                     acc = warpgroup_mma(w0_s.index(tap).permute((1, 0)), a0, acc, is_async=True)
                     acc = warpgroup_mma(w1_s.index(tap).permute((1, 0)), a1, acc, is_async=True)
-                if u > FIRST:  # only this slab's six products may still run: the previous slab's buffer is free
-                    acc = warpgroup_mma_wait(num_outstanding=6, deps=(acc,))
-                    _release_slab(empty, u - 1, STAGES)
+                if u > FIRST:  # only this unit's products may still run: the previous unit's buffer is free
+                    acc = warpgroup_mma_wait(num_outstanding=2 * PRODUCTS, deps=(acc,))
+                    _release_unit(empty, u - 1, UNIT, STAGES)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            _release_slab(empty, FIRST + 8, STAGES)
+            _release_unit(empty, FIRST + 3 * UNIT - 1, UNIT, STAGES)
             # the epilogue: the staging buffer is this plane's (holding its residual) once y_bar says so
             mbarrier.wait(y_bar.index(PLANE), i & 1)
             if RESIDUAL:
@@ -366,12 +401,14 @@ if _GLUON_MISSING is None:
         RESIDUAL: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         PRODUCER_REGS: gl.constexpr,
+        SLABS: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         # one persistent program per SM (never more than n_tiles); the default warpgroup computes each tile's first
         # output plane, a worker warpgroup its second, a worker warp loads the slabs. RESIDUAL: r_desc reads the
         # residual (None without), loaded into the staging buffer before each plane's epilogue adds it
-        gl.static_assert(12 % STAGES == 0, "a tile's 12 slabs must fill the ring a whole number of times")
+        UNIT: gl.constexpr = 3 if SLABS else 9
+        gl.static_assert((4 * UNIT) % STAGES == 0, "a tile's units must fill the ring a whole number of times")
         gl.static_assert(BLOCK_W == 16, "the ring's views take rows of 16 voxels")
         # the weights, once per program: tap 9 * depth + 3 * row shift + column shift as a [K0, N] and a [K1, N] block
         w0_s = gl.allocate_shared_memory(gl.float16, [27, K0, N], w0_desc.layout)
@@ -382,14 +419,18 @@ if _GLUON_MISSING is None:
         for tap in gl.static_range(27):
             _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
             _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
-        # the slab ring: voxels x channels in the boxes' swizzle (a voxel's K fp16 channels are 2 * K bytes), the
-        # STAGES slabs' (BLOCK_H + 2) rows of BLOCK_W voxels rounded up to a power of two (3 x 10 -> 32 rows)
-        voxels: gl.constexpr = 32 * BLOCK_W
-        gl.static_assert(STAGES * (BLOCK_H + 2) <= 32, "the slabs do not fit the ring")
-        x0_s = gl.allocate_shared_memory(gl.float16, [voxels, K0], gl.NVMMASharedLayout(2 * K0, 16))
-        x1_s = gl.allocate_shared_memory(gl.float16, [voxels, K1], gl.NVMMASharedLayout(2 * K1, 16))
-        # ready: one barrier per slab group and buffer (a consumer then sees every phase of the barriers it waits
-        # on, though it skips the slabs only the other plane uses); empty: both consumers' releases per buffer
+        if SLABS:
+            # the slab ring: voxels x channels in the boxes' swizzle (a voxel's K fp16 channels are 2 * K bytes), the
+            # STAGES slabs' (BLOCK_H + 2) rows of BLOCK_W voxels rounded up to a power of two (3 x 10 -> 32 rows)
+            voxels: gl.constexpr = 32 * BLOCK_W
+            gl.static_assert(STAGES * (BLOCK_H + 2) <= 32, "the slabs do not fit the ring")
+            x0_s = gl.allocate_shared_memory(gl.float16, [voxels, K0], gl.NVMMASharedLayout(2 * K0, 16))
+            x1_s = gl.allocate_shared_memory(gl.float16, [voxels, K1], gl.NVMMASharedLayout(2 * K1, 16))
+        else:  # the patch ring: STAGES boxes
+            x0_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K0], x0_desc.layout)
+            x1_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, 1, BLOCK_H, BLOCK_W, K1], x1_desc.layout)
+        # ready: one barrier per unit group and buffer (a consumer then sees every phase of the barriers it waits
+        # on, though it skips the units only the other plane uses); empty: both consumers' releases per buffer
         ready = gl.allocate_shared_memory(gl.int64, [3 * STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(3 * STAGES):
             mbarrier.init(ready.index(q), count=1)
@@ -414,12 +455,12 @@ if _GLUON_MISSING is None:
             [
                 (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
                                   mean_ptr, m2_ptr, D, H, W, n_tiles, 0, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL)),
+                                  RESIDUAL, SLABS)),
                 (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
                                   mean_ptr, m2_ptr, D, H, W, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL)),
-                (_produce_slabs, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
-                                  K0, BLOCK_H, BLOCK_W, STAGES)),
+                                  RESIDUAL, SLABS)),
+                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                                  K0, BLOCK_H, BLOCK_W, STAGES, SLABS)),
             ],  # fmt: skip
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
@@ -428,18 +469,19 @@ if _GLUON_MISSING is None:
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
 
-    def _constexprs(stats: bool, residual: bool) -> dict:
-        const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=_STAGES, STATS=stats)
-        const.update(RESIDUAL=residual, CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS)
+    def _constexprs(stats: bool, residual: bool, slabs: bool) -> dict:
+        const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=_STAGES[slabs], STATS=stats)
+        const.update(RESIDUAL=residual, CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS, SLABS=slabs)
         return dict(const, num_warps=_NUM_WARPS)
 
-    def _boxes() -> dict[str, list[int]]:
-        # the TMA boxes of the kernel's descriptors: a slab's first BLOCK_H rows and its last two, in the two input
-        # channel pieces (over the input's [H, B, D, W, C] view), two weight blocks, the output and the residual
-        # (the output's box: it lands in the output's staging buffer)
+    def _boxes(slabs: bool) -> dict[str, list[int]]:
+        # the TMA boxes of the kernel's descriptors: the two input channel pieces (slabs: a slab's first BLOCK_H rows
+        # and its last two, over the input's [H, B, D, W, C] view; patches: over [B, D, H, W, C]), two weight
+        # blocks, the output and the residual (the output's box: it lands in the output's staging buffer)
+        rows = [_BLOCK_H, 1, 1] if slabs else [1, 1, _BLOCK_H]
         return {
-            "x0_desc": [_BLOCK_H, 1, 1, _BLOCK_W, _K0],
-            "x1_desc": [_BLOCK_H, 1, 1, _BLOCK_W, _K1],
+            "x0_desc": rows + [_BLOCK_W, _K0],
+            "x1_desc": rows + [_BLOCK_W, _K1],
             "x0h_desc": [2, 1, 1, _BLOCK_W, _K0],
             "x1h_desc": [2, 1, 1, _BLOCK_W, _K1],
             "w0_desc": [_K0, _N],
@@ -448,22 +490,23 @@ if _GLUON_MISSING is None:
             "r_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
         }
 
-    def compile_for_sm90(stats: bool = True, residual: bool = False):
+    def compile_for_sm90(stats: bool = True, residual: bool = False, slabs: bool = True):
         """The kernel compiled for compute capability 9.0 without a GPU (Triton's ``CompiledKernel``: shared bytes in
-        ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests and the experiments."""
+        ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests and the experiments;
+        ``slabs``: the slab loads (else per-shift patches)."""
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
 
-        boxes = _boxes()
+        boxes = _boxes(slabs)
         sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in boxes.items()}
-        # without a residual r_desc is None, a constexpr as the launcher specialises it: no kernel parameter
-        sig["r_desc"] = sig["y_desc"] if residual else "constexpr"
+        # a descriptor the kernel does not use is None, a constexpr as the launcher specialises it: no parameter
         sig.update({"count_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32"})
         sig.update({"D": "i32", "H": "i32", "W": "i32", "n_tiles": "i32"})
-        const = _constexprs(stats, residual)
+        const = _constexprs(stats, residual, slabs)
         sig.update({k: "constexpr" for k in const})
-        if not residual:
-            const["r_desc"] = None
+        for name, used in (("r_desc", residual), ("x0h_desc", slabs), ("x1h_desc", slabs)):
+            if not used:
+                sig[name], const[name] = "constexpr", None
         src = GluonASTSource(fn=_resident_conv_kernel, signature=sig, constexprs=const)
         options = dict(num_warps=_NUM_WARPS, maxnreg=_MAXNREG)
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -548,19 +591,21 @@ def conv3x3x3_resident(
         mean = torch.empty((2 * n_tiles, _N), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
         count = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
-    boxes = _boxes()
-    # [B, D, H, W, C] views (channels innermost) for the output and the residual, [H, B, D, W, C] for the input: a
-    # slab's rows are its boxes' outermost dimension. Without a residual r_desc is None, which the launcher
-    # specialises as a constexpr: the kernel it runs then has neither the parameter nor any of the residual's work
-    xv, yv = x.permute(3, 0, 2, 4, 1), y.permute(0, 2, 3, 4, 1)
+    slabs = _slabs_by_default() if SLAB_LOADS is None else SLAB_LOADS
+    boxes = _boxes(slabs)
+    # [B, D, H, W, C] views (channels innermost) for the output, the residual and the patches, [H, B, D, W, C] for
+    # the slabs (a slab's rows are its boxes' outermost dimension). A descriptor left None (the residual's without
+    # one, the slabs' last rows for patches) is a constexpr to the launcher: the kernel it runs has no such work
+    yv = y.permute(0, 2, 3, 4, 1)
+    xv = x.permute(3, 0, 2, 4, 1) if slabs else x.permute(0, 2, 3, 4, 1)
     rv = residual.permute(0, 2, 3, 4, 1) if residual is not None else None
-    tensors = dict(x0_desc=xv, x1_desc=xv, x0h_desc=xv, x1h_desc=xv, w0_desc=weights, w1_desc=weights, y_desc=yv)
-    tensors["r_desc"] = rv
+    tensors = dict(x0_desc=xv, x1_desc=xv, x0h_desc=xv if slabs else None, x1h_desc=xv if slabs else None)
+    tensors.update(w0_desc=weights, w1_desc=weights, y_desc=yv, r_desc=rv)
     descs = {
         k: None if t is None else TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k]))
         for k, t in tensors.items()
     }
-    const = _constexprs(stats, residual is not None)
+    const = _constexprs(stats, residual is not None, slabs)
     _resident_conv_kernel[(grid,)](**descs, count_ptr=count, mean_ptr=mean, m2_ptr=m2, D=d, H=h, W=w, n_tiles=n_tiles,
                                    **const, maxnreg=_MAXNREG)  # fmt: skip
     if not stats:

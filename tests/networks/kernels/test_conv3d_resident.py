@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -66,18 +67,34 @@ class TestAvailability(unittest.TestCase):
         with mock.patch.object(conv3d_resident, "_GLUON_MISSING", "Triton 3.4 has no usable Gluon"):
             self.assertEqual(resident_unavailable_reason("cuda"), "Triton 3.4 has no usable Gluon")
 
-    def test_reason_on_hopper_is_the_build_check(self):
-        # on a Hopper GPU the remaining question is whether this Triton compiles the kernel
+    def test_runs_on_hopper(self):
         if conv3d_resident._GLUON_MISSING is not None:
             self.skipTest(conv3d_resident._GLUON_MISSING)
-        with mock.patch.object(torch.cuda, "get_device_capability", return_value=(9, 0)), mock.patch.object(
-            conv3d_resident, "interpreting", return_value=False
-        ), mock.patch.object(conv3d_resident, "slab_views_rejected", return_value="Triton 9.9 does not compile it"):
-            self.assertEqual(resident_unavailable_reason("cuda"), "Triton 9.9 does not compile it")
-        with mock.patch.object(torch.cuda, "get_device_capability", return_value=(10, 0)), mock.patch.object(
-            conv3d_resident, "interpreting", return_value=False
-        ):
-            self.assertIn("compute capability 9.x", resident_unavailable_reason("cuda"))
+        with mock.patch.object(conv3d_resident, "interpreting", return_value=False):
+            with mock.patch.object(torch.cuda, "get_device_capability", return_value=(9, 0)):
+                self.assertIsNone(resident_unavailable_reason("cuda"))
+            with mock.patch.object(torch.cuda, "get_device_capability", return_value=(10, 0)):
+                self.assertIn("compute capability 9.x", resident_unavailable_reason("cuda"))
+
+    def test_loads_follow_the_build_check(self):
+        # slabs where this Triton builds them; elsewhere patches, said once in the log with the reason
+        if conv3d_resident._GLUON_MISSING is not None:
+            self.skipTest(conv3d_resident._GLUON_MISSING)
+        for reason in ("Triton 9.9 does not compile the kernel's slab views: no", None):
+            conv3d_resident._slabs_by_default.cache_clear()
+            self.addCleanup(conv3d_resident._slabs_by_default.cache_clear)
+            with mock.patch.object(conv3d_resident, "slab_views_rejected", return_value=reason):
+                if reason is None:
+                    logger = logging.getLogger(conv3d_resident.__name__)
+                    with mock.patch.object(logger, "warning") as warning:
+                        self.assertTrue(conv3d_resident._slabs_by_default())
+                    warning.assert_not_called()
+                else:
+                    with self.assertLogs(conv3d_resident.__name__, "WARNING") as logs:
+                        self.assertFalse(conv3d_resident._slabs_by_default())
+                        self.assertFalse(conv3d_resident._slabs_by_default())  # cached: said once
+                    self.assertEqual(len(logs.records), 1)
+                    self.assertIn(reason, logs.output[0])
 
 
 class TestInputChecks(unittest.TestCase):
@@ -172,18 +189,19 @@ _BUILD_SCRIPT = """
 import json, sys
 from monai.networks.kernels.conv3d_resident import compile_for_sm90, slab_views_rejected
 builds = {"rejected": slab_views_rejected()}
-if builds["rejected"] is None:
+for slabs in (False, True) if builds["rejected"] is None else (False,):
     for stats in (False, True):
         for residual in (False, True):
-            c = compile_for_sm90(stats=stats, residual=residual)
-            builds[f"{stats} {residual}"] = {"shared": c.metadata.shared, "ptx": c.asm["ptx"]}
+            c = compile_for_sm90(stats=stats, residual=residual, slabs=slabs)
+            builds[f"{slabs} {stats} {residual}"] = {"shared": c.metadata.shared, "ptx": c.asm["ptx"]}
 json.dump(builds, sys.stdout)
 """
 
 
 @functools.lru_cache(maxsize=None)
 def _sm90_builds() -> dict:
-    """The four sm_90 builds (shared bytes, PTX), or under "rejected" why this Triton cannot build the kernel."""
+    """The sm_90 builds (shared bytes, PTX) by "slabs stats residual", and under "rejected" why this Triton cannot
+    build the slab loads (None where it can)."""
     # in a fresh interpreter without TRITON_INTERPRET: with it (the CPU test runs) Triton's own jit helpers, such as the
     # reductions' combine functions, are interpreter objects the compiler refuses (a cached build hid this)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -203,31 +221,36 @@ class TestSlabViews(unittest.TestCase):
         builds = _sm90_builds()
         prefix = f"Triton {triton.__version__} does not compile the kernel's slab views: "
         if tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6):
-            # the Triton the kernel was written and measured with (the H200's) builds all four variants
+            # the Triton the kernel was written and measured with (the H200's) builds all eight variants
             self.assertIsNone(builds["rejected"])
-            self.assertEqual(len(builds), 5)
+            self.assertEqual(len(builds), 9)
         elif builds["rejected"] is not None:
-            # Triton 3.9 refuses the views: the reason names the version and the compiler's first error
+            # Triton 3.9 refuses the slab views: the reason names the version and the compiler's first error, and the
+            # four patch variants build
             self.assertTrue(builds["rejected"].startswith(prefix), builds["rejected"])
             self.assertGreater(len(builds["rejected"]), len(prefix))
+            self.assertEqual(len(builds), 5)
 
 
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
 class TestBuild(unittest.TestCase):
-    """The kernel compiles for compute capability 9.0 without a GPU, where the installed Triton takes its slab views
-    (elsewhere TestSlabViews checks the reason it gives)."""
+    """The kernel compiles for compute capability 9.0 without a GPU: with patch loads everywhere, with slab loads where
+    the installed Triton takes their views (elsewhere TestSlabViews checks the reason it gives)."""
 
     builds: dict = {}
 
     @classmethod
     def setUpClass(cls):
         cls.builds = _sm90_builds()
-        if cls.builds["rejected"] is not None:
-            raise unittest.SkipTest(cls.builds["rejected"])
 
-    @parameterized.expand([(False, False), (True, False), (False, True), (True, True)])
-    def test_fits_shared_memory(self, stats, residual):
-        build = self.builds[f"{stats} {residual}"]
+    def _build(self, slabs: bool, stats: bool, residual: bool) -> dict:
+        if slabs and self.builds["rejected"] is not None:
+            self.skipTest(self.builds["rejected"])
+        return self.builds[f"{slabs} {stats} {residual}"]
+
+    @parameterized.expand([(s, st, r) for s in (False, True) for st in (False, True) for r in (False, True)])
+    def test_fits_shared_memory(self, slabs, stats, residual):
+        build = self._build(slabs, stats, residual)
         self.assertLessEqual(build["shared"], conv3d_resident.SHARED_LIMIT)
         ptx = build["ptx"]
         self.assertIn("wgmma.mma_async", ptx)
@@ -238,11 +261,11 @@ class TestBuild(unittest.TestCase):
         self.assertNotIn("ld.global", ptx)
         self.assertEqual("ldmatrix" in ptx, residual)
 
-    @parameterized.expand([(False,), (True,)])
-    def test_residual_costs_no_shared_buffer(self, stats):
+    @parameterized.expand([(s, st) for s in (False, True) for st in (False, True)])
+    def test_residual_costs_no_shared_buffer(self, slabs, stats):
         # the residual shares the output's staging buffer: at most a barrier's alignment is added
-        plain = self.builds[f"{stats} False"]["shared"]
-        self.assertLessEqual(self.builds[f"{stats} True"]["shared"], plain + 16)
+        plain = self._build(slabs, stats, False)["shared"]
+        self.assertLessEqual(self._build(slabs, stats, True)["shared"], plain + 16)
 
 
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
@@ -250,32 +273,45 @@ class TestSlabProtocol(unittest.TestCase):
     """The barrier arithmetic of the warp-specialized kernel, replayed in Python over a program's first tiles: each
     wait expects the phase its barrier is in, and each ring buffer is released by exactly two arrivals."""
 
-    @parameterized.expand([(3,), (2,), (4,), (6,)])
-    def test_phases(self, stages):
-        group, uses = conv3d_resident._slab_group, conv3d_resident._ready_uses
+    # (units per input plane: 3 slabs or 9 patches, ring buffers)
+    @parameterized.expand([(3, 3), (3, 2), (3, 4), (3, 6), (9, 4), (9, 3), (9, 6), (9, 12)])
+    def test_phases(self, unit, stages):
+        group, uses = conv3d_resident._unit_group, conv3d_resident._ready_uses
         done = {}  # completions so far of each ready barrier (group * stages + buffer), and of each buffer's loads
         loads = {}
         for tile in range(4):
-            for u in range(12):
-                bar, buf = group(u) * stages + u % stages, u % stages
+            for u in range(4 * unit):
+                bar, buf = group(u, unit) * stages + u % stages, u % stages
                 # the producer's wait: the buffer's use number counts the loads into it before this one
-                self.assertEqual(tile * (12 // stages) + u // stages, loads.get(buf, 0))
+                self.assertEqual(tile * (4 * unit // stages) + u // stages, loads.get(buf, 0))
                 loads[buf] = loads.get(buf, 0) + 1
-                # the consumers' wait: the parity of the barrier's completions before this slab's
-                self.assertEqual((tile * uses(u, stages, False) + uses(u, stages, True)) & 1, done.get(bar, 0) & 1)
+                # the consumers' wait: the parity of the barrier's completions before this unit's
+                phase = (tile * uses(u, unit, stages, False) + uses(u, unit, stages, True)) & 1
+                self.assertEqual(phase, done.get(bar, 0) & 1)
                 done[bar] = done.get(bar, 0) + 1
 
-    def test_releases(self):
-        # plane 0 multiplies slabs 0-8 (input planes d0 - 1 ... d0 + 1), plane 1 slabs 3-11; a slab one plane uses
-        # alone is released with count 2, a shared one with 1 by each: always the empty barrier's count of 2
-        for u in range(12):
-            users = [plane for plane in (0, 1) if 3 * plane <= u < 3 * plane + 9]
-            each = 1 if conv3d_resident._slab_group(u) == 1 else 2
-            self.assertEqual(each * len(users), 2, f"slab {u}")
+    @parameterized.expand([(3,), (9,)])
+    def test_releases(self, unit):
+        # plane 0 multiplies the units of input planes d0 - 1 ... d0 + 1, plane 1 those of d0 ... d0 + 2; a unit one
+        # plane uses alone is released with count 2, a shared one with 1 by each: always the empty barrier's count
+        for u in range(4 * unit):
+            users = [plane for plane in (0, 1) if unit * plane <= u < unit * plane + 3 * unit]
+            each = 1 if conv3d_resident._unit_group(u, unit) == 1 else 2
+            self.assertEqual(each * len(users), 2, f"unit {u}")
 
 
 @unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")
 class TestResidentConv(unittest.TestCase):
+    """The kernel with its default loads (slabs where this Triton builds them); TestResidentConvPatches runs the same
+    cases with per-shift patches."""
+
+    slabs: bool | None = None
+
+    def setUp(self):
+        patcher = mock.patch.object(conv3d_resident, "SLAB_LOADS", self.slabs)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
     # (batch, stored channels, D, H, W, programs): odd D (the last tile's second plane lies outside the volume),
     # H and W not multiples of the 8 x 16 tile, a volume smaller than one tile, a batch of 3; programs: None = one
     # per SM, else fewer (each program walks many tiles, so the look-ahead crosses tiles and samples); 48 stored
@@ -383,6 +419,10 @@ class TestResidentConv(unittest.TestCase):
         _, gemm = _weights(g, device="cpu")
         with self.assertRaisesRegex(ValueError, "the weights are on cpu"):
             conv3x3x3_resident(_input(g, 1, 64, 2, 3, 4), gemm)
+
+
+class TestResidentConvPatches(TestResidentConv):
+    slabs = False
 
 
 if __name__ == "__main__":

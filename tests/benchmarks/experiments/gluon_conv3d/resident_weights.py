@@ -15,7 +15,8 @@ How it came to be (docs/benchmarks.md, 14 x 48 -> 48 x 128^3 on the H200): a dra
 (12.4 ms) drained its load pipeline at every tile; v2 (9.2 ms) loaded across tile boundaries and fed each patch to
 two output planes, all from one warpgroup; warp specialization (a producer warp, one warpgroup per output plane) took
 it to 8.6 ms, bit for bit the same outputs; loading a 10-row slab per input plane and column shift instead of a patch
-per shift (12 loads per tile instead of 36: the L2 had been 80-85 % busy) to 7.1 ms. The earlier forms' code is gone.
+per shift (12 loads per tile instead of 36: the L2 had been 80-85 % busy) to 7.1 ms. The single warpgroup's code is
+gone; the patch loads remain for Tritons that refuse the slab views (3.9), and ``run`` times both.
 
 Compile the kernel (without and with the statistics and the residual) for sm_90 here (no GPU needed; prints shared
 bytes, registers and spills from ptxas, wgmma and TMA instructions in the PTX)::
@@ -134,9 +135,10 @@ def run(batch: int = 14, size: int = 128) -> None:
     flop = 2 * 48 * 48 * 27 * batch * size**3
     print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton[FORMS[0]]:.3f} ms, with statistics "
           f"{ms_triton[FORMS[1]]:.3f} ms, with statistics and residual {ms_triton[FORMS[2]]:.3f} ms")  # fmt: skip
-    for stats, res in FORMS:
+    for (stats, res), slabs in [(form, slabs) for slabs in (True, False) for form in FORMS]:
         want = refs_residual if res else refs
-        name = label(stats, res)
+        name = label(stats, res) + (", slab loads" if slabs else ", patch loads")
+        conv3d_resident.SLAB_LOADS = slabs
         try:
             out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
             out_odd, st_odd = poisoned(
@@ -172,6 +174,7 @@ def run(batch: int = 14, size: int = 128) -> None:
         print(f"{name}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
               f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
               f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default {ms_triton[stats, res]:.3f} ms")  # fmt: skip
+    conv3d_resident.SLAB_LOADS = None
     print(f"({time.perf_counter() - start:.0f} s in all)")
 
 
@@ -180,7 +183,9 @@ if __name__ == "__main__":
     p.add_argument("--compile-only", action="store_true", help="compile the kernel for sm_90 here (no GPU needed)")
     a = p.parse_args()
     if a.compile_only:
-        for stats, res in ((False, False), (False, True), (True, False), (True, True)):
-            print(f"{label(stats, res)}: {resources(conv3d_resident.compile_for_sm90(stats=stats, residual=res))}")
+        for slabs in (True, False):
+            for stats, res in ((False, False), (False, True), (True, False), (True, True)):
+                c = conv3d_resident.compile_for_sm90(stats=stats, residual=res, slabs=slabs)
+                print(f"{label(stats, res)}, {'slab' if slabs else 'patch'} loads: {resources(c)}")
     else:
         run()
