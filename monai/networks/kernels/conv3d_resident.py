@@ -405,7 +405,7 @@ if _GLUON_MISSING is None:
         num_warps: gl.constexpr,
     ):
         # one persistent program per SM (never more than n_tiles); the default warpgroup computes each tile's first
-        # output plane, a worker warpgroup its second, a worker warp loads the slabs. RESIDUAL: r_desc reads the
+        # output plane, a worker warpgroup its second, a worker warp loads the input. RESIDUAL: r_desc reads the
         # residual (None without), loaded into the staging buffer before each plane's epilogue adds it
         UNIT: gl.constexpr = 3 if SLABS else 9
         gl.static_assert((4 * UNIT) % STAGES == 0, "a tile's units must fill the ring a whole number of times")
