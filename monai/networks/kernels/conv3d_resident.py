@@ -64,7 +64,7 @@ import torch
 from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import interpreting, triton
 
-__all__ = ["conv3x3x3_resident", "resident_unavailable_reason"]
+__all__ = ["conv3x3x3_resident", "resident_unavailable_reason", "slab_views_rejected"]
 
 _GLUON_MISSING: str | None = None
 if triton is None:
