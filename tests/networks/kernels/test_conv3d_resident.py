@@ -8,8 +8,9 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The resident-weight Gluon convolution, without and with a residual, against float64 (Hopper GPUs only), its
-input checks and its sm_90 builds (on any machine)."""
+"""The resident-weight Gluon convolution, with slab and with patch loads, without and with a residual, against
+float64 (Hopper GPUs only); its input checks, the replay of its barrier arithmetic and its sm_90 builds (on any
+machine)."""
 
 from __future__ import annotations
 

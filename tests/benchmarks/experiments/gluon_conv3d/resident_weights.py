@@ -75,8 +75,9 @@ def label(stats: bool, residual: bool) -> str:
 
 
 def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: the module's kernel, without and with its statistics, and with the statistics and the input as
-    its residual, against float64 and timed, next to conv3x3x3's default (the same three forms).
+    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (``SLAB_LOADS``), each without and
+    with its statistics, and with the statistics and the input as its residual, against float64 and timed, next to
+    conv3x3x3's default (the same three forms).
 
     Checked per form and variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the
     first and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
