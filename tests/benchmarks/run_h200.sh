@@ -16,7 +16,8 @@
 #   fused_batches         the fused forward at window batches 8, 14 and 20 (where the fork's best batch lies)
 #   fused_graphs14        the fused forward at 14 windows replayed as a CUDA graph (the default stops at 4)
 #   gluon_resident        the resident-weight Gluon convolution against float64 and the Triton kernel (experiments/gluon_conv3d)
-#   pytest_fused          the fused kernels' and the fused network's tests on the GPU
+#   pytest_fused          the fused kernels' and the fused network's tests on the GPU (pytest_kernels + pytest_fused_net)
+#   pytest_kernels        the kernels' tests alone (tests/networks/kernels);  pytest_fused_net: the fused network's
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
@@ -51,6 +52,8 @@ step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt";
 UP="--device cuda --upstream /tmp/up"
 S512="--sizes 512x512x512 --acc-dtypes float16 --full-repeats 1 --full-sw-batch-size 14"
 STREAM="python3 tests/benchmarks/vista3d_streaming.py $UP"
+KTESTS="python3 -m pytest -q -p no:cacheprovider tests/networks/kernels"
+NTESTS="python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py"
 for run in "$@"; do
   case "$run" in
   everything) step everything 240 python3 tests/benchmarks/vista3d_everything.py $UP --sw-batch-sizes 1,4,14,auto --compare-logits --json "$out/everything.json" ;;
@@ -72,7 +75,9 @@ for run in "$@"; do
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
-  pytest_fused) step pytest_fused 330 python3 -m pytest -q -p no:cacheprovider tests/networks/kernels tests/networks/test_vista3d_fused.py ;;
+  pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
+  pytest_kernels) step pytest_kernels 450 $KTESTS ;;
+  pytest_fused_net) step pytest_fused_net 200 $NTESTS ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;
   streaming512) step streaming512 120 $STREAM --sizes 512x512x512 --classes 117 --repeats 5 --full-repeats 1 --acc-dtypes float16 --json "$out/streaming512.json" ;;
