@@ -16,7 +16,9 @@ on random volumes, for each ``sw_batch_size``, the fork through its fused channe
 module path); median of ``--repeats`` after a warm-up. With ``--upstream PATH``
 (a ``pip install --target PATH monai==1.6.1`` folder) the same measurement runs for upstream in a separate
 process on the same device, and the label maps (argmax over classes, background where no class is > 0) and
-logits of both are compared at each side's best setting.
+logits of both are compared at each side's best setting. ``--checkpoint`` loads weights (a trained VISTA3D, e.g.
+the bundle's ``models/model.pt``) into both sides, ``--image`` runs a saved ``[1, 1, X, Y, Z]`` tensor instead of the
+random volumes (``vista3d_trained_agreement.py`` uses both).
 
     python tests/benchmarks/vista3d_everything.py --device cuda --upstream /tmp/up
     python tests/benchmarks/vista3d_everything.py            # CPU: a tiny network and a small volume
@@ -53,19 +55,31 @@ def label_map(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.where(fg, labels.to(best.device)[best], torch.zeros_like(best)).to(torch.uint8)
 
 
-def build_net(tiny: bool, dev: torch.device):
-    """``vista3d132`` (or, with ``tiny``, an 8-channel VISTA3D for the CPU) with seed-0 random weights, in eval mode."""
+def build_net(tiny: bool, dev: torch.device, checkpoint: str | None = None):
+    """``vista3d132`` (or, with ``tiny``, an 8-channel VISTA3D for the CPU) with seed-0 random weights, or the
+    weights of ``checkpoint`` (a state dict, loaded strictly), in eval mode."""
+    net = tiny_vista3d() if tiny else _seeded_vista3d132()
+    if checkpoint:
+        net.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True))
+    return net.to(dev).eval()
+
+
+def _seeded_vista3d132():
     from monai.networks.nets import vista3d132
 
     torch.manual_seed(0)
-    if not tiny:
-        return vista3d132().to(dev).eval()
+    return vista3d132()
+
+
+def tiny_vista3d():
+    """An 8-channel VISTA3D with seed-0 random weights (the CPU stand-in for ``vista3d132``)."""
     from monai.networks.nets.segresnet_ds import SegResNetDS2
     from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
 
+    torch.manual_seed(0)
     enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
     return VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True),
-                   PointMappingSAM(feature_size=8, n_classes=512, last_supported=132)).to(dev).eval()
+                   PointMappingSAM(feature_size=8, n_classes=512, last_supported=132))
 
 
 def measure(fn, repeats: int, dev: torch.device) -> tuple[dict, Any]:
@@ -111,7 +125,7 @@ def worker(args) -> dict:
 
     dev = torch.device(args.device)
     torch.backends.cudnn.benchmark = args.cudnn_benchmark
-    net = build_net(args.tiny, dev)
+    net = build_net(args.tiny, dev, args.checkpoint)
     labels = everything_labels()[: args.classes]
     cv = torch.tensor(labels, device=dev).view(-1, 1)
     is_fork = "+vista3d" in monai.__version__
@@ -119,8 +133,10 @@ def worker(args) -> dict:
         net.fuse()  # the fused channels-last path where it applies (CUDA, Hopper, Triton); logs a line where not
     rows, outputs = [], {}
     for shape in args.sizes:
-        g = torch.Generator().manual_seed(1)
-        image = torch.rand((1, 1) + shape, generator=g).to(dev)
+        if args.image:
+            image = torch.load(args.image, weights_only=True).to(dev)
+        else:
+            image = torch.rand((1, 1) + shape, generator=torch.Generator().manual_seed(1)).to(dev)
         best = None
         for bs in args.sw_batch_sizes:
             if bs == "auto" and not is_fork:
@@ -168,7 +184,8 @@ def compare(a: dict, b: dict) -> dict:
         r = {"label_agreement": (la == lb).double().mean().item()}
         if "logits" in a[key] and "logits" in b[key]:
             d = (a[key]["logits"].float() - b[key]["logits"].float()).abs()
-            r.update({"logit_max_abs_diff": d.max().item(), "logit_mean_abs_diff": d.mean().item()})
+            r.update({"logit_max_abs_diff": d.max().item(), "logit_mean_abs_diff": d.mean().item(),
+                      "logit_rel_err": (d.norm() / b[key]["logits"].float().norm()).item()})
         res[key] = r
     return res
 
@@ -190,6 +207,9 @@ def main(argv=None) -> int:
     p.add_argument("--compare-logits", action="store_true", help="also compare logits (costs host memory)")
     p.add_argument("--compare-logits-max-voxels", type=int, default=16_000_000,
                    help="compare logits only for volumes up to this many voxels (host memory and disk)")
+    p.add_argument("--checkpoint", default=None, help="load these weights (a vista3d132 state dict) on both sides")
+    p.add_argument("--image", default=None,
+                   help="run this saved [1, 1, X, Y, Z] tensor (torch.save) instead of random volumes (--sizes unused)")
     p.add_argument("--json", default=None)
     p.add_argument("--save", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -198,6 +218,8 @@ def main(argv=None) -> int:
     args.tiny = args.tiny or on_cpu
     args.roi = args.roi or (32 if on_cpu else 128)
     args.sizes = [_parse_shape(s) for s in (args.sizes or ("64x64x48" if on_cpu else "256x256x176,384x384x320")).split(",")]
+    if args.image:
+        args.sizes = [tuple(torch.load(args.image, weights_only=True).shape[2:])]
     args.sw_batch_sizes = [int(v) if v != "auto" else "auto" for v in (args.sw_batch_sizes or ("1,4" if on_cpu else "1,4,14")).split(",")]
     if args.worker:
         json.dump(worker(args), sys.stdout)
