@@ -18,6 +18,8 @@
 #   gluon_resident        the resident-weight Gluon convolution against float64 and the Triton kernel (experiments/gluon_conv3d)
 #   pytest_fused          the fused kernels' and the fused network's tests on the GPU (pytest_kernels + pytest_fused_net)
 #   pytest_kernels        the kernels' tests alone (tests/networks/kernels);  pytest_fused_net: the fused network's
+#   trained_agreement     labels of the fused path, the module path and upstream on a VISTA3D trained on the phantom
+#                         (sw_batch_size 14, then the same weights at 1)
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
@@ -78,6 +80,9 @@ for run in "$@"; do
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
   pytest_kernels) step pytest_kernels 450 $KTESTS ;;
   pytest_fused_net) step pytest_fused_net 200 $NTESTS ;;
+  trained_agreement) TA="python3 tests/benchmarks/vista3d_trained_agreement.py $UP --checkpoint /tmp/trained_vista3d.pt"
+    step trained_agreement 400 $TA --steps 560 --train-seconds 200 --json "$out/trained_agreement.json"
+    step trained_agreement_bs1 200 $TA --steps 0 --sw-batch-size 1 --json "$out/trained_agreement_bs1.json" ;;
   pipeline) step pipeline 90 python3 -m monai.apps.vista3d benchmark --device cuda --json "$out/pipeline.json" ;;
   streaming256) step streaming256 130 $STREAM --sizes 256x256x256 --classes 117,1 --repeats 20 --json "$out/streaming256.json" ;;
   streaming512) step streaming512 120 $STREAM --sizes 512x512x512 --classes 117 --repeats 5 --full-repeats 1 --acc-dtypes float16 --json "$out/streaming512.json" ;;
