@@ -190,6 +190,17 @@ def compare(a: dict, b: dict) -> dict:
     return res
 
 
+def run_worker(name: str, path: str, worker_args: list[str], save: str) -> dict:
+    """Run this script's worker in a new process with ``path`` first on PYTHONPATH (the fork, or a folder with
+    upstream MONAI), saving its outputs to ``save``; returns its results (raises CalledProcessError if it fails)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p))
+    cmd = [sys.executable, os.path.abspath(__file__), *worker_args, "--worker", "--save", save]
+    print(f"[{name}] {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=os.path.dirname(save))
+    proc.check_returncode()
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cuda = torch.cuda.is_available()
@@ -235,18 +246,15 @@ def main(argv=None) -> int:
         i = base.index("--json")
         del base[i:i + 2]
     base = [a for a in base if not a.startswith("--json=")]
+    if args.tiny and "--tiny" not in base:
+        base.append("--tiny")
     for name, path in impls:
         save = os.path.join(tmp, f"{name}.pt")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p))
-        cmd = [sys.executable, os.path.abspath(__file__), *base, "--worker", "--save", save]
-        if args.tiny and "--tiny" not in cmd:
-            cmd.append("--tiny")
-        print(f"[{name}] {' '.join(cmd)}", flush=True)
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=tmp)
-        if proc.returncode != 0:
-            print(f"[{name}] failed with exit code {proc.returncode}", file=sys.stderr)
-            return proc.returncode
-        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        try:
+            results[name] = run_worker(name, path, base, save)
+        except subprocess.CalledProcessError as e:
+            print(f"[{name}] failed with exit code {e.returncode}", file=sys.stderr)
+            return e.returncode
         results[name]["save"] = save
 
     print(f"\n{'impl':9s} {'volume':14s} {'bs':>5s} {'median s':>9s} {'peak GiB':>9s}  stages (s)")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from vista3d_everything import build_net, compare, everything_labels  # noqa: E402
+from vista3d_everything import build_net, compare, everything_labels, run_worker  # noqa: E402
 
 from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom, make_phantom_labels  # noqa: E402
 from monai.apps.vista3d.preprocess import scale_intensity_range  # noqa: E402
@@ -143,17 +142,6 @@ def dice(pred: torch.Tensor, truth: torch.Tensor, ids) -> dict[int, float]:
     return out
 
 
-def run_worker(name: str, path: str, common: list[str], save: str, extra: list[str]) -> dict:
-    """One ``vista3d_everything.py`` worker with ``path`` first on PYTHONPATH (the fork or upstream)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, os.environ.get("PYTHONPATH", "")) if p))
-    cmd = [sys.executable, os.path.join(HERE, "vista3d_everything.py"), *common, *extra, "--worker", "--save", save]
-    print(f"[{name}] {' '.join(cmd)}", flush=True)
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the {name} worker failed with exit code {proc.returncode}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def fit(net: torch.nn.Module, shape: tuple[int, int, int], cfg: TrainConfig, path: str) -> dict:
     """Train ``net`` on phantoms of ``shape`` (seeds 1 .. ``cfg.volumes``) and save its weights to ``path``."""
     dev = next(net.parameters()).device
@@ -177,7 +165,7 @@ def agreement(sides: list, common: list[str], shape: tuple[int, int, int], tmp: 
     outputs = {}
     for name, path, extra in sides:
         save = os.path.join(tmp, f"{name}.pt")
-        run_worker(name, path, common + ["--image", image_path], save, extra)
+        run_worker(name, path, common + extra + ["--image", image_path], save)
         outputs[name] = torch.load(save, weights_only=True)[key]
     class_ids = everything_labels()
     organs = sorted(i for i in PHANTOM_LABELS.values() if i in class_ids)  # lungs and bone are no everything class
