@@ -190,6 +190,14 @@ def compare(a: dict, b: dict) -> dict:
     return res
 
 
+def missing_upstream(folder: str | None) -> str | None:
+    """Why ``folder`` cannot be the ``--upstream`` install (without a ``monai`` package in it the workers would
+    silently import this fork instead), or None."""
+    if folder and not os.path.isfile(os.path.join(folder, "monai", "__init__.py")):
+        return f"--upstream {folder} holds no monai package: pip install --no-deps --target {folder} monai==1.6.1"
+    return None
+
+
 def run_worker(name: str, path: str, worker_args: list[str], save: str) -> dict:
     """Run this script's worker in a new process with ``path`` first on PYTHONPATH (the fork, or a folder with
     upstream MONAI), saving its outputs to ``save``; returns its results (raises CalledProcessError if it fails)."""
@@ -235,6 +243,8 @@ def main(argv=None) -> int:
     if args.worker:
         json.dump(worker(args), sys.stdout)
         return 0
+    if missing_upstream(args.upstream):
+        p.error(missing_upstream(args.upstream))
 
     here = os.path.dirname(os.path.abspath(__file__))
     repo = os.path.dirname(os.path.dirname(here))

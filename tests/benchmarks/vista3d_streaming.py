@@ -33,7 +33,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vista3d_everything import build_net, everything_labels, label_map, measure  # noqa: E402
+from vista3d_everything import build_net, everything_labels, label_map, measure, missing_upstream  # noqa: E402
 
 
 def held_tile_voxels(size: tuple[int, ...], roi: int, overlap: float = 0.25) -> int:
@@ -160,6 +160,8 @@ def main(argv=None) -> int:
     if a.worker:
         json.dump(worker(a), sys.stdout)
         return 0
+    if missing_upstream(a.upstream):
+        p.error(missing_upstream(a.upstream))
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     tmp = tempfile.mkdtemp(prefix="vista3d_streaming_")
     base = [x for x in (argv if argv is not None else sys.argv[1:])]

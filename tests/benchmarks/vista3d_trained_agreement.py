@@ -43,7 +43,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from vista3d_everything import build_net, compare, everything_labels, run_worker  # noqa: E402
+from vista3d_everything import build_net, compare, everything_labels, missing_upstream, run_worker  # noqa: E402
 
 from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom, make_phantom_labels  # noqa: E402
 from monai.apps.vista3d.preprocess import scale_intensity_range  # noqa: E402
@@ -198,6 +198,8 @@ def main(argv=None) -> int:
     shape = tuple(int(v) for v in (args.size or ("256x256x176" if cuda else "48x48x40")).split("x"))
     steps = args.steps if args.steps is not None else (560 if cuda else 3)
     cfg = TrainConfig(steps=steps, crop=128 if cuda else 32, seconds=args.train_seconds)
+    if missing_upstream(args.upstream):
+        p.error(missing_upstream(args.upstream))
     if cfg.steps == 0 and not (args.checkpoint and os.path.isfile(args.checkpoint)):
         p.error(f"--steps 0 measures given weights, but --checkpoint {args.checkpoint} is no file: name one")
     common = ["--device", args.device, "--sw-batch-sizes", str(args.sw_batch_size), "--repeats", "0",
