@@ -16,7 +16,8 @@ profile of the last variant by kernel.
 
     PYTHONPATH=/tmp/up python3 tests/benchmarks/upstream_layout_levers.py 14
 """
-import sys, os, torch, torch.nn.functional as F, time
+import sys
+import torch
 from monai.networks.nets import vista3d132
 torch.manual_seed(0)
 dev = torch.device("cuda")

@@ -24,7 +24,6 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(__file__))
 from conv3d_variants import conv3d_as_stacked_2d  # noqa: E402
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
     results[f"fp16 + stacked-2D convs ({n} convs <=48ch)"] = (t, (o.float() - ref).abs().max().item())
     del o
     t, o = timed(lambda: run(torch.bfloat16))
-    results[f"bf16 + stacked-2D convs"] = (t, (o.float() - ref).abs().max().item())
+    results["bf16 + stacked-2D convs"] = (t, (o.float() - ref).abs().max().item())
     del o
     patch_convs(net, 10_000)
     t, o = timed(lambda: run(torch.float16))
