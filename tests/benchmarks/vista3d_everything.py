@@ -237,8 +237,8 @@ def main(argv=None) -> int:
     args.tiny = args.tiny or on_cpu
     args.roi = args.roi or (32 if on_cpu else 128)
     args.sizes = [_parse_shape(s) for s in (args.sizes or ("64x64x48" if on_cpu else "256x256x176,384x384x320")).split(",")]
-    if args.image:
-        args.sizes = [tuple(torch.load(args.image, weights_only=True).shape[2:])]
+    if args.image:  # mapped, not read: every process asks for the shape, the worker then loads the data once
+        args.sizes = [tuple(torch.load(args.image, weights_only=True, mmap=True).shape[2:])]
     args.sw_batch_sizes = [int(v) if v != "auto" else "auto" for v in (args.sw_batch_sizes or ("1,4" if on_cpu else "1,4,14")).split(",")]
     if args.worker:
         json.dump(worker(args), sys.stdout)
