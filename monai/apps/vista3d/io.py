@@ -551,15 +551,13 @@ def class_mask_dir(image: str | os.PathLike, output_dir: str | os.PathLike) -> p
     return output_path(image, output_dir).parent
 
 
-def class_mask_paths(
-    image: str | os.PathLike, output_dir: str | os.PathLike, label_ids: Any
-) -> dict[int, pathlib.Path]:
-    """Label id -> ``output_dir/<name>/<class name>.nii.gz``, the files :func:`save_class_masks` writes.
+def class_mask_paths(folder: str | os.PathLike, label_ids: Any) -> dict[int, pathlib.Path]:
+    """Label id -> ``folder/<class name>.nii.gz``, the files :func:`save_class_masks` writes into ``folder``.
 
-    A run is complete for an image when every one of these files exists (the set is committed only once all
-    of them have been written).
+    ``folder`` is :func:`class_mask_dir` of the image (the label map's folder). An image is done when every one of
+    these files exists: the set is renamed into place only once all of them have been written.
     """
-    folder = class_mask_dir(image, output_dir)
+    folder = pathlib.Path(folder)
     return {int(i): folder / class_file_name(int(i)) for i in label_ids}
 
 
@@ -596,8 +594,7 @@ def save_class_masks(
     """
     if len(masks) == 0:
         raise Vista3DInputError("no class masks to save: give at least one class (a class prompt, not points only).")
-    folder = pathlib.Path(folder)
-    paths = {int(i): folder / class_file_name(int(i)) for i in masks}
+    paths = class_mask_paths(folder, masks)
     out_dtype, level = [_check_save(p, geometry, "uint8", compresslevel) for p in paths.values()][0]
     threads = available_cores() if threads is None else max(1, int(threads))
     written: list[tuple[str, pathlib.Path]] = []

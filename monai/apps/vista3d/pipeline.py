@@ -712,7 +712,7 @@ class Vista3DPipeline:
         out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
         check_output(path, out_path, overwrite)
         if self.per_class:
-            for mask_path in class_mask_paths(path, output_dir, prompt.label_ids).values():
+            for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
         timer = StageTimer()
         with timer.stage("load"):

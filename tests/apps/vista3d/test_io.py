@@ -644,7 +644,7 @@ class TestSaveClassMasks(TempDirCase):
         written = save_class_masks(masks, self.geom, folder, threads=2)
         expected = {1: "liver.nii.gz", 14: "left_kidney.nii.gz", 25: "hepatic_vessel.nii.gz"}
         self.assertEqual({i: p.name for i, p in written.items()}, expected)
-        self.assertEqual(written, class_mask_paths(self.src, self.out, self.ids))
+        self.assertEqual(written, class_mask_paths(folder, self.ids))
         self.assertEqual(self._names(folder), sorted(expected.values()))  # no temporary file left
         for k, label_id in enumerate(self.ids):
             back = nib.load(written[label_id])

@@ -325,7 +325,7 @@ class TestPerClassMasks(unittest.TestCase):
             result = pipe.segment_file(src, out, classes="liver,hepatic vessel,spleen")
             folder = out / "ct scan"
             self.assertEqual(result.output, folder / "ct scan_trans.nii.gz")
-            self.assertEqual(result.mask_outputs, class_mask_paths(src, out, [1, VESSEL, 3]))
+            self.assertEqual(result.mask_outputs, class_mask_paths(out / "ct scan", [1, VESSEL, 3]))
             self.assertEqual(
                 sorted(p.name for p in folder.iterdir()),
                 ["ct scan_trans.nii.gz", "hepatic_vessel.nii.gz", "liver.nii.gz", "spleen.nii.gz"],
