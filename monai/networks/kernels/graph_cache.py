@@ -22,7 +22,9 @@ more than ``max_batch`` samples, or not on CUDA, run eagerly; with ``autotune`` 
 signature (the graph's warm-up and capture, or the first eager call) runs with ``torch.backends.cudnn.benchmark`` on,
 and the caller's setting is put back after it. PyTorch keeps the cuDNN plan it picks for a convolution shape in a
 cache that every later call of that shape consults first, whatever the flag then says, so the later calls run the
-timed plans without the process-wide flag being touched again.
+timed plans without the process-wide flag being touched again. (That cache is per thread and bounded by PyTorch's
+``TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT``: a forward on another thread plans its shapes by cuDNN's heuristics.) While
+the first call runs, the flag is on for the whole process.
 """
 
 from __future__ import annotations
