@@ -222,9 +222,14 @@ class TestFusedKernels(unittest.TestCase):
             net.fuse()
             out1 = _logits(net, x1)
             out2 = _logits(net, x2)  # a replay must not overwrite what the first call returned
-            self.assertEqual(len(net._fused.graphs), 1)
+            self.assertEqual(len(net._fused.run), 1)
             torch.testing.assert_close(out1, eager1, rtol=0, atol=0)
             torch.testing.assert_close(out2, eager2, rtol=0, atol=0)
+            # a batch over the configured limit runs eagerly: no graph
+            net.fuse(FusedConfig(graph_max_windows=1))
+            torch.testing.assert_close(_logits(net, x1), eager1, rtol=0, atol=0)
+            self.assertEqual(len(net._fused.run), 0)
+            net.fuse()
             with torch.no_grad():  # changed weights: the graphs are recaptured
                 net.class_head.image_post_mapping[0].layer.conv1.conv.weight.mul_(0.5)
             changed = _logits(net, x1)
