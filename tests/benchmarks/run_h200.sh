@@ -7,6 +7,7 @@
 #   fused                 the fused forward vs the module path and its cuDNN variant (bs 1,2,14), its kernels, kernel profiles (bs 1, 14)
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
+#   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
@@ -70,6 +71,7 @@ for run in "$@"; do
   fused_kernels) step fused_kernels 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --json "$out/fused_kernels.json" ;;
   fused_batches) step fused_batches 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 8,14,20 --triton-conv default --json "$out/fused_batches.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
+  fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
   ncu_resident) step ncu_resident 240 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats -k regex:_resident_conv --launch-skip 1 --launch-count 3 python3 tests/benchmarks/ncu_conv3d.py --resident ;;
