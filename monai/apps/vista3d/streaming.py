@@ -47,11 +47,11 @@ window for ``vista3d132`` in fp16). 512^3 with all 117 classes peaks at 7.6 GiB 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
 from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight
@@ -206,7 +206,8 @@ def sliding_window_label_inference(
     auto = None
     if sw_batch_size == "auto":  # tiles are small: no room reserved for a result on the device
         key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
-        auto = AutoBatchSize(sw_device, auto_cache, key, stitch_on_device=False)
+        # the volume's size only keys the batch kept per size (see AutoBatchSize): nothing is reserved for it
+        auto = AutoBatchSize(sw_device, auto_cache, key, math.prod(plan.padded_size), stitch_on_device=False)
 
     for b in range(n_img):
         acc: dict[tuple[int, ...], torch.Tensor] = {}
