@@ -92,15 +92,66 @@ class TestFusedReference(unittest.TestCase):
             x = torch.randn(1, 1, 16, 16, 16)
             torch.testing.assert_close(_logits(other, x), _logits(net, x), rtol=1e-4, atol=1e-4)
 
-    def test_point_prompts_take_the_module_path(self):
+    @parameterized.expand(
+        [
+            ("points", dict(), False),
+            ("edit", dict(class_vector=[[3]], prompt_class=[[3]]), False),
+            ("special_zero_shot", dict(prompt_class=[[140]]), False),  # labels 2/3, the zero-shot token
+            ("window_prev_mask", dict(patch_coords="window", prev_mask="prev"), False),
+            ("window_edit", dict(patch_coords="window", class_vector=[[1]], prompt_class=[[1]]), False),
+            ("feature_cache", dict(patch_coords="window", keep_cache=True), True),
+        ]
+    )
+    def test_clicks_equal_module_path(self, _, prompts, cached):
+        # clicks run the encoder and the point decoder (with a class prompt, the class branch too) on the fused path
+        # and the point head on its modules: the same logits as the module path
         torch.manual_seed(0)
         net = build_tiny_vista3d().eval()
-        x = torch.randn(1, 1, 16, 16, 16)
-        points = dict(point_coords=torch.tensor([[[4, 5, 6]]]), point_labels=torch.tensor([[1]]))
+        x = torch.randn(1, 1, 32, 16, 16)
+        special = prompts.get("prompt_class") == [[140]]
+        kw = dict(point_coords=torch.tensor([[[20, 4, 9], [6, 10, 3]]]), point_labels=torch.tensor([[1, 0]]) + 2 * special)
+        kw.update({k: torch.tensor(v) for k, v in prompts.items() if k in ("class_vector", "prompt_class")})
+        if "patch_coords" in prompts:  # the window at (2, 3, 1) of a padded 36 x 20 x 18 image
+            kw["patch_coords"] = [(slice(None), slice(None), slice(2, 34), slice(3, 19), slice(1, 17))]
+            kw["point_coords"] = kw["point_coords"] + torch.tensor([2, 3, 1])
+        if "prev_mask" in prompts:
+            kw["prev_mask"] = torch.randn(1, 1, 36, 20, 18)
         with torch.no_grad():
-            expected = net(x, **points)
-            net.fuse(TORCH)
-            self.assertTrue(torch.equal(net(x, **points), expected))
+            expected = net(x, transpose=True, **kw)
+        net.fuse(TORCH)
+        branch = "class_and_point" if "class_vector" in kw else "point"
+        with torch.no_grad(), mock.patch.object(net._fused, branch, wraps=getattr(net._fused, branch)) as spy:
+            out = net(x, transpose=True, keep_cache=cached, **kw)
+            if cached:  # the window's point features are kept and used again: the encoder runs once
+                self.assertIsNotNone(net.image_embeddings)
+                again = net(x, transpose=True, keep_cache=True, **kw)
+                torch.testing.assert_close(again, out, rtol=0, atol=0)
+        self.assertEqual(spy.call_count, 1)
+        self.assertEqual(out.shape, expected.shape)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        if "prev_mask" in kw:  # where the clicks' regions leave it, the previous mask is kept
+            self.assertTrue((out == kw["prev_mask"][kw["patch_coords"][0]]).any())
+        net.image_embeddings = None
+        net.fuse(False)
+        with torch.no_grad():
+            self.assertTrue(torch.equal(net(x, transpose=True, **kw), expected))
+
+    def test_point_features_are_new_tensors(self):
+        # the point head and a feature cache keep the point features past the next call: never a graph's buffer
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval().fuse(TORCH)
+        x = torch.randn(1, 1, 16, 16, 16)
+        with torch.no_grad():
+            first = net._fused.point(x)
+            kept = first.clone()
+            second = net._fused.point(torch.randn(1, 1, 16, 16, 16))
+            _, point = net._fused.class_and_point(x, CLASSES[:1])
+            reference, _ = net.image_encoder(x, with_point=True, with_label=False)
+        self.assertNotEqual(first.data_ptr(), second.data_ptr())
+        self.assertTrue(torch.equal(first, kept))
+        self.assertEqual(first.shape, (1, 16, 16, 16, 16))  # the real channels, as the point head reads them
+        torch.testing.assert_close(first, reference, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(point, reference, rtol=1e-4, atol=1e-4)
 
     def test_autograd_falls_back_with_one_log_line(self):
         torch.manual_seed(0)
@@ -193,6 +244,27 @@ class TestFusedKernels(unittest.TestCase):
         finally:
             torch.backends.cudnn.allow_tf32 = tf32
         torch.testing.assert_close(out, expected, rtol=2e-3, atol=2e-3)
+
+    def test_clicks(self):
+        # point-only and class + point prompts with the Triton kernels: the module path's logits
+        torch.manual_seed(0)
+        net = build_tiny_vista3d().eval().to(DEVICE)
+        x = torch.randn(1, 1, 16, 16, 16, device=DEVICE)
+        clicks = dict(point_coords=torch.tensor([[[4, 5, 6], [11, 9, 3]]]), point_labels=torch.tensor([[1, 0]]))
+        prompts = [clicks, dict(clicks, class_vector=torch.tensor([[5]]), prompt_class=torch.tensor([[5]]))]
+        tf32 = torch.backends.cudnn.allow_tf32
+        torch.backends.cudnn.allow_tf32 = False
+        try:
+            with torch.no_grad():
+                expected = [net(x, **kw) for kw in prompts]
+                net.fuse(EAGER)
+                with mock.patch.object(net._fused, "_encode", wraps=net._fused._encode) as encode:
+                    out = [net(x, **kw) for kw in prompts]
+        finally:
+            torch.backends.cudnn.allow_tf32 = tf32
+        self.assertEqual(encode.call_count, 2)
+        for o, e in zip(out, expected):
+            torch.testing.assert_close(o, e, rtol=2e-3, atol=2e-3)
 
     def test_triton_convolutions_fp16(self):
         # 48 channels: the full-resolution convolutions (encoder and decoder level 0: 2 each, class head: 4) and the

@@ -58,14 +58,15 @@ def cudnn_autotuning(enable: bool = True) -> Iterator[None]:
 class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]
-    output: torch.Tensor
+    output: torch.Tensor | tuple[torch.Tensor, ...]
 
 
 class GraphCache:
     """Runs ``fn(*inputs)`` through captured CUDA graphs.
 
     Args:
-        fn: a function of CUDA tensors returning one tensor; it must not synchronise with the host.
+        fn: a function of CUDA tensors returning one tensor or a tuple of tensors; it must not synchronise with the
+            host.
         params: tensors ``fn`` reads besides its inputs (e.g. a network's parameters); a change drops the graphs.
         max_graphs: how many input signatures keep a graph (and its memory); the least recently used goes first.
         copy_output: return a copy of the output; ``False`` returns the graph's own output buffer, which the next
@@ -78,7 +79,7 @@ class GraphCache:
 
     def __init__(
         self,
-        fn: Callable[..., torch.Tensor],
+        fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
         params: Sequence[torch.Tensor],
         max_graphs: int = 2,
         copy_output: bool = True,
@@ -126,7 +127,7 @@ class GraphCache:
             self._tuned.clear()
         self._tuned.add(key)
 
-    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
         key = self._signature(inputs)
         tune = self.autotune and key not in self._tuned
         if not self.captures(inputs[0]):
@@ -153,4 +154,8 @@ class GraphCache:
         for buffer, value in zip(captured.inputs, inputs):
             buffer.copy_(value)
         captured.graph.replay()
-        return captured.output.clone() if self.copy_output else captured.output
+        if not self.copy_output:
+            return captured.output
+        if isinstance(captured.output, tuple):
+            return tuple(t.clone() for t in captured.output)
+        return captured.output.clone()

@@ -120,10 +120,12 @@ class VISTA3D(nn.Module):
         self._fused_reasons_logged: set[str] = set()
 
     def fuse(self, config: FusedConfig | bool | None = None) -> VISTA3D:
-        """Run class-prompt inference through the fused channels-last path (:py:mod:`monai.networks.nets.vista3d_fused`).
+        """Run inference through the fused channels-last path (:py:mod:`monai.networks.nets.vista3d_fused`).
 
-        The fused path serves forwards with class prompts and no clicks, in eval mode without autograd, on a GPU the
-        kernels support (compute capability 9.x with Triton). It computes in the dtype the module path would (fp16
+        The fused path serves forwards in eval mode without autograd, on a GPU the kernels support (compute
+        capability 9.x with Triton): class prompts run the encoder, the class decoder and the class head's
+        post-mapping there; click prompts (alone, or with class prompts) run the encoder and the point decoder (and
+        the class branch) there and the point head on its modules. It computes in the dtype the module path would (fp16
         under fp16 autocast, else the input's); it is built and measured for fp16. Any other call runs the module
         path as before; where the fused path was asked for but cannot run, the reason is logged once. Parameters and
         state-dict keys are unchanged, and changed weights (``load_state_dict``) are picked up.
@@ -563,18 +565,26 @@ class VISTA3D(nn.Module):
             logits = self._fused(input_images, class_vector)
             return logits.transpose(1, 0) if transpose else logits
 
+        # the point features (the cached ones of this window, or those of the encoder's point decoder) and, with a
+        # class prompt, the class logits
         if self.image_embeddings is not None and keep_cache and class_vector is None:
-            out, out_auto = self.image_embeddings, None
+            out, logits = self.image_embeddings, None
+        elif self._use_fused(input_images):
+            if class_vector is None:
+                out, logits = self._fused.point(input_images), None
+            else:
+                logits, out = self._fused.class_and_point(input_images, class_vector)
         else:
             out, out_auto = self.image_encoder(
                 input_images, with_point=point_coords is not None, with_label=class_vector is not None
             )
+            logits = None if class_vector is None else self.class_head(out_auto, class_vector)[0]
+            out_auto = None
         input_images = None  # type: ignore[assignment]
         if self.release_cached_memory:
             torch.cuda.empty_cache()
 
         if class_vector is not None:
-            logits, _ = self.class_head(out_auto, class_vector)
             if point_coords is not None:
                 point_logits = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
                 if patch_coords is None:

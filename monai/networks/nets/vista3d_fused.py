@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The class branch of VISTA3D (image encoder, class decoder, class head) on the fused channels-last path.
+"""The image encoder of VISTA3D, its two decoders and the class head on the fused channels-last path.
 
 Same modules, same parameters, another data flow: activations stay channels-last (NDHWC) from the first
 convolution to the class logits, with their channels zero-padded to multiples of 64 (48 -> 64, 96 -> 128; the
@@ -20,6 +20,11 @@ channels with the next norm's statistics and the residual add in its epilogue
 weights resident in shared memory and the statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
+
+Class prompts run the encoder, the class decoder and the class head's post-mapping here. Click prompts run the
+encoder and the point decoder here (with class prompts too, one encoder pass feeds both decoders); the point head
+(its downsampling, two-way transformer and upsampling) stays on its modules, reading the point features on their
+real channels.
 
 :py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on. What it runs is the caller's policy, one
 :py:class:`~monai.networks.kernels.dispatch.FusedConfig`: which kernel takes each 3x3x3 convolution is
@@ -82,11 +87,11 @@ def check_supported(net: nn.Module) -> None:
         raise NotImplementedError(
             "the fused path runs SegResNetDS2 without preprocess, resolution or deep supervision."
         )
-    for level in [*encoder.encoder.layers, *encoder.up_layers_auto]:
+    for level in [*encoder.encoder.layers, *encoder.up_layers_auto, *encoder.up_layers]:
         for block in level["blocks"]:
             _norm_spec(block.norm1, block.act1)
             _norm_spec(block.norm2, block.act2)
-    for level in encoder.up_layers_auto:
+    for level in [*encoder.up_layers_auto, *encoder.up_layers]:
         _only_child(level["upsample"], nn.ConvTranspose3d)
     for block in map(_res_block, net.class_head.image_post_mapping):
         _only_child(block.conv1, nn.Conv3d)
@@ -96,7 +101,8 @@ def check_supported(net: nn.Module) -> None:
 
 
 class FusedClassBranch:
-    """Class logits of a VISTA3D through the fused channels-last path (see the module docstring).
+    """Class logits, and the point branch's features, of a VISTA3D through the fused channels-last path (see the
+    module docstring).
 
     Not an ``nn.Module``: it holds no parameters of its own and reads the network's on every call (through
     :py:class:`PaddedWeights`, which notices a changed parameter), so the network's state dict is unchanged.
@@ -117,17 +123,22 @@ class FusedClassBranch:
         self.net = net
         self.config = config
         self.weights = PaddedWeights()
-        branch = [net.image_encoder.encoder, net.image_encoder.up_layers_auto, net.class_head.image_post_mapping]
-        params = [p for module in branch for p in module.parameters()]
-        # the driver of the features: graphs up to the configured window batch, cuDNN timing on each shape's first
-        # call. The graph ends at the class features; the class product runs after each replay into a new tensor,
-        # so no copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out
-        self.run = GraphCache(
-            self.features,
-            params,
-            copy_output=False,
-            max_batch=config.graph_max_windows,
-            autotune=config.cudnn_autotune,
+        encoder = net.image_encoder
+        class_branch = [encoder.encoder, encoder.up_layers_auto, net.class_head.image_post_mapping]
+        point_branch = [encoder.encoder, encoder.up_layers]
+        # the drivers of the features: graphs up to the configured window batch, cuDNN timing on each shape's first
+        # call. The graphs end at the features; the class product runs after each replay into a new tensor, so no
+        # copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out, and the
+        # point features are copied out of the graph's buffer once, onto their real channels (what the point head
+        # and a feature cache across calls need)
+        self.run = self._driver(self.features, class_branch)
+        self.run_point = self._driver(self.point_features, point_branch)
+        self.run_both = self._driver(self.both_features, [*point_branch, *class_branch[1:]])
+
+    def _driver(self, fn, modules: list[nn.Module]) -> GraphCache:
+        params = [p for module in modules for p in module.parameters()]
+        return GraphCache(
+            fn, params, copy_output=False, max_batch=self.config.graph_max_windows, autotune=self.config.cudnn_autotune
         )
 
     @property
@@ -217,9 +228,9 @@ class FusedClassBranch:
         y, y_stats = self._conv_norm_input(block.conv2.conv, y)
         return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats)
 
-    # ---- the branch ---------------------------------------------------------------------------------------------
-    def features(self, image: torch.Tensor) -> torch.Tensor:
-        """Class features after the class head's post-mapping: ``[W, C_pad, *spatial]`` channels-last."""
+    # ---- the branches ----------------------------------------------------------------------------------------
+    def _encode(self, image: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The shared encoder: ``(bottleneck, skips finest first)``, channels-last with padded channels."""
         segresnet = self.net.image_encoder
         if not segresnet.is_valid_shape(image):
             raise ValueError(
@@ -239,15 +250,40 @@ class FusedClassBranch:
             if isinstance(level["downsample"], nn.Conv3d):
                 x = self._conv(level["downsample"], x)
         skips.pop()  # the bottleneck is x itself
-        for level in segresnet.up_layers_auto:
+        return x, skips
+
+    def _decode(self, levels: nn.ModuleList, x: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
+        """One decoder (``up_layers`` or ``up_layers_auto``) and its head from the encoder's output; ``skips`` is
+        consumed (coarsest last), the tensors in it are only read, so two decoders can share them."""
+        for level in levels:
             x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
             x, stats = self._add(x, skips.pop())
             for block in level["blocks"]:
                 x, stats = self._segres_block(block, x, stats)
-        x = self._conv(segresnet.up_layers_auto[-1]["head"], x)
+        return self._conv(levels[-1]["head"], x)
+
+    def _post_mapping(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.net.class_head.image_post_mapping:
             x = self._unet_res_block(block, x)
         return x
+
+    def features(self, image: torch.Tensor) -> torch.Tensor:
+        """Class features after the class head's post-mapping: ``[W, C_pad, *spatial]`` channels-last."""
+        x, skips = self._encode(image)
+        return self._post_mapping(self._decode(self.net.image_encoder.up_layers_auto, x, skips))
+
+    def point_features(self, image: torch.Tensor) -> torch.Tensor:
+        """Point-branch features (the point decoder ``up_layers`` and its head): ``[W, C_pad, *spatial]``
+        channels-last."""
+        x, skips = self._encode(image)
+        return self._decode(self.net.image_encoder.up_layers, x, skips)
+
+    def both_features(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(point features, class features)`` of one encoder pass, as :py:meth:`point_features` and
+        :py:meth:`features` give them."""
+        x, skips = self._encode(image)
+        point = self._decode(self.net.image_encoder.up_layers, x, list(skips))
+        return point, self._post_mapping(self._decode(self.net.image_encoder.up_layers_auto, x, skips))
 
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding``
@@ -263,6 +299,35 @@ class FusedClassBranch:
         rows = src.permute(0, 2, 3, 4, 1).reshape(n_win, -1, n_chan)
         return torch.bmm(embedding.expand(n_win, -1, -1), rows.transpose(1, 2))
 
+    def _class_embedding(self, class_vector: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The class head's ``[K, C_pad]`` embeddings of ``class_vector`` ``[K, 1]``, zero-padded, in ``dtype``."""
+        head = self.net.class_head
+        embedding = head.class_embeddings(class_vector)
+        if head.use_mlp:
+            embedding = head.mlp(embedding)
+        embedding = embedding.reshape(-1, embedding.shape[-1])
+        embedding = F.pad(embedding, (0, padded_channels(embedding.shape[-1]) - embedding.shape[-1]))
+        return embedding.to(dtype)
+
+    def _point_output(self, features: torch.Tensor) -> torch.Tensor:
+        """The point features as the module path hands them to the point head: a new ``[W, C, *spatial]`` tensor
+        (channels-last) of the real channels, so it outlives the next graph replay."""
+        n_chan = self.net.point_head.feat_downsample[0].in_channels
+        return features[:, :n_chan].clone(memory_format=torch.channels_last_3d)
+
+    def point(self, image: torch.Tensor) -> torch.Tensor:
+        """Point-branch features ``[W, C, *spatial]`` of the windows ``image``, the ``point_features`` of the
+        module path's image encoder (up to rounding)."""
+        return self._point_output(self.run_point(image))
+
+    def class_and_point(self, image: torch.Tensor, class_vector: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Class logits (as :py:meth:`__call__` returns them) and point features (as :py:meth:`point`) of one
+        encoder pass: what class + point prompts need."""
+        embedding = self._class_embedding(class_vector, self.compute_dtype(image))
+        point, features = self.run_both(image)
+        logits = self._project(features, embedding)
+        return logits.view(image.shape[0], -1, *image.shape[2:]).transpose(0, 1), self._point_output(point)
+
     def __call__(self, image: torch.Tensor, class_vector: torch.Tensor) -> torch.Tensor:
         """Class logits ``[K, W, *spatial]`` (a transposed view of a contiguous ``[W, K, *spatial]``), as the class
         head returns them.
@@ -271,13 +336,7 @@ class FusedClassBranch:
             image: ``[W, C, *spatial]`` windows.
             class_vector: ``[K, 1]`` class indices.
         """
-        head = self.net.class_head
-        embedding = head.class_embeddings(class_vector)
-        if head.use_mlp:
-            embedding = head.mlp(embedding)
-        embedding = embedding.reshape(-1, embedding.shape[-1])
-        embedding = F.pad(embedding, (0, padded_channels(embedding.shape[-1]) - embedding.shape[-1]))
-        embedding = embedding.to(self.compute_dtype(image))
+        embedding = self._class_embedding(class_vector, self.compute_dtype(image))
         # (where the forward was replayed, the graph's own features buffer: the product below is queued before any
         # later replay overwrites it)
         logits = self._project(self.run(image), embedding)
