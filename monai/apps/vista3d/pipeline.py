@@ -271,8 +271,8 @@ class Vista3DPipeline:
         streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
             holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
             out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
-        fuse: run class prompts through the network's fused channels-last path (``VISTA3D.fuse()``) where its
-            kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
+        fuse: run the network's fused channels-last path (``VISTA3D.fuse()``: class prompts, and the encoder of
+            clicks) where its kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
         nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
             or ``"error"`` (refused).
         per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
@@ -456,6 +456,9 @@ class Vista3DPipeline:
         label_ids: Sequence[int] | None = None,
         point_coords: torch.Tensor | None = None,
         point_labels: torch.Tensor | None = None,
+        prev_mask: torch.Tensor | None = None,
+        point_start: int = 0,
+        network: Callable | None = None,
     ) -> tuple[torch.Tensor, WindowPass]:
         """Run VISTA3D on the preprocessed image.
 
@@ -464,12 +467,19 @@ class Vista3DPipeline:
             label_ids: class prompt (label ids); with points, the clicked object's class (or None).
             point_coords: ``[1, N, 3]`` points on the network grid, or None for class prompts.
             point_labels: ``[1, N]`` point labels (0/1, or 2/3 for special classes).
+            prev_mask: with points, the ``[1, 1, X, Y, Z]`` logits of the earlier clicks of this object (what this
+                method returned for them): the clicks edit it, and it is kept where no window lands (upstream's
+                ``point_based_window_inferer``).
+            point_start: with points, windows are placed around the points from this index on only (the earlier
+                ones shaped ``prev_mask``); every point is still given to the network.
+            network: called in the network's place (e.g. a :class:`~.session.WindowFeatureCache` around it).
 
         Returns:
-            ``([1, C, X, Y, Z] logits, what ran)``; the logits are NaN where the point inferer has no window.
+            ``([1, C, X, Y, Z] logits, what ran)``; the logits are NaN where the point inferer has no window
+            (``prev_mask`` there when given).
         """
         inp = x[None] if x.ndim == 4 else x
-        predictor = self._counting
+        predictor = self._counting if network is None else _CountingPredictor(network)
         stages: dict[str, float] = {}
         with torch.no_grad(), self._autocast():
             if point_coords is None:
@@ -489,11 +499,11 @@ class Vista3DPipeline:
                 from monai.apps.vista3d.inferer import point_based_window_inferer
 
                 pc = None if label_ids is None else torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
-                predictor.start(WindowProgress(int(point_coords.shape[1]), self.progress))
+                predictor.start(WindowProgress(int(point_coords.shape[1]) - point_start, self.progress))
                 try:
                     logits = point_based_window_inferer(
-                        inp, self.roi_size, predictor, point_coords, point_labels,
-                        class_vector=None, prompt_class=pc, transpose=True, with_coord=True,
+                        inp, self.roi_size, predictor, point_coords, point_labels, class_vector=None,
+                        prompt_class=pc, prev_mask=prev_mask, point_start=point_start, transpose=True, with_coord=True,
                     )
                 finally:
                     run = predictor.finish()

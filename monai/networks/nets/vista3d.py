@@ -326,8 +326,9 @@ class VISTA3D(nn.Module):
         """Edit automatic results with click results, keeping only the click regions connected to the clicks.
 
         Rows ``mapping_index`` of ``logits`` are replaced by ``point_logits`` where the point result adds a region
-        connected to a positive click or removes one connected to a negative click, and wherever ``logits`` is NaN.
-        ``logits`` is modified in place and returned.
+        connected to a positive click or removes one connected to a negative click. Voxels where ``logits`` is NaN
+        (no earlier prediction) stay NaN, as in MONAI 1.6.1: the replacement multiplies them by 0 and NaN * 0 is
+        NaN. ``logits`` is modified in place and returned.
 
         Args:
             logits: ``[B, 1, H, W, D]`` automatic (or previous) logits.
