@@ -1,0 +1,298 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Click latency: one click, and a sequence of clicks, from the prompt to the full-size label map (issue 26).
+
+The phantom CT (:py:mod:`monai.apps.vista3d.phantom`, seed 0, ``--size`` at 1 x 1 x 1.5 mm) is loaded and
+preprocessed once. The fork runs a :py:class:`~monai.apps.vista3d.session.Vista3DSession` of ``vista3d132``
+(random weights, seed 0, or ``--checkpoint``) with fp16 autocast, on the fused path (``--no-fuse``: the module
+path): a click's time runs from the prompt in input voxels to the label map on the input grid, on the device
+(``inference`` includes the windows, the stitch and the previous mask; then the click-only post-processing and the
+inversion). One click is one positive click inside the liver (warm: after a first click, then ``--repeats``
+times, a new object each time); the sequence is ``--clicks`` clicks of one object (liver positives, negatives in
+the spleen and a kidney), each with the previous logits carried. With ``--upstream PATH`` (a
+``pip install --no-deps --target PATH monai==1.6.1`` folder) upstream's ``point_based_window_inferer`` runs the
+same clicks on the fork's preprocessed image (the network grid, saved by the fork's worker), with its click-only
+post-processing and the threshold; it has no inversion to the input grid, which the fork's time includes.
+
+    python tests/benchmarks/vista3d_clicks.py --device cuda --upstream /tmp/up --json clicks.json
+    python tests/benchmarks/vista3d_clicks.py --device cpu --tiny     # the tiny network, a small phantom
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+SPACING = (1.0, 1.0, 1.5)
+#: the click sequence: (organ of the phantom, positive?, which voxel of the organ: 0 is the one nearest its centre)
+SEQUENCE = [("liver", 1, 0), ("liver", 1, 1), ("spleen", 0, 0), ("liver", 1, 2), ("right_kidney", 0, 0)]
+
+
+def organ_point(labels: np.ndarray, label_id: int, rank: int) -> list[int]:
+    """A voxel of organ ``label_id`` in ``labels``: the one nearest its centroid (``rank`` 0), or a voxel drawn
+    with seed ``rank`` from the organ's inner half (nearer its centroid than the median)."""
+    voxels = np.argwhere(labels == label_id)
+    if not len(voxels):
+        raise ValueError(f"label {label_id} is not in the phantom")
+    dist = ((voxels - voxels.mean(0)) ** 2).sum(1)
+    if rank == 0:
+        return voxels[int(dist.argmin())].tolist()
+    inner = voxels[dist <= np.median(dist)]
+    return inner[np.random.default_rng(rank).integers(len(inner))].tolist()
+
+
+def click_sequence(labels: np.ndarray, count: int) -> list[tuple[list[int], int]]:
+    """``count`` clicks ``(input voxel, 1/0)`` of :data:`SEQUENCE` (repeated past its length with other voxels)."""
+    from monai.apps.vista3d.phantom import PHANTOM_LABELS
+
+    out = []
+    for i in range(count):
+        organ, positive, rank = SEQUENCE[i % len(SEQUENCE)]
+        out.append((organ_point(labels, PHANTOM_LABELS[organ], rank + 3 * (i // len(SEQUENCE))), positive))
+    return out
+
+
+def synced(dev: torch.device) -> Callable[[], float]:
+    """A clock that waits for the device's queued work first."""
+
+    def now() -> float:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
+
+    return now
+
+
+def fork_worker(args, clicks: list, dev: torch.device) -> dict:
+    """The fork's session on the phantom: one click and the sequence, timed; saves the image on the network grid,
+    the clicks there and the logits for the upstream worker and the comparison."""
+    from vista3d_everything import build_net
+
+    from monai.apps.vista3d.phantom import make_phantom
+    from monai.apps.vista3d.pipeline import Vista3DPipeline
+    from monai.apps.vista3d.prompts import Prompt
+    from monai.apps.vista3d.session import Vista3DSession
+
+    net = build_net(args.tiny, dev, args.checkpoint)
+    pipe = Vista3DPipeline(network=net, device=dev, roi_size=args.roi, fuse=False, warn_random=False)
+    if not args.no_fuse:
+        net.fuse(_cpu_fused_config() if dev.type == "cpu" else None)  # the CPU runs the kernels' PyTorch reference
+    hu, affine = make_phantom(args.shape, SPACING, 0)
+    now = synced(dev)
+    t0 = now()
+    session = Vista3DSession(pipe, torch.from_numpy(hu).to(dev), affine)
+    setup_s = now() - t0
+    first = clicks[0]
+    session.click([first[0]], [first[1]])  # warm-up: kernels, plans, graphs
+    one = []
+    for _ in range(args.repeats):
+        session.reset()
+        t0 = now()
+        session.click([first[0]], [first[1]])
+        one.append(now() - t0)
+    session.reset()
+    sequence, stages = [], []
+    for point, label in clicks:
+        t0 = now()
+        labels = session.click([point], [label])
+        sequence.append(now() - t0)
+        stages.append(dict(session.timings))
+    # what upstream gets: the same preprocessed image and the clicks on its grid
+    coords = pipe.prompts(Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks])),
+                          session.record)
+    torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
+                "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half(),
+                "labels": labels.cpu()}, args.save)
+    return {"setup_s": setup_s, "one_click_s": one, "sequence_s": sequence, "sequence_stages": stages,
+            "network_grid": list(session.x.shape[-3:]), "fused": net.fused}
+
+
+def _cpu_fused_config():
+    from monai.networks.kernels.dispatch import FusedConfig
+
+    return FusedConfig(kernels="torch")
+
+
+def upstream_worker(args, dev: torch.device) -> dict:
+    """Upstream's point inferer on the fork's preprocessed image, the same clicks: one click and the sequence."""
+    from vista3d_everything import build_net
+
+    has_skimage = provide_skimage_label()
+    from monai.apps.vista3d.inferer import point_based_window_inferer
+    from monai.transforms.utils import keep_components_with_positive_points as keep_components
+
+    fork = torch.load(args.fork_save, weights_only=True)
+    net = build_net(args.tiny, dev, args.checkpoint)
+    image = fork["image"].to(dev)
+    coords, labels = fork["point_coords"].to(dev), fork["point_labels"].to(dev)
+    now = synced(dev)
+
+    def click(n: int, prev: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad(), torch.autocast(dev.type, dtype=torch.float16, enabled=dev.type == "cuda"):
+            logits = point_based_window_inferer(
+                image, (args.roi,) * 3, net, coords[:, :n], labels[:, :n], prev_mask=prev, point_start=n - 1,
+                transpose=True, with_coord=True,
+            )
+        raw = logits.as_tensor() if hasattr(logits, "as_tensor") else logits
+        kept = keep_components(raw.clone(), coords[:, :n].cpu(), labels[:, :n].cpu())
+        label_map = (kept[0, 0] > 0).to(torch.uint8).to(dev)  # the full-size label map, on the device
+        return raw, label_map
+
+    click(1, None)  # warm-up
+    one = []
+    for _ in range(args.repeats):
+        t0 = now()
+        click(1, None)
+        one.append(now() - t0)
+    sequence, prev = [], None
+    for n in range(1, coords.shape[1] + 1):
+        t0 = now()
+        prev, label_map = click(n, prev)
+        sequence.append(now() - t0)
+    torch.save({"logits": prev.half()}, args.save)
+    return {"one_click_s": one, "sequence_s": sequence,
+            "connected_components": "scikit-image" if has_skimage else "scipy stand-in for skimage.measure.label"}
+
+
+def provide_skimage_label() -> bool:
+    """Whether scikit-image is installed; where it is not, put a stand-in ``skimage.measure.label`` (scipy's
+    labelling, the same components) in ``sys.modules``, since upstream's click paths label connected components
+    with it and refuse to run without it. Call before importing upstream MONAI."""
+    try:
+        import skimage.measure  # noqa: F401
+
+        return True
+    except ImportError:
+        pass
+    import types
+
+    from scipy import ndimage
+
+    def label(image, connectivity=None, return_num=False, **_):
+        image = np.asarray(image)
+        structure = ndimage.generate_binary_structure(image.ndim, connectivity or image.ndim)
+        labelled, count = ndimage.label(image, structure=structure)
+        return (labelled, count) if return_num else labelled
+
+    skimage = types.ModuleType("skimage")
+    measure = types.ModuleType("skimage.measure")
+    measure.label = label
+    skimage.measure = measure
+    skimage.__version__ = measure.__version__ = "0.26.0"  # what upstream's version check reads
+    sys.modules.update({"skimage": skimage, "skimage.measure": measure})
+    print("scikit-image is not installed: upstream labels components with a scipy stand-in", file=sys.stderr)
+    return False
+
+
+def run_worker(name: str, path: str, worker_args: list[str]) -> dict:
+    """This script's worker in a new process with ``path`` first on PYTHONPATH; its JSON result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, HERE, os.environ.get("PYTHONPATH", "")) if p))
+    cmd = [sys.executable, os.path.abspath(__file__), *worker_args, "--worker"]
+    print(f"[{name}] {' '.join(cmd)}", flush=True)
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc.check_returncode()
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ms(values: list[float]) -> float:
+    return 1000.0 * float(np.median(values)) if values else float("nan")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--tiny", action="store_true", help="the tiny network and a small phantom (the CPU default)")
+    p.add_argument("--size", default=None, help="phantom voxels, default 512x512x200 (--tiny: 96x96x64)")
+    p.add_argument("--roi", type=int, default=None, help="window size, default 128 (--tiny: 32)")
+    p.add_argument("--repeats", type=int, default=None, help="timed single clicks, default 10 (--tiny: 2)")
+    p.add_argument("--clicks", type=int, default=5, help="clicks in the sequence")
+    p.add_argument("--checkpoint", default=None, help="a vista3d132 state dict for every side (default: random)")
+    p.add_argument("--upstream", default=None, help="folder where upstream MONAI is pip-installed with --target")
+    p.add_argument("--json", default=None)
+    p.add_argument("--no-fuse", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--impl", default="fork", help=argparse.SUPPRESS)
+    p.add_argument("--save", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fork-save", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.tiny = args.tiny or args.device == "cpu"
+    args.shape = tuple(int(v) for v in (args.size or ("96x96x64" if args.tiny else "512x512x200")).split("x"))
+    args.roi = args.roi or (32 if args.tiny else 128)
+    args.repeats = args.repeats if args.repeats is not None else (2 if args.tiny else 10)
+    dev = torch.device(args.device)
+    if args.worker:
+        torch.manual_seed(0)
+        if args.impl == "upstream":
+            result = upstream_worker(args, dev)
+        else:
+            from monai.apps.vista3d.phantom import make_phantom_labels
+
+            labels = make_phantom_labels(args.shape, SPACING, 0)
+            result = fork_worker(args, click_sequence(labels, args.clicks), dev)
+        json.dump(result, sys.stdout)
+        return 0
+    if args.upstream and not os.path.isfile(os.path.join(args.upstream, "monai", "__init__.py")):
+        p.error(f"--upstream {args.upstream} holds no monai package: pip install --no-deps --target DIR monai==1.6.1")
+    common = ["--device", args.device, "--size", "x".join(map(str, args.shape)), "--roi", str(args.roi),
+              "--repeats", str(args.repeats), "--clicks", str(args.clicks)]
+    common += (["--tiny"] if args.tiny else []) + (["--checkpoint", args.checkpoint] if args.checkpoint else [])
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="vista3d_clicks_") as tmp:
+        saves = {name: os.path.join(tmp, f"{name}.pt") for name in ("fused", "modules", "upstream")}
+        results["fused"] = run_worker("fused", REPO, common + ["--save", saves["fused"]])
+        results["modules"] = run_worker("modules", REPO, common + ["--no-fuse", "--save", saves["modules"]])
+        if args.upstream:
+            results["upstream"] = run_worker(
+                "upstream", os.path.abspath(args.upstream),
+                common + ["--impl", "upstream", "--save", saves["upstream"], "--fork-save", saves["modules"]],
+            )
+        final = {name: torch.load(saves[name], weights_only=True)["logits"].float() for name in results}
+    print(f"\n{'side':9s} {'1 click ms':>11s} {f'{args.clicks} clicks ms/click':>20s}  per click (ms)")
+    for name, r in results.items():
+        per = " ".join(f"{1000 * s:.1f}" for s in r["sequence_s"])
+        print(f"{name:9s} {_ms(r['one_click_s']):11.1f} {_ms(r['sequence_s']):20.1f}  {per}")
+    summary = {}
+    for name in results:
+        summary[name] = {"one_click_ms": _ms(results[name]["one_click_s"]),
+                         "sequence_ms_per_click": _ms(results[name]["sequence_s"])}
+    if "upstream" in results:
+        for name in ("fused", "modules"):
+            speedup = summary["upstream"]["one_click_ms"] / summary[name]["one_click_ms"]
+            summary[name]["one_click_speedup_vs_upstream"] = speedup
+            print(f"{name}: one click {speedup:.2f}x upstream's speed")
+    names = list(final)
+    for i, a in enumerate(names):  # the last click's foreground (logit > 0; NaN: no prediction) on the network grid
+        for b in names[i + 1:]:
+            fa, fb = final[a] > 0, final[b] > 0
+            agree = (fa == fb).double().mean().item()
+            summary[f"{a}-{b}_foreground_agreement"] = agree
+            print(f"{a} vs {b}: the sequence's last foreground equal on {100 * agree:.4f} % of voxels")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"results": results, "summary": summary, "shape": list(args.shape), "roi": args.roi}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
