@@ -22,6 +22,11 @@
 #   trained_agreement     labels of the fused path, the module path and upstream on a VISTA3D trained on the phantom
 #                         (sw_batch_size 14, then the same weights at 1)
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
+#   clicks                click latency on the 512x512x200 phantom: 1 click and a 5-click session, fused vs module
+#                         vs upstream (issue 26); clicks_trained: the same with the phantom-trained weights
+#   click_agreement       click results (5 organs, negatives, special class, edit, sequence) fused vs module vs
+#                         upstream on the phantom-trained network (trains it first, as trained_agreement, if needed)
+#   pytest_clicks         the clicks' fused tests and the session's on the GPU
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
 #   sw_timing             the sliding-window stage timings (PR 03)
@@ -42,14 +47,17 @@
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
-# Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
+# Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry);
+# scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
+# scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,44p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,52p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/isal-*.whl >/dev/null 2>&1  # else zlib (slower gzip)
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/rapidgzip-*.whl >/dev/null 2>&1  # else one inflate thread
+pip install -q --no-deps --no-index --target /tmp/deps .wheels/scikit_image-*.whl .wheels/lazy_loader-*.whl >/dev/null 2>&1
 export PYTHONPATH=$PWD:/tmp/deps
 step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt"; s=$(date +%s)
   timeout "$lim" "$@" > "$out/$name.txt" 2>&1; echo "rc=$? $(( $(date +%s) - s )) s" | tee -a "$out/log.txt"; tail -n 25 "$out/$name.txt"; }
@@ -79,6 +87,13 @@ for run in "$@"; do
   fused_memory) step fused_memory 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --sw-batch-sizes 14 --memory-snapshot "$out/memory_snapshot.pickle" ;;
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
+  clicks) step clicks 400 python3 tests/benchmarks/vista3d_clicks.py $UP --repeats 10 --clicks 5 --json "$out/clicks.json" ;;
+  clicks_trained) [ -f /tmp/trained_vista3d.pt ] || { echo "clicks_trained: run trained_agreement first (it writes /tmp/trained_vista3d.pt)"; continue; }
+    step clicks_trained 400 python3 tests/benchmarks/vista3d_clicks.py $UP --checkpoint /tmp/trained_vista3d.pt --json "$out/clicks_trained.json" ;;
+  click_agreement) CA="python3 tests/benchmarks/vista3d_click_agreement.py $UP"
+    [ -f /tmp/trained_vista3d.pt ] || step trained_agreement 400 python3 tests/benchmarks/vista3d_trained_agreement.py $UP --checkpoint /tmp/trained_vista3d.pt --steps 560 --train-seconds 200 --json "$out/trained_agreement.json"
+    step click_agreement 500 $CA --checkpoint /tmp/trained_vista3d.pt --point-steps 400 --train-seconds 150 --json "$out/click_agreement.json" ;;
+  pytest_clicks) step pytest_clicks 300 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py tests/apps/vista3d/test_session.py tests/networks/kernels/test_graph_cache.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
   pytest_kernels) step pytest_kernels 450 $KTESTS ;;

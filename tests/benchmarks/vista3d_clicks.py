@@ -204,10 +204,11 @@ def provide_skimage_label() -> bool:
     return False
 
 
-def run_worker(name: str, path: str, worker_args: list[str]) -> dict:
-    """This script's worker in a new process with ``path`` first on PYTHONPATH; its JSON result."""
+def run_worker(name: str, path: str, worker_args: list[str], script: str = __file__) -> dict:
+    """``script``'s worker (this one's by default) in a new process with ``path`` first on PYTHONPATH; its JSON
+    result."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (path, HERE, os.environ.get("PYTHONPATH", "")) if p))
-    cmd = [sys.executable, os.path.abspath(__file__), *worker_args, "--worker"]
+    cmd = [sys.executable, os.path.abspath(script), *worker_args, "--worker"]
     print(f"[{name}] {' '.join(cmd)}", flush=True)
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, cwd=REPO)
     proc.check_returncode()
