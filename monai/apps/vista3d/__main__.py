@@ -198,12 +198,6 @@ def _version() -> str:
             f"{monai.__upstream_version__}")
 
 
-def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The parser of one command (``segment``'s help is the program's help: it is the default command)."""
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return action.choices[name]
-
-
 def _joined_points(argv: list[str]) -> list[str]:
     """``--points -3,4,5`` as ``--points=-3,4,5``: argparse takes a value starting with '-' for an option."""
     out: list[str] = []
@@ -507,8 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_version())
         return 0
     if argv in (["-h"], ["--help"]):
-        _subcommand(parser, "segment").print_help()  # the default command's options are the program's
-        return 0
+        argv = ["segment", "--help"]  # the default command's options are the program's
     if argv and argv[0] not in _COMMANDS:
         argv.insert(0, "segment")  # segment is the default command
     args = parser.parse_args(argv)
