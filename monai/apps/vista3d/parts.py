@@ -1,0 +1,338 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Independent parts of one batch, for a cluster: the split, the output claims and the merged summary.
+
+A batch of ``n`` images is cut into ``N`` parts numbered from 0 (as nnU-Net's ``-part_id`` and SLURM's
+``SLURM_ARRAY_TASK_ID``). Every process computes the same split from the inputs alone (:func:`split_parts`:
+sorted by a stable key such as the output path relative to the output folder, balanced by voxel count), so N
+processes started anywhere, at any time, need no communication. Parts may share an output folder:
+
+- each output is *claimed* before it is segmented (:func:`claim`): a POSIX record lock (``fcntl.lockf``) on a
+  hidden ``.<output name>.lock`` beside it, which the operating system drops when its process ends, so a killed
+  part never blocks its rerun; an output claimed by another live process is reported ``busy``, not redone;
+- each part writes its own summary (:func:`part_summary_name`), claimed the same way, so two processes given the
+  same part by mistake never write one file (the second writes :func:`claim_summary`'s other name);
+- :func:`merge_summaries` and :func:`format_summary` make one table of all the parts' summaries.
+
+The locks need a file system whose locks every machine sees (local disks; NFSv4 or NFSv3 with ``lockd``; Lustre
+mounted with ``flock``; GPFS).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import re
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Claim",
+    "claim",
+    "claim_summary",
+    "format_summary",
+    "lock_path",
+    "merge_summaries",
+    "parse_part",
+    "check_part",
+    "part_summary_name",
+    "split_parts",
+]
+
+# summary.part-<i>-of-<N>.json, or summary.part-<i>-of-<N>.<host>-<pid>.json from a second process given part i
+_PART_SUMMARY = re.compile(r"^summary\.part-(\d+)-of-(\d+)(?:\.([^/]+))?\.json$")
+# the status of an image in merged summaries: the first of these that any summary reports for its output
+_PRECEDENCE = ("done", "skipped", "failed", "busy")
+
+
+def check_part(part: Sequence[int]) -> tuple[int, int]:
+    """``(i, n)`` checked: ``n >= 1`` parts numbered ``0 .. n-1``.
+
+    Raises:
+        ValueError: ``i`` or ``n`` out of range, or not two integers.
+    """
+    try:
+        i, n = (int(v) for v in part)
+    except (TypeError, ValueError):
+        raise ValueError(f"part must be (i, N), two integers, got {part!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"part {i}/{n} does not exist: parts are numbered from 0, so i must be in 0..N-1 (N >= 1)")
+    return i, n
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``"i/N"`` as ``(i, N)``: part ``i`` of ``N``, numbered from 0 (``"0/4"`` .. ``"3/4"``).
+
+    Raises:
+        ValueError: not of the form ``i/N``, or ``i`` not in ``0..N-1``.
+    """
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if m is None:
+        raise ValueError(f"part must be I/N, e.g. 0/4 (the first of 4 parts, numbered from 0), got {text!r}")
+    return check_part((int(m.group(1)), int(m.group(2))))
+
+
+def split_parts(keys: Sequence[str], sizes: Sequence[int], n: int) -> list[list[int]]:
+    """Split items into ``n`` parts balanced by size, the same whatever the order of the items.
+
+    The items are ordered by ``keys`` (unique strings, e.g. output paths relative to the output folder), then
+    the largest goes onto the least-loaded part (ties by key, then by part), as ranks are sharded.
+
+    Args:
+        keys: one unique key per item; only their order matters.
+        sizes: one size per item (voxels); 0 counts as 1.
+        n: number of parts (>= 1).
+
+    Returns:
+        Per part, the indices into ``keys`` of its items, in increasing order.
+    """
+    from .batch import shard_by_size  # the rank balance of one machine; lazily, as batch imports this module
+
+    if len(keys) != len(sizes):
+        raise ValueError(f"{len(keys)} keys for {len(sizes)} sizes")
+    if len(set(keys)) != len(keys):
+        raise ValueError("the keys of a split must be unique")
+    check_part((0, n))
+    order = sorted(range(len(keys)), key=lambda j: keys[j])
+    return [sorted(order[k] for k in shard) for shard in shard_by_size([sizes[j] for j in order], n)]
+
+
+def part_summary_name(part: Sequence[int]) -> str:
+    """The summary file of part ``(i, N)``: ``summary.part-<i>-of-<N>.json``."""
+    i, n = check_part(part)
+    return f"summary.part-{i}-of-{n}.json"
+
+
+def lock_path(path: str | os.PathLike) -> Path:
+    """The lock file that claims ``path``: ``.<name>.lock`` in the same folder."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.lock")
+
+
+def _owner() -> str:
+    return f"pid {os.getpid()} on {socket.gethostname()}"
+
+
+class Claim:
+    """A held claim on one output path (see :func:`claim`); :meth:`release` (or the end of a ``with``) drops it.
+
+    Attributes:
+        path: the claimed path.
+        lock: its lock file.
+    """
+
+    def __init__(self, path: Path, lock: Path, fd: int, created: list[Path]) -> None:
+        self.path, self.lock, self._fd, self._created = path, lock, fd, created
+
+    @property
+    def held(self) -> bool:
+        """Whether this claim is still held."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Remove the lock file, drop the lock, and remove the folders the claim created if they are empty."""
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.lock)  # before unlocking: a process waiting on this file then sees it is stale
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # closing the file drops the lock
+        self._fd = None
+        for folder in self._created:  # deepest first; stops at the first folder that holds something
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            self.release()
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def claim(path: str | os.PathLike, attempts: int = 5) -> Claim | None:
+    """Claim ``path`` for this process, without waiting: the claim, or ``None`` when another process holds it.
+
+    The claim is an exclusive ``fcntl.lockf`` lock on ``.<name>.lock`` beside ``path`` (missing folders are
+    created), which the operating system drops when the process ends, however it ends; the lock file of a killed
+    process stays on disk but does not block. The lock file holds the owner's pid and host, for messages. A
+    process must claim a path at most once at a time (POSIX locks are per process).
+
+    Raises:
+        OSError: the lock file cannot be created or the file system does not support locks.
+    """
+    p = Path(path)
+    lock = lock_path(p)
+    created = _missing_folders(p.parent)
+    for _ in range(max(1, attempts)):
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # its folder was removed by a claim released meanwhile
+            continue
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EACCES, errno.EAGAIN):
+                return None
+            raise
+        try:
+            current = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            current = False
+        if current:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{_owner()}\n".encode())
+            return Claim(p, lock, fd, created)
+        os.close(fd)  # the lock file was released and removed after this process opened it: open the new one
+    return None
+
+
+def claim_owner(path: str | os.PathLike) -> str:
+    """Who claimed ``path`` (``"pid P on HOST"``) as its lock file says, or ``""``."""
+    try:
+        return lock_path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def claim_summary(path: str | os.PathLike) -> tuple[Path, Claim | None]:
+    """The summary file this process writes, and its claim.
+
+    ``path`` itself when this process can claim it; else (another live process of the same part writes it) the
+    same name with ``.<host>-<pid>`` before ``.json``, so that neither summary replaces the other.
+    """
+    p = Path(path)
+    held = claim(p)
+    if held is not None:
+        return p, held
+    other = p.with_name(f"{p.name[: -len('.json')]}.{socket.gethostname()}-{os.getpid()}.json")
+    return other, claim(other)
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def merge_summaries(folder: str | os.PathLike) -> dict[str, Any]:
+    """Merge the summaries in ``folder`` (``summary.json`` and every ``summary.part-*-of-*.json``) into one.
+
+    An image (its output) counts once, with the first of done, skipped, failed, busy that any summary reports
+    for it: an image failed or busy in one run and done in a later one is done.
+
+    Returns:
+        ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...], "unreadable": [...]}``.
+        Each part row: ``file``, ``part`` (``[i, N]`` or ``None`` for ``summary.json``), ``images``, ``done``,
+        ``skipped``, ``failed``, ``busy``, ``seconds`` (its wall time), ``volumes_per_minute``, ``host``.
+        ``totals``: ``inputs`` (images in the batch, as the summaries report it), the distinct images ``done``,
+        ``skipped``, ``failed``, ``busy`` (claimed by a process that did not report it) and ``unreported``
+        (in no summary), ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
+        up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (done per minute of that
+        span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent; ``failed_parts``: those
+        with a failed image.
+    """
+    root = Path(folder)
+    files = sorted(p for p in root.glob("summary*.json") if p.name == "summary.json" or _PART_SUMMARY.match(p.name))
+    rows, unreadable = [], []
+    seen: dict[int, set[int]] = {}
+    status: dict[str, str] = {}
+    inputs, starts, ends = 0, [], []
+    for f in files:
+        data = _read_summary(f)
+        if data is None:
+            unreadable.append(f.name)
+            continue
+        m = _PART_SUMMARY.match(f.name)
+        part = [int(m.group(1)), int(m.group(2))] if m else None
+        if part is not None:
+            seen.setdefault(part[1], set()).add(part[0])
+        records = data.get("per_image") or []
+        counts = {s: sum(r.get("status") == s for r in records) for s in _PRECEDENCE}
+        for r in records:
+            key, s = str(r.get("output")), r.get("status")
+            if s in _PRECEDENCE and (key not in status or _PRECEDENCE.index(s) < _PRECEDENCE.index(status[key])):
+                status[key] = s
+        inputs = max(inputs, int(data.get("inputs", data.get("images", len(records))) or 0))
+        wall = float(data.get("wall_seconds") or 0.0)
+        if data.get("finished") is not None:
+            ends.append(float(data["finished"]))
+            starts.append(float(data.get("started", data["finished"] - wall)))
+        rows.append({
+            "file": f.name, "part": part, "images": len(records), **counts, "seconds": round(wall, 3),
+            "volumes_per_minute": round(60.0 * counts["done"] / wall, 3) if wall > 0 else None,
+            "host": data.get("host"),
+        })
+    totals: dict[str, Any] = {s: sum(v == s for v in status.values()) for s in _PRECEDENCE}
+    totals["inputs"] = max(inputs, len(status))
+    totals["unreported"] = totals["inputs"] - len(status)
+    totals["complete"] = bool(status) and totals["done"] + totals["skipped"] == totals["inputs"]
+    totals["seconds"] = round(sum(r["seconds"] for r in rows), 3)
+    span = max(ends) - min(starts) if ends else sum(r["seconds"] for r in rows)
+    totals["span_seconds"] = round(span, 3)
+    totals["volumes_per_minute"] = round(60.0 * totals["done"] / span, 3) if span > 0 else None
+    missing = [f"{i}/{n}" for n in sorted(seen) for i in range(n) if i not in seen[n]]
+    failed = sorted({"/".join(map(str, r["part"])) if r["part"] else r["file"] for r in rows if r["failed"]})
+    return {"parts": rows, "totals": totals, "missing_parts": missing, "failed_parts": failed,
+            "unreadable": unreadable}
+
+
+def format_summary(merged: dict[str, Any]) -> str:
+    """The table of :func:`merge_summaries`' result: a row per summary, the totals, then what is missing."""
+    head = f"{'part':<12}{'images':>8}{'done':>7}{'skipped':>9}{'failed':>8}{'busy':>6}{'seconds':>10}{'vol/min':>9}"
+    lines = [head]
+    for r in merged["parts"]:
+        name = "/".join(map(str, r["part"])) if r["part"] else "all"
+        if r["part"] and not r["file"].endswith(f"-of-{r['part'][1]}.json"):
+            name += "*"  # a second process of the same part
+        vpm = f"{r['volumes_per_minute']:.2f}" if r["volumes_per_minute"] is not None else "-"
+        lines.append(f"{name:<12}{r['images']:>8}{r['done']:>7}{r['skipped']:>9}{r['failed']:>8}{r['busy']:>6}"
+                     f"{r['seconds']:>10.1f}{vpm:>9}")
+    t = merged["totals"]
+    vpm = f"{t['volumes_per_minute']:.2f}" if t["volumes_per_minute"] is not None else "-"
+    lines.append(f"{'total':<12}{t['inputs']:>8}{t['done']:>7}{t['skipped']:>9}{t['failed']:>8}{t['busy']:>6}"
+                 f"{t['seconds']:>10.1f}{vpm:>9}")
+    lines.append(f"{t['done'] + t['skipped']} of {t['inputs']} image(s) have an output; volumes per minute over "
+                 f"{t['span_seconds']:.1f} s from the first start to the last end")
+    if any(r["part"] and not r["file"].endswith(f"-of-{r['part'][1]}.json") for r in merged["parts"]):
+        lines.append("*: a second process given the same part")
+    if t["unreported"] or t["busy"]:
+        lines.append(f"not finished: {t['unreported'] + t['busy']} image(s) in no summary or claimed by a process "
+                     "that did not finish them; rerun their part")
+    if merged["missing_parts"]:
+        lines.append(f"missing parts (no summary): {', '.join(merged['missing_parts'])}")
+    if merged["failed_parts"]:
+        lines.append(f"parts with failed images: {', '.join(merged['failed_parts'])}")
+    if merged["unreadable"]:
+        lines.append(f"unreadable summaries: {', '.join(merged['unreadable'])}")
+    return "\n".join(lines)

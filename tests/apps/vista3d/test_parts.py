@@ -1,0 +1,224 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+from parameterized import parameterized
+
+from monai.apps.vista3d.parts import (
+    claim,
+    claim_summary,
+    format_summary,
+    lock_path,
+    merge_summaries,
+    parse_part,
+    part_summary_name,
+    split_parts,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+# a second process that claims the path given on its command line, says so, and holds the claim until stdin closes
+HOLDER = (
+    "import sys\nfrom monai.apps.vista3d.parts import claim\nc = claim(sys.argv[1])\n"
+    "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
+)
+
+
+class Holder:
+    """Another process holding a claim on ``path`` (as a part running elsewhere would)."""
+
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.state = self.proc.stdout.readline().strip()
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)  # no clean-up runs: only the operating system drops the lock
+        self.proc.wait(timeout=30)
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+
+
+class TestPartArgument(unittest.TestCase):
+    @parameterized.expand([("0/1", (0, 1)), ("3/4", (3, 4)), (" 2 / 8 ", (2, 8)), ("0/1000", (0, 1000))])
+    def test_valid(self, text, expected):
+        self.assertEqual(parse_part(text), expected)
+
+    @parameterized.expand([
+        ("4/4", "parts are numbered from 0"), ("5/4", "i must be in 0..N-1"), ("0/0", "N >= 1"),
+        ("-1/4", "must be I/N"), ("1", "must be I/N"), ("a/b", "must be I/N"), ("1/2/3", "must be I/N"),
+    ])
+    def test_invalid(self, text, msg):
+        with self.assertRaisesRegex(ValueError, msg):
+            parse_part(text)
+
+    def test_summary_name(self):
+        self.assertEqual(part_summary_name((2, 8)), "summary.part-2-of-8.json")
+        with self.assertRaisesRegex(ValueError, "does not exist"):
+            part_summary_name((8, 8))
+
+
+class TestSplit(unittest.TestCase):
+    @parameterized.expand([(40, 4), (7, 3), (3, 5), (1, 1), (0, 2)])
+    def test_same_split_in_any_order(self, n_items, n_parts):
+        rng = random.Random(n_items)
+        keys = [f"p{k:03d}/ct/ct_trans.nii.gz" for k in range(n_items)]
+        sizes = [rng.choice([16**3, 24**3, 32**3, 40 * 40 * 24]) for _ in keys]
+        parts = split_parts(keys, sizes, n_parts)
+        self.assertEqual(len(parts), n_parts)
+        self.assertEqual(sorted(j for p in parts for j in p), list(range(n_items)))  # every item once
+        by_key = [sorted(keys[j] for j in p) for p in parts]
+        for seed in range(3):  # another file-system order: the same items in the same parts
+            order = list(range(n_items))
+            random.Random(seed).shuffle(order)
+            shuffled = split_parts([keys[j] for j in order], [sizes[j] for j in order], n_parts)
+            self.assertEqual([sorted(keys[order[j]] for j in p) for p in shuffled], by_key)
+        if n_items >= n_parts:
+            loads = [sum(sizes[j] for j in p) for p in parts]
+            self.assertLessEqual(max(loads) - min(loads), max(sizes))  # balanced by voxels
+
+    def test_balanced_by_voxels_not_count(self):
+        parts = split_parts(["a", "b", "c", "d", "e"], [400, 100, 100, 100, 100], 2)
+        self.assertEqual(parts, [[0], [1, 2, 3, 4]])
+
+    @parameterized.expand([(["a", "a"], [1, 1], 2, "unique"), (["a"], [1, 2], 2, "keys for"), (["a"], [1], 0, "N")])
+    def test_errors(self, keys, sizes, n, msg):
+        with self.assertRaisesRegex(ValueError, msg):
+            split_parts(keys, sizes, n)
+
+
+class TestClaim(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.holders: list[Holder] = []
+
+    def tearDown(self):
+        for h in self.holders:
+            h.stop()
+        self._tmp.cleanup()
+
+    def hold(self, path: Path) -> Holder:
+        self.holders.append(Holder(path))
+        return self.holders[-1]
+
+    def test_claim_creates_and_release_removes(self):
+        out = self.tmp / "out" / "ct" / "ct_trans.nii.gz"
+        c = claim(out)
+        self.assertIsNotNone(c)
+        self.assertEqual(c.lock, self.tmp / "out" / "ct" / ".ct_trans.nii.gz.lock")
+        self.assertIn(f"pid {os.getpid()} on", c.lock.read_text())
+        c.release()
+        self.assertFalse(c.held)
+        self.assertFalse((self.tmp / "out").exists())  # the folders it created, empty again, are gone
+        with claim(out) as c2:
+            out.write_bytes(b"result")
+        self.assertFalse(c2.held)
+        self.assertEqual(sorted(p.name for p in out.parent.iterdir()), ["ct_trans.nii.gz"])  # folder kept
+
+    def test_busy_while_held_free_after_a_kill(self):
+        out = self.tmp / "ct" / "ct_trans.nii.gz"
+        holder = self.hold(out)
+        self.assertEqual(holder.state, "held")
+        self.assertIsNone(claim(out))
+        self.assertEqual(self.hold(out).state, "busy")  # a third process is refused too
+        holder.kill()
+        self.assertTrue(lock_path(out).exists())  # left behind by the killed process, but it blocks nothing
+        c = claim(out)
+        self.assertIsNotNone(c)
+        self.assertEqual(self.hold(out).state, "busy")  # and this process's claim holds against others
+        c.release()
+        self.assertFalse(lock_path(out).exists())
+
+    def test_summary_of_a_second_process(self):
+        name = self.tmp / "summary.part-1-of-4.json"
+        holder = self.hold(name)
+        path, c = claim_summary(name)
+        self.assertNotEqual(path, name)
+        self.assertRegex(path.name, rf"^summary\.part-1-of-4\..+-{os.getpid()}\.json$")
+        self.assertIsNotNone(c)
+        c.release()
+        holder.kill()
+        path, c = claim_summary(name)
+        self.assertEqual(path, name)
+        c.release()
+
+
+def _summary(records, *, inputs, wall=10.0, started=1000.0):
+    recs = [{"image": f"{o}.nii.gz", "output": o, "status": s} for o, s in records]
+    return {"images": len(recs), "inputs": inputs, "wall_seconds": wall, "started": started,
+            "finished": started + wall, "host": "node1", "per_image": recs}
+
+
+class TestMerge(unittest.TestCase):
+    def test_parts_merged_into_one_table(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            # 6 images in 3 parts: part 1 never reported; part 2 failed one image that a later run of 4 parts did
+            (d / "summary.part-0-of-3.json").write_text(json.dumps(
+                _summary([("a", "done"), ("b", "skipped")], inputs=6, wall=30.0, started=1000.0)))
+            (d / "summary.part-2-of-3.json").write_text(json.dumps(
+                _summary([("e", "failed"), ("f", "done")], inputs=6, wall=20.0, started=1010.0)))
+            (d / "summary.part-3-of-4.json").write_text(json.dumps(
+                _summary([("e", "done"), ("c", "busy")], inputs=6, wall=10.0, started=1050.0)))
+            (d / "summary.part-3-of-4.node2-77.json").write_text(json.dumps(
+                _summary([("c", "failed")], inputs=6, wall=5.0, started=1052.0)))
+            (d / "summary.part-9-of-9.json.tmp").write_text("{")  # not a summary name: ignored
+            (d / "summary.part-1-of-4.json").write_text("{ cut")  # a summary name that is not JSON: named
+            merged = merge_summaries(d)
+            t = merged["totals"]
+            self.assertEqual((t["inputs"], t["done"], t["skipped"], t["failed"], t["busy"], t["unreported"]),
+                             (6, 3, 1, 1, 0, 1))
+            self.assertFalse(t["complete"])
+            self.assertEqual(t["seconds"], 65.0)
+            self.assertEqual(t["span_seconds"], 60.0)  # first start 1000, last end 1060
+            self.assertEqual(t["volumes_per_minute"], 3.0)
+            self.assertEqual(merged["missing_parts"], ["1/3", "0/4", "1/4", "2/4"])
+            self.assertEqual(merged["failed_parts"], ["2/3", "3/4"])
+            self.assertEqual(merged["unreadable"], ["summary.part-1-of-4.json"])
+            table = format_summary(merged)
+            self.assertIn("missing parts (no summary): 1/3, 0/4, 1/4, 2/4", table)
+            self.assertIn("parts with failed images: 2/3, 3/4", table)
+            self.assertIn("4 of 6 image(s) have an output", table)
+            self.assertIn("3/4*", table)
+            row = next(line for line in table.splitlines() if line.startswith("0/3 "))
+            self.assertEqual(row.split(), ["0/3", "2", "1", "1", "0", "0", "30.0", "2.00"])
+
+    def test_complete_and_empty(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            self.assertEqual(merge_summaries(d)["parts"], [])
+            self.assertFalse(merge_summaries(d)["totals"]["complete"])
+            for i in range(2):
+                (d / f"summary.part-{i}-of-2.json").write_text(json.dumps(
+                    _summary([(f"x{i}", "done"), (f"y{i}", "skipped")], inputs=4)))
+            merged = merge_summaries(d)
+            self.assertTrue(merged["totals"]["complete"])
+            self.assertEqual(merged["missing_parts"], [])
+            self.assertNotIn("missing", format_summary(merged))
+
+
+if __name__ == "__main__":
+    unittest.main()
