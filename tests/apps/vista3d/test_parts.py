@@ -35,9 +35,12 @@ from monai.apps.vista3d.parts import (
 )
 
 ROOT = Path(__file__).resolve().parents[3]
-# a second process that claims the path given on its command line, says so, and holds the claim until stdin closes
+PARTS = ROOT / "monai" / "apps" / "vista3d" / "parts.py"
+# a second process that claims the path given on its command line, says so, and holds the claim until stdin closes;
+# it loads parts.py on its own (not the monai package), so that it starts in a fraction of a second
 HOLDER = (
-    "import sys\nfrom monai.apps.vista3d.parts import claim\nc = claim(sys.argv[1])\n"
+    "import importlib.util, sys\nspec = importlib.util.spec_from_file_location('parts', sys.argv[2])\n"
+    "parts = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(parts)\nc = parts.claim(sys.argv[1])\n"
     "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
 )
 
@@ -46,7 +49,7 @@ class Holder:
     """Another process holding a claim on ``path`` (as a part running elsewhere would)."""
 
     def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=ROOT, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(PARTS)], cwd=ROOT, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
         self.state = self.proc.stdout.readline().strip()
 
