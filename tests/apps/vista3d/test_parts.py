@@ -40,7 +40,8 @@ PARTS = ROOT / "monai" / "apps" / "vista3d" / "parts.py"
 # it loads parts.py on its own (not the monai package), so that it starts in a fraction of a second
 HOLDER = (
     "import importlib.util, sys\nspec = importlib.util.spec_from_file_location('parts', sys.argv[2])\n"
-    "parts = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(parts)\nc = parts.claim(sys.argv[1])\n"
+    "parts = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(parts)\n"
+    "c = parts.claim(sys.argv[1])\n"
     "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
 )
 
@@ -49,8 +50,8 @@ class Holder:
     """Another process holding a claim on ``path`` (as a part running elsewhere would)."""
 
     def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(PARTS)], cwd=ROOT, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(PARTS)], cwd=ROOT,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.state = self.proc.stdout.readline().strip()
 
     def kill(self) -> None:
