@@ -34,13 +34,18 @@ import json
 import os
 import re
 import socket
-from collections.abc import Sequence
+import threading
+import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "Claim",
+    "OutputClaims",
+    "OutputTaken",
     "claim",
+    "claim_owner",
     "claim_summary",
     "format_summary",
     "lock_path",
@@ -235,6 +240,84 @@ def claim_summary(path: str | os.PathLike) -> tuple[Path, Claim | None]:
         return p, held
     other = p.with_name(f"{p.name[: -len('.json')]}.{socket.gethostname()}-{os.getpid()}.json")
     return other, claim(other)
+
+
+class OutputTaken(Exception):
+    """An output that this process will not write: another live process claimed it (``status`` "busy"), or it
+    was written since the run was planned (``status`` "skipped")."""
+
+    def __init__(self, status: str, message: str, owner: str = "") -> None:
+        super().__init__(message)
+        self.status, self.owner = status, owner
+
+
+# errors of a file system without locks (some FUSE mounts): outputs are then written unclaimed, with a warning
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
+
+
+class OutputClaims:
+    """One process's claims on the outputs it writes: taken before an image is read, released once its file is
+    written (or it failed).
+
+    Args:
+        overwrite: the run replaces existing outputs; one written after ``started`` (by another process of
+            this run) is still skipped.
+        started: when the run was planned (``time.time()``).
+    """
+
+    def __init__(self, overwrite: bool = False, started: float = 0.0) -> None:
+        self.overwrite, self.started = overwrite, started
+        self._held: dict[Path, Claim | None] = {}
+        self._lock = threading.Lock()
+        self.warned = False
+
+    def take(self, output: Path) -> None:
+        """Claim ``output``; raises :class:`OutputTaken` when it is another process's or now exists."""
+        try:
+            held = claim(output)
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                raise
+            if not self.warned:
+                self.warned = True
+                warnings.warn(f"{output.parent}: the file system does not support locks ({e.strerror}); outputs "
+                              "are written without claims, so two processes may segment one image", stacklevel=2)
+            held = None
+        else:
+            if held is None:
+                owner = claim_owner(output)
+                raise OutputTaken("busy", f"claimed by another process ({owner or 'owner unknown'})", owner)
+        with self._lock:
+            self._held[output] = held
+        try:
+            written = output.stat().st_mtime
+        except FileNotFoundError:
+            return
+        if not self.overwrite or written >= self.started:
+            self.release(output)
+            raise OutputTaken("skipped", "written by another process since this run started")
+
+    def release(self, output: Path) -> None:
+        """Drop the claim on ``output`` (and its lock file), if this process holds it."""
+        with self._lock:
+            held = self._held.pop(output, None)
+        if held is not None:
+            held.release()
+
+    def release_all(self) -> None:
+        """Drop every claim still held (at the end of a run, however it ends)."""
+        for output in list(self._held):
+            self.release(output)
+
+    def claiming(self, load: Callable[..., Any], outputs: Sequence[Path]) -> Callable[..., Any]:
+        """``load`` that first claims the next of ``outputs``: the i-th call is for the i-th output."""
+        upcoming = iter(outputs)
+
+        def claimed_load(*args: Any, **kwargs: Any) -> Any:
+            self.take(next(upcoming))
+            return load(*args, **kwargs)
+
+        return claimed_load
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

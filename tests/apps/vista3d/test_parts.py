@@ -11,19 +11,24 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 from parameterized import parameterized
 
 from monai.apps.vista3d.parts import (
+    OutputClaims,
+    OutputTaken,
     claim,
     claim_summary,
     format_summary,
@@ -113,7 +118,9 @@ class TestSplit(unittest.TestCase):
             split_parts(keys, sizes, n)
 
 
-class TestClaim(unittest.TestCase):
+class _InTmp(unittest.TestCase):
+    """A temporary folder, and the holding processes started by a test, stopped at its end."""
+
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()
         self.tmp = Path(self._tmp.name)
@@ -127,6 +134,9 @@ class TestClaim(unittest.TestCase):
     def hold(self, path: Path) -> Holder:
         self.holders.append(Holder(path))
         return self.holders[-1]
+
+
+class TestClaim(_InTmp):
 
     def test_claim_creates_and_release_removes(self):
         out = self.tmp / "out" / "ct" / "ct_trans.nii.gz"
@@ -168,6 +178,58 @@ class TestClaim(unittest.TestCase):
         path, c = claim_summary(name)
         self.assertEqual(path, name)
         c.release()
+
+
+class TestOutputClaims(_InTmp):
+    def test_claiming_load(self):
+        outs = [self.tmp / n / f"{n}_trans.nii.gz" for n in ("a", "b", "c")]
+        outs[1].parent.mkdir()
+        outs[1].write_bytes(b"done")  # written by another process after the plan
+        holder = self.hold(outs[2])
+        claims = OutputClaims()
+        loaded = []
+        load = claims.claiming(lambda path: loaded.append(path) or path, outs)
+        self.assertEqual(load("a.nii.gz"), "a.nii.gz")
+        self.assertTrue(lock_path(outs[0]).exists())
+        with self.assertRaises(OutputTaken) as skipped:
+            load("b.nii.gz")
+        self.assertEqual(skipped.exception.status, "skipped")
+        self.assertFalse(lock_path(outs[1]).exists())  # its claim was dropped at once
+        with self.assertRaises(OutputTaken) as busy:
+            load("c.nii.gz")
+        self.assertEqual(busy.exception.status, "busy")
+        self.assertEqual(busy.exception.owner, f"pid {holder.proc.pid} on {socket.gethostname()}")
+        self.assertEqual(loaded, ["a.nii.gz"])  # nothing read for an output this process does not write
+        claims.release(outs[0])
+        self.assertFalse((self.tmp / "a").exists())
+        holder.kill()
+        claims.take(outs[2])
+        claims.release_all()
+        self.assertFalse(lock_path(outs[2]).exists())
+
+    def test_overwrite_skips_only_what_this_run_wrote(self):
+        out = self.tmp / "a" / "a_trans.nii.gz"
+        out.parent.mkdir()
+        out.write_bytes(b"old")
+        os.utime(out, (1000.0, 1000.0))
+        claims = OutputClaims(overwrite=True, started=2000.0)
+        claims.take(out)  # older than the run: redone
+        self.assertTrue(lock_path(out).exists())
+        claims.release(out)
+        os.utime(out, (3000.0, 3000.0))  # written by another process of this run
+        with self.assertRaisesRegex(OutputTaken, "since this run started"):
+            claims.take(out)
+
+    def test_file_system_without_locks(self):
+        out = self.tmp / "a" / "a_trans.nii.gz"
+        claims = OutputClaims()
+        with mock.patch("fcntl.lockf", side_effect=OSError(errno.ENOLCK, "No locks available")):
+            with self.assertWarnsRegex(UserWarning, "does not support locks"):
+                claims.take(out)
+            claims.take(out)  # warned once
+        with mock.patch("fcntl.lockf", side_effect=OSError(errno.EBADF, "Bad file descriptor")):
+            with self.assertRaises(OSError):
+                claims.take(out)
 
 
 def _summary(records, *, inputs, wall=10.0, started=1000.0):
