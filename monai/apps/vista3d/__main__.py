@@ -13,7 +13,8 @@
 ``vista3d -i ct.nii.gz -o out/`` (the ``segment`` command, the default) writes ``out/<name>/<name>_trans.nii.gz``
 (the bundle's naming) for each input image; images found in a given folder keep their subfolder under ``out/``.
 ``vista3d --list-classes`` prints the label ids and names; ``vista3d benchmark`` segments a synthetic CT
-phantom with random weights and prints where the time goes.
+phantom with random weights and prints where the time goes; ``vista3d summary out/`` merges the summaries of the
+parts (``--part I/N``) that wrote to ``out/`` into one table.
 Exit status: 0 on success, 1 when an image failed, 2 for bad arguments, 130 on SIGINT, 143 on SIGTERM;
 failures print one line.
 """
@@ -73,7 +74,7 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
 
 
-_COMMANDS = ("segment", "benchmark")
+_COMMANDS = ("segment", "benchmark", "summary")
 
 
 def _prog() -> str:
@@ -110,11 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         usage=f"{prog} [segment] [-i IMAGE_OR_FOLDER ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
-              f"       {prog} benchmark [options]",
+              f"       {prog} benchmark [options]\n       {prog} summary OUTPUT",
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark,summary}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -178,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
     common(bench)
+
+    merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
+                            description="Merge the summaries of the parts (--part I/N) and runs written to one output "
+                            "folder: done, skipped, failed per part and in all, and the parts that are missing or "
+                            "failed. Exit status 0 when every image has an output, else 1.")
+    merged.add_argument("folder", help="the output folder of the parts")
+    merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
     return parser
 
 
@@ -363,6 +371,27 @@ def _segment(args: argparse.Namespace) -> int:
     return code
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from .parts import format_summary, merge_summaries
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise _UsageError(f"{args.folder!r} is not a folder; give the output folder of the parts")
+    merged = merge_summaries(folder)
+    if not merged["parts"]:
+        print(f"error: no summary in {folder}: no part or run has finished there yet", file=sys.stderr)
+        return 1
+    print(format_summary(merged))
+    if args.json:
+        Path(args.json).write_text(json.dumps(merged, indent=1))
+    totals = merged["totals"]
+    if not totals["complete"]:
+        print(f"error: {totals['inputs'] - totals['done'] - totals['skipped']} of {totals['inputs']} image(s) have no "
+              "output; rerun the parts named above", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -489,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "segment":
             return _segment(args)
+        if args.command == "summary":
+            return _summary(args)
         return _benchmark(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import json
 import os
 import random
@@ -26,6 +28,7 @@ from unittest import mock
 
 from parameterized import parameterized
 
+from monai.apps.vista3d.__main__ import main
 from monai.apps.vista3d.parts import (
     OutputClaims,
     OutputTaken,
@@ -284,6 +287,35 @@ class TestMerge(unittest.TestCase):
             self.assertTrue(merged["totals"]["complete"])
             self.assertEqual(merged["missing_parts"], [])
             self.assertNotIn("missing", format_summary(merged))
+
+
+class TestSummaryCommand(unittest.TestCase):
+    def test_summary_of_a_folder(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = Path(d)
+            code, out, err = run_main(["summary", d / "nothing"])
+            self.assertEqual((code, err.strip()), (2, f"error: '{d / 'nothing'}' is not a folder; give the output "
+                                                       "folder of the parts"))
+            code, out, err = run_main(["summary", d])
+            self.assertEqual(code, 1)
+            self.assertIn("no summary in", err)
+            (d / "summary.part-0-of-2.json").write_text(json.dumps(_summary([("a", "done")], inputs=2)))
+            code, out, err = run_main(["summary", d])
+            self.assertEqual(code, 1)
+            self.assertIn("missing parts (no summary): 1/2", out)
+            self.assertEqual(err.strip(), "error: 1 of 2 image(s) have no output; rerun the parts named above")
+            (d / "summary.part-1-of-2.json").write_text(json.dumps(_summary([("b", "skipped")], inputs=2)))
+            code, out, err = run_main(["summary", d, "--json", d / "all.json"])
+            self.assertEqual((code, err), (0, ""), err)
+            self.assertIn("2 of 2 image(s) have an output", out)
+            self.assertTrue(json.loads((d / "all.json").read_text())["totals"]["complete"])
+
+
+def run_main(argv: list) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
 
 
 if __name__ == "__main__":
