@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import json
 import os
 import re
@@ -257,7 +258,7 @@ _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 class OutputClaims:
     """One process's claims on the outputs it writes: taken before an image is read, released once its file is
-    written (or it failed).
+    written (or it failed). Taking a claim removes the temporary files a killed writer of that output left.
 
     Args:
         overwrite: the run replaces existing outputs; one written after ``started`` (by another process of
@@ -289,6 +290,9 @@ class OutputClaims:
                 raise OutputTaken("busy", f"claimed by another process ({owner or 'owner unknown'})", owner)
         with self._lock:
             self._held[output] = held
+        if held is not None:  # the temporary files of a killed writer of this output: no live process has them
+            for stale in output.parent.glob(f".{glob.escape(output.name)}.*.part"):
+                stale.unlink(missing_ok=True)
         try:
             written = output.stat().st_mtime
         except FileNotFoundError:

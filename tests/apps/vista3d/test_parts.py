@@ -188,12 +188,16 @@ class TestOutputClaims(_InTmp):
         outs = [self.tmp / n / f"{n}_trans.nii.gz" for n in ("a", "b", "c")]
         outs[1].parent.mkdir()
         outs[1].write_bytes(b"done")  # written by another process after the plan
+        outs[0].parent.mkdir()
+        stale = outs[0].parent / ".a_trans.nii.gz.k2j9x.part"  # what a writer killed while saving leaves
+        stale.write_bytes(b"half")
         holder = self.hold(outs[2])
         claims = OutputClaims()
         loaded = []
         load = claims.claiming(lambda path: loaded.append(path) or path, outs)
         self.assertEqual(load("a.nii.gz"), "a.nii.gz")
         self.assertTrue(lock_path(outs[0]).exists())
+        self.assertFalse(stale.exists())
         with self.assertRaises(OutputTaken) as skipped:
             load("b.nii.gz")
         self.assertEqual(skipped.exception.status, "skipped")
@@ -204,7 +208,7 @@ class TestOutputClaims(_InTmp):
         self.assertEqual(busy.exception.owner, f"pid {holder.proc.pid} on {socket.gethostname()}")
         self.assertEqual(loaded, ["a.nii.gz"])  # nothing read for an output this process does not write
         claims.release(outs[0])
-        self.assertFalse((self.tmp / "a").exists())
+        self.assertEqual(list(outs[0].parent.iterdir()), [])
         holder.kill()
         claims.take(outs[2])
         claims.release_all()
