@@ -66,11 +66,11 @@ def main(argv=None) -> int:
               "warn_random": False, "output_dtype": "uint8"}
     summary = work / "summary.json"
     t = time.perf_counter()
-    code = run_batch(inputs, work / "out", None, overwrite=True, summary_path=summary, device=args.device,
-                     pipeline_kwargs=kwargs)
+    result = run_batch(inputs, work / "out", None, overwrite=True, summary_path=summary, device=args.device,
+                       pipeline_kwargs=kwargs)
     wall = time.perf_counter() - t
-    if os.environ.get("RANK", "0") == "0":
-        s = json.loads(summary.read_text())
+    if result.summary_path is not None:
+        s = result.summary()
         print(f"{s['done']}/{s['images']} volumes {shape} on {s['world_size']} rank(s): {s['wall_seconds']:.1f} s, "
               f"{s['volumes_per_minute']:.2f} volumes/min (roi {roi}, sw_batch_size {sw}, embed {embed})")
         for r in s["per_image"]:
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
                   f"windows {r['windows']} {r['error'] or ''}")
         if args.json:
             Path(args.json).write_text(json.dumps({**s, "command": " ".join(sys.argv), "wall_total": wall}, indent=1))
-    return code
+    return result.exit_code
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ For each CT (an int16 phantom written by ``write_phantom``, or ``--input`` files
 * ``load_image``: as the pipeline calls it on the CPU (float32, C order) and as it calls it for a GPU, on the
   CPU here (stored int16, file order), with each reader (``VISTA3D_GZIP_READER`` auto, stream, rapidgzip);
 * with ``--device cuda``: ``load_image`` onto the GPU with the pipeline's options
-  (``Vista3DPipeline.load_options``: stored type, file order; slabs copied while the file inflates), each
+  (``monai.apps.vista3d.pipeline.load_options``: stored type, file order; slabs copied while the file inflates), each
   reader, synchronised.
 
 Each number is the minimum (and median) of ``--repeat`` runs, the variants alternating within a round. Example::

@@ -264,25 +264,30 @@ def _stage_table(timings: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
-def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ...], embed_dim: int,
-              sw_batch_size: Any, progress: bool, streaming: bool = True) -> Any:
-    from .pipeline import RANDOM_WEIGHTS_WARNING, Vista3DPipeline
+def _pipeline_kwargs(args: argparse.Namespace, roi: tuple[int, ...], embed_dim: int, sw_batch_size: Any,
+                     progress: bool, streaming: bool = True) -> dict[str, Any]:
+    """The ``Vista3DPipeline`` arguments the flags ask for (the random-weights warning is printed here, once)."""
+    from .pipeline import RANDOM_WEIGHTS_WARNING
 
     torch.manual_seed(args.seed)
     if args.weights is None:
         print(_flagged(RANDOM_WEIGHTS_WARNING), file=sys.stderr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the warning above was printed already
-        return Vista3DPipeline(
-            weights=args.weights, device=device, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size,
-            amp=args.amp, progress=progress, timing=True, network_kwargs={"encoder_embed_dim": embed_dim},
-            output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse,
-        )
+    return dict(
+        weights=args.weights, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size, amp=args.amp,
+        progress=progress, timing=True, network_kwargs={"encoder_embed_dim": embed_dim},
+        output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse, warn_random=False,
+    )
+
+
+def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ...], embed_dim: int,
+              sw_batch_size: Any, progress: bool, streaming: bool = True) -> Any:
+    from .pipeline import Vista3DPipeline
+
+    return Vista3DPipeline(device=device, **_pipeline_kwargs(args, roi, embed_dim, sw_batch_size, progress, streaming))
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .batch import pipeline_segment_fn, plan_outputs, run_batch
-    from .progress import text_bar
+    from .batch import plan_outputs, run_batch
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -300,10 +305,10 @@ def _segment(args: argparse.Namespace) -> int:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
         if len(items) != 1 or Path(items[0]).is_dir():
             raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
-        outputs, n_images = [output], 1
+        outputs = [output]
     else:
-        outputs, n_images = None, len(plan_outputs(items, output_dir))  # every output unique, before any work
-        if not n_images:
+        outputs = None
+        if not plan_outputs(items, output_dir):  # every output unique, before any work
             raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
     sw = args.sw_batch_size
     if sw != "auto":
@@ -314,30 +319,15 @@ def _segment(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48)
     device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
-    tty = sys.stderr.isatty()
-    pipe = _pipeline(args, device, roi, embed_dim, sw, progress=not args.quiet and tty, streaming=args.streaming)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank_tag = f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
-    segment = pipeline_segment_fn(pipe, prompt)
-    started = [0]
-
-    def segment_one(image: torch.Tensor, geometry: Any) -> Any:
-        started[0] += 1  # a terminal's window bar follows a bar of the images (of those to do on this rank)
-        name = geometry.filename or "image"
-        if world == 1:
-            images = f"images {text_bar(started[0] - 1, n_images)} {started[0]}/{n_images}"
-            pipe.progress_label = f"{images} {name} | windows"
-        else:
-            pipe.progress_label = f"{rank_tag}[{started[0]}] {name} windows"
-        return segment(image, geometry)
-
-    failed = []
+    kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
+                              streaming=args.streaming)
 
     def report(rec: dict[str, Any]) -> None:
         k, n = rec["progress"]
         head = f"{rank_tag}[{k}/{n}] {rec['image']}"
         if rec["status"] == "failed":
-            failed.append(rec)
             print(f"error: {rec['image']}: {_flagged(rec['error'])}", file=sys.stderr, flush=True)
         elif args.quiet:
             return
@@ -349,26 +339,22 @@ def _segment(args: argparse.Namespace) -> int:
                 print(_stage_table(rec.get("stages", {})), flush=True)
 
     start = time.perf_counter()
-    code = run_batch(
-        items, output_dir, segment_one, overwrite=args.overwrite, outputs=outputs,
-        volume_index=args.volume_index, output_dtype=args.output_dtype, device=device, on_image=report,
+    result = run_batch(
+        items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
+        device=device, pipeline_kwargs={**kwargs, "classes": prompt}, on_image=report,
         nonfinite="error" if args.strict else "air",
     )
-    summary_file = Path(output_dir) / "summary.json" if output_dir is not None else Path(output).parent / "summary.json"
-    if os.environ.get("RANK", "0") == "0":
-        try:
-            summary = json.loads(summary_file.read_text())
-        except (OSError, ValueError):
-            summary = None
-        if summary is not None:
-            if summary["failed"]:
-                print(f"error: {summary['failed']} of {summary['images']} image(s) failed", file=sys.stderr)
-            if not args.quiet:
-                print(f"{summary['images']} image(s): {summary['done']} done, {summary['skipped']} skipped, "
-                      f"{summary['failed']} failed in {time.perf_counter() - start:.1f} s; summary in {summary_file}")
-    elif failed:
-        print(f"error: {len(failed)} image(s) failed on this rank", file=sys.stderr)
-    return code
+    if result.summary_path is not None:  # rank 0 speaks for every rank
+        if result.failed:
+            print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
+        if not args.quiet:
+            print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
+                  f"failed in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
+    else:
+        mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
+        if mine:
+            print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
+    return result.exit_code
 
 
 def _summary(args: argparse.Namespace) -> int:

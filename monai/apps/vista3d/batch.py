@@ -10,12 +10,14 @@
 # limitations under the License.
 """Segment many volumes, on one process or many under ``torchrun``: the one batch driver of the app.
 
-``run_batch`` is behind both the command line and the Python API. It shards the images over the ranks of ``torch.distributed`` (balanced by voxel count read from
-the NIfTI headers: largest first onto the least-loaded rank, the same on every rank, so no communication is
-needed), uses the GPU ``LOCAL_RANK`` names, loads the next image on a thread while the current one is
-segmented, saves on another thread, skips images whose output exists (restartable), isolates failures per
-image, and has rank 0 write a JSON summary gathered from all ranks. Without ``torchrun`` (or with one
-process) it runs everything locally, with no process group. Images that fail before saving leave no file.
+``run_batch`` is the command line and the Python API alike; it returns a :class:`BatchResult`. It shards the
+images over the ranks of ``torch.distributed`` (balanced by voxel count read from the NIfTI headers: largest
+first onto the least-loaded rank, the same on every rank, so no communication is needed), uses the GPU
+``LOCAL_RANK`` names, reads the first image while the network is built, loads the next image on a thread while
+the current one is segmented (through the pipeline's one load policy), saves on another thread, skips images
+whose output exists (restartable), isolates failures per image, and has rank 0 write a JSON summary gathered
+from all ranks. Without ``torchrun`` (or with one process) it runs everything locally, with no process group.
+Images that fail before saving leave no file.
 
 Example::
 
@@ -25,14 +27,17 @@ Example::
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import queue
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +49,15 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, Vista3DInputError
-from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
-from .pipeline import SegmentationResult, Vista3DPipeline, resolve_device
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, output_path, save_label_map
+from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
+from .progress import text_bar
 from .prompts import Prompt, parse_prompt
 
 __all__ = [
     "run_batch",
+    "BatchResult",
+    "PipelineSegmenter",
     "pipeline_segment_fn",
     "AsyncSaver",
     "collect_inputs",
@@ -302,39 +310,60 @@ class dist_context:
             dist.destroy_process_group()
 
 
-def _prefetch(
-    paths: list[Path], volume_indices: list[int | None], depth: int, nonfinite: str = "air", load_options: dict | None = None
-):
-    """Yield ``(path, image, geometry, seconds, error)`` in order, loading ahead on a thread."""
-    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
-    stop = threading.Event()
+class _Loader:
+    """Loads images ahead of the one being segmented, in order, on one thread.
 
-    def work() -> None:
-        for p, volume_index in zip(paths, volume_indices):
-            if stop.is_set():
+    It starts at once, so the first image is read while the network is built and its weights load. On a GPU the
+    loads run on a stream of their own (an image's slabs cross while the previous image is segmented); each image
+    is complete on the GPU when it is handed over.
+
+    Args:
+        load: ``load(path, volume_index) -> (image, geometry)``.
+        items: ``(path, volume_index)`` in the order they are wanted.
+        depth: images loaded ahead.
+        device: the device ``load`` puts the images on.
+    """
+
+    def __init__(self, load: Callable, items: list[tuple[Path, int | None]], depth: int, device: torch.device):
+        self._load, self._items, self._device = load, items, device
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="vista3d-prefetch", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
+        for path, volume_index in self._items:
+            if self._stop.is_set():
                 return
             timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
             try:
-                with timer.stage("load"):
-                    image, geom = load_image(p, volume_index=volume_index, nonfinite=nonfinite, **(load_options or {}))
-                item = (p, image, geom, timer.timings["load"], None)
+                with timer.stage("load"), torch.cuda.stream(side) if side is not None else nullcontext():
+                    image, geom = self._load(path, volume_index)
+                    if side is not None:
+                        side.synchronize()
+                item = (image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
-                item = (p, None, None, timer.timings["load"], e)
-            while not stop.is_set():
+                item = (None, None, timer.timings["load"], e)
+            while not self._stop.is_set():
                 try:
-                    q.put(item, timeout=0.1)
+                    self._queue.put(item, timeout=0.1)
                     break
                 except queue.Full:
                     continue
 
-    th = threading.Thread(target=work, name="vista3d-prefetch", daemon=True)
-    th.start()
-    try:
-        for _ in paths:
-            yield q.get()
-    finally:
-        stop.set()
-        th.join()
+    def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None]]:
+        for _ in self._items:
+            image, geom, seconds, error = self._queue.get()
+            if isinstance(image, torch.Tensor) and image.is_cuda:
+                # made on the loader's stream, used and freed on this one: keep the allocator from reusing it early
+                image.record_stream(torch.cuda.current_stream(image.device))
+            yield image, geom, seconds, error
+
+    def close(self) -> None:
+        """Stop loading and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _reason(e: BaseException, path: Path | None = None) -> str:
@@ -349,22 +378,68 @@ def _reason(e: BaseException, path: Path | None = None) -> str:
     return msg
 
 
-def pipeline_segment_fn(pipe: Any, classes: Any = "everything", points: Any = None, point_labels: Any = None) -> SegmentFn:
+class PipelineSegmenter:
+    """A ``segment_fn`` for :func:`run_batch` that runs a ``Vista3DPipeline`` with one prompt.
+
+    ``run_batch`` reads each image with the pipeline's :meth:`~.pipeline.Vista3DPipeline.load` (its device and
+    load policy), and shows the images' progress in the pipeline's window bar.
+
+    Args:
+        pipeline: the pipeline to run.
+        prompt: the parsed prompt of every image.
+    """
+
+    def __init__(self, pipeline: Vista3DPipeline, prompt: Prompt):
+        self.pipeline, self.prompt = pipeline, prompt
+
+    def load(self, path: Path, volume_index: int | None, nonfinite: str) -> tuple[torch.Tensor, ImageGeometry]:
+        """The pipeline's own load (see :func:`~.pipeline.load_input`)."""
+        return self.pipeline.load(path, volume_index, nonfinite)
+
+    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
+        return self.pipeline.segment(image, geometry.affine, self.prompt)
+
+
+def pipeline_segment_fn(
+    pipe: Vista3DPipeline, classes: Any = "everything", points: Any = None, point_labels: Any = None
+) -> PipelineSegmenter:
     """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline``; the prompt is parsed here."""
     prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
-
-    def segment(image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
-        return pipe.segment(image, geometry.affine, prompt)
-
-    return segment
+    return PipelineSegmenter(pipe, prompt)
 
 
-def _default_segment_fn(device: torch.device, pipeline_kwargs: dict | None) -> SegmentFn:
+def _build_segmenter(device: torch.device, pipeline_kwargs: dict | None) -> PipelineSegmenter:
+    """The VISTA3D pipeline of ``pipeline_kwargs`` on ``device`` (the prompt is parsed before the slow build)."""
     kwargs = dict(pipeline_kwargs or {})
     classes = kwargs.pop("classes", "everything")
     points, point_labels = kwargs.pop("points", None), kwargs.pop("point_labels", None)
-    prompt = parse_prompt(classes, points, point_labels)  # before the (slow) network build
-    return pipeline_segment_fn(Vista3DPipeline(device=device, **kwargs), prompt)
+    kwargs.pop("device", None)  # resolved by run_batch (under torchrun: this rank's GPU)
+    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+    return PipelineSegmenter(Vista3DPipeline(device=device, **kwargs), prompt)
+
+
+def _batch_device(device: str | torch.device | None, pipeline_kwargs: dict | None) -> str | torch.device | None:
+    """The one device asked for, by ``device=`` or by ``pipeline_kwargs["device"]``."""
+    other = (pipeline_kwargs or {}).get("device")
+    if device is None or other is None:
+        return device if device is not None else other
+    if torch.device(device) != torch.device(other):
+        raise Vista3DInputError(
+            f"device={str(device)!r} and pipeline_kwargs['device']={str(other)!r} disagree; give the device once."
+        )
+    return device
+
+
+def _agree_on_setup(error: BaseException | None, world: int) -> None:
+    """Raise on every rank when the pipeline could not be built on one (so no rank waits for the others)."""
+    if world > 1:
+        errors: list[Any] = [None] * world
+        dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {_reason(error)}")
+        first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
+        if error is None and first is not None:
+            raise Vista3DInputError(f"rank {first[0]} could not build the pipeline ({first[1]}); nothing was started.")
+    if error is not None:
+        raise error
 
 
 def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
@@ -429,6 +504,66 @@ def _print_record(rec: dict[str, Any]) -> None:
     print(f"[rank {rec['rank']}] {rec['status']} {rec['image']}{extra}", flush=True)
 
 
+@dataclass
+class BatchResult:
+    """What :func:`run_batch` did, over every rank.
+
+    Attributes:
+        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped" or
+            "failed"), ``error`` (one line, or None), ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage
+            ``stages`` of the images that ran.
+        world_size: processes that shared the work.
+        host: the machine of rank 0.
+        wall_seconds: the run's wall clock on this rank, from the plan to the last save.
+        summary_path: the JSON summary rank 0 wrote (None on the other ranks).
+    """
+
+    records: list[dict[str, Any]]
+    world_size: int = 1
+    host: str = ""
+    wall_seconds: float = 0.0
+    summary_path: Path | None = None
+
+    def count(self, status: str) -> int:
+        """Images whose status is ``status``."""
+        return sum(r["status"] == status for r in self.records)
+
+    @property
+    def done(self) -> int:
+        return self.count("done")
+
+    @property
+    def skipped(self) -> int:
+        return self.count("skipped")
+
+    @property
+    def failed(self) -> int:
+        return self.count("failed")
+
+    @property
+    def volumes_per_minute(self) -> float | None:
+        return round(60.0 * self.done / self.wall_seconds, 3) if self.wall_seconds > 0 else None
+
+    @property
+    def exit_code(self) -> int:
+        """The command line's status: 0 when no image failed, else 1."""
+        return 1 if self.failed else 0
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary (what ``summary.json`` holds)."""
+        return {
+            "images": len(self.records),
+            "done": self.done,
+            "skipped": self.skipped,
+            "failed": self.failed,
+            "world_size": self.world_size,
+            "host": self.host,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "volumes_per_minute": self.volumes_per_minute,
+            "per_image": self.records,
+        }
+
+
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
@@ -438,7 +573,7 @@ def run_batch(
     *,
     outputs: Sequence[str | os.PathLike] | None = None,
     volume_index: int | None = None,
-    output_dtype: str = DEFAULT_OUTPUT_DTYPE,
+    output_dtype: str | None = None,
     postfix: str = "trans",
     prefetch: int = 1,
     device: str | torch.device | None = None,
@@ -447,13 +582,13 @@ def run_batch(
     on_image: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
     nonfinite: str = "air",
-) -> int:
-    """Segment every image once over all ranks (one process is world size 1); returns the exit code.
+) -> BatchResult:
+    """Segment every image once over all ranks (one process is world size 1); returns what was done.
 
     The rules, the same on one process and under ``torchrun``: an image whose output exists is skipped
     (``overwrite=True`` redoes it); a failure (unreadable file, bad prompt for that image, out of memory, ...)
     is recorded for its image and the others go on; the next image is loaded while one is segmented and the
-    previous one saved; rank 0 writes a JSON summary of every image.
+    previous one saved; rank 0 writes a JSON summary of every image. The command line is this function.
 
     Args:
         inputs: image paths and folders (searched recursively for ``.nii[.gz]``), or a text file listing images
@@ -463,29 +598,35 @@ def run_batch(
             output raise before any work starts.
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
             :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
-            ``(labels, {"windows": ...})``. ``None``: the VISTA3D pipeline on this rank's device, built with
-            ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt).
+            ``(labels, {"windows": ...})``; one with a ``load(path, volume_index, nonfinite)`` method (a
+            :class:`PipelineSegmenter`) reads the images itself. ``None``: the VISTA3D pipeline on this rank's
+            device, built from ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt)
+            while the first image loads.
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
         outputs: one output file per input instead of the ``output_dir`` naming.
         volume_index: the volume of each 4D input; 3D inputs are read as they are.
-        output_dtype: label map dtype on disk (``pipeline_kwargs["output_dtype"]`` wins when given).
+        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
+            else uint8.
         postfix: output name postfix.
         prefetch: images loaded ahead of the one being segmented.
-        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU).
+        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
+            ``pipeline_kwargs["device"]`` may give it instead.
         backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        on_image: called on this process's main thread with each image's summary record once it is finished
-            (``status`` "done", "skipped" or "failed"), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
+        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
+        on_image: called on this process's main thread with each image's record once its file is written (or
+            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
         nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
             fails such images.
 
     Returns:
-        0 when no image failed on any rank, else 1.
+        the records of every image and the totals (:class:`BatchResult`; ``exit_code`` is the command line's).
 
     Raises:
         OutputCollisionError: two images would be written to the same output (nothing was started).
+        Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
     """
     if outputs is not None:
         paths = collect_inputs(inputs)
@@ -499,7 +640,9 @@ def run_batch(
         paths, outs = [p for p, _ in plan], [o for _, o in plan]
     if nonfinite not in ("air", "error"):
         raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
-    output_dtype = (pipeline_kwargs or {}).get("output_dtype", output_dtype)
+    device = _batch_device(device, pipeline_kwargs)
+    if output_dtype is not None and segment_fn is None:
+        pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
     if summary_path is not None:
         summary = Path(summary_path)
     else:
@@ -532,8 +675,8 @@ def run_batch(
                     todo.append(i)
             if rec["status"] is not None and report is not None:
                 report(rec)
-        _segment_all(todo, paths, outs, records, segment_fn, dev, pipeline_kwargs, volumes, prefetch,
-                     output_dtype, report, nonfinite)
+        jobs = _Jobs(todo, paths, outs, volumes, records)
+        _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world), report)
         local = [records[i] for i in sorted(records)]
         if world > 1:
             gathered: list[Any] = [None] * world
@@ -541,99 +684,138 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-    wall = run_timer.timings["wall"]
-    failed = sum(r["status"] == "failed" for r in every)
+    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"])
     if rank == 0:
-        done = sum(r["status"] == "done" for r in every)
-        _write_json(
-            summary,
-            {
-                "images": len(every),
-                "done": done,
-                "skipped": sum(r["status"] == "skipped" for r in every),
-                "failed": failed,
-                "world_size": world,
-                "host": socket.gethostname(),
-                "wall_seconds": round(wall, 3),
-                "volumes_per_minute": round(60.0 * done / wall, 3) if wall > 0 else None,
-                "per_image": every,
-            },
-        )
-    return 1 if failed else 0
+        _write_json(summary, result.summary())
+        result.summary_path = summary
+    return result
 
 
-def _segment_all(
-    todo: list[int],
-    paths: list[Path],
-    outs: list[Path],
-    records: dict[int, dict],
-    segment_fn: SegmentFn | None,
-    dev: torch.device,
-    pipeline_kwargs: dict | None,
-    volumes: list[int | None],
-    prefetch: int,
-    output_dtype: str,
-    report: Callable[[dict[str, Any]], None] | None,
-    nonfinite: str = "air",
-) -> None:
-    """This rank's images: load ahead, segment, save behind; each record gets its status."""
-    fn, setup_error = segment_fn, None
-    if fn is None and todo:
-        try:
-            fn = _default_segment_fn(dev, pipeline_kwargs)
-        except Exception as e:  # e.g. a bad checkpoint: every image of this rank fails with the reason
-            setup_error = e
-    pending: list[tuple[int, Future]] = []
-    created: dict[int, list[Path]] = {}  # folders a save will create, removed again when it fails
+@dataclass
+class _Jobs:
+    """This rank's images to segment (indices into the run's lists) and every image's record."""
 
-    def finish(i: int, fut: Future | None, error: BaseException | None = None) -> None:
+    todo: list[int]
+    paths: list[Path]
+    outs: list[Path]
+    volumes: list[int | None]
+    records: dict[int, dict]
+
+
+@dataclass
+class _Work:
+    """How this rank segments: the caller's ``segment_fn``, or the pipeline built from ``pipeline_kwargs``."""
+
+    segment_fn: SegmentFn | None
+    pipeline_kwargs: dict | None
+    output_dtype: str | None
+    nonfinite: str
+    prefetch: int
+    device: torch.device
+    world: int
+
+    def loader(self, jobs: _Jobs) -> _Loader:
+        """Start reading this rank's images with the policy of what will segment them."""
+        load_device = self.device if self.segment_fn is None else torch.device("cpu")
+        if self.segment_fn is None:
+            load = functools.partial(_load_for, device=self.device, nonfinite=self.nonfinite)
+        elif hasattr(self.segment_fn, "load"):
+            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)  # type: ignore[union-attr]
+            load_device = getattr(getattr(self.segment_fn, "pipeline", None), "device", load_device)
+        else:  # a caller's function gets float32 on the CPU, as documented
+            load = functools.partial(_load_for, device=torch.device("cpu"), nonfinite=self.nonfinite)
+        items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
+        return _Loader(load, items, self.prefetch, load_device)
+
+    def segmenter(self, todo: list[int]) -> SegmentFn:
+        """What segments each image; the pipeline is built here, while the loader reads the first image."""
+        fn, error = self.segment_fn, None
+        if fn is None and todo:
+            try:
+                fn = _build_segmenter(self.device, self.pipeline_kwargs)
+            except Exception as e:
+                error = e
+        if self.segment_fn is None:
+            _agree_on_setup(error, self.world)
+        return fn  # type: ignore[return-value]
+
+    def dtype(self, fn: SegmentFn | None) -> str:
+        """The label maps' type on disk."""
+        pipe = getattr(fn, "pipeline", None)
+        return self.output_dtype or getattr(pipe, "output_dtype", None) or DEFAULT_OUTPUT_DTYPE
+
+
+def _load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
+    return load_input(path, device, volume_index, nonfinite)
+
+
+def _image_label(fn: SegmentFn, k: int, n: int, path: Path, rank: int, world: int) -> None:
+    """Name the image in a pipeline's window progress bar: ``images [###---] 2/7 ct.nii.gz | windows``."""
+    pipe = getattr(fn, "pipeline", None)
+    if pipe is None or not getattr(pipe, "progress", False):
+        return
+    if world == 1:
+        pipe.progress_label = f"images {text_bar(k - 1, n)} {k}/{n} {path.name} | windows"
+    else:
+        pipe.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
+
+
+def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
+    """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
+    records, paths, outs = jobs.records, jobs.paths, jobs.outs
+    loads = work.loader(jobs)  # before the build: the first image and the weights load together
+    try:
+        fn = work.segmenter(jobs.todo)
+    except BaseException:
+        loads.close()
+        raise
+    lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
+
+    def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
         rec = records[i]
         error = error or (fut.exception() if fut is not None else None)
-        folders = created.pop(i, [])
-        if error is not None:
-            _remove_empty(folders)
-            rec["status"], rec["error"] = "failed", _reason(error, paths[i])
-        else:
-            _, seconds = fut.result()  # type: ignore[union-attr]
-            rec["status"] = "done"
-            rec.setdefault("stages", {})["save"] = round(seconds, 4)
-            rec["seconds"] = round(rec["seconds"] + seconds, 4)
-        if report is not None:
-            report(rec)
+        with lock:
+            if error is not None:
+                _remove_empty(created)
+                rec["status"], rec["error"] = "failed", _reason(error, paths[i])
+            else:
+                _, seconds = fut.result()  # type: ignore[union-attr]
+                rec["status"] = "done"
+                rec["stages"]["save"] = round(seconds, 4)
+                rec["seconds"] = round(rec["seconds"] + seconds, 4)
+            if report is not None:
+                report(rec)
 
-    # the built-in pipeline takes a GPU image in its stored type and file order (converted on the GPU); a
-    # segment_fn given by the caller gets float32 as documented
-    load_options = {"dtype": None, "contiguous": False} if segment_fn is None and dev.type != "cpu" else None
-    with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=output_dtype) as saver:
-        loads = _prefetch([paths[i] for i in todo], [volumes[i] for i in todo], prefetch, nonfinite, load_options)
-        for i, (_, image, geom, t_load, err) in zip(todo, loads):
-            rec = records[i]
-            rec["load_seconds"] = round(t_load, 4)
-            timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
-            try:
-                if setup_error is not None:
-                    raise setup_error
-                if err is not None:
-                    raise err
-                with timer.stage("segment"):
-                    labels, info = _labels_and_info(fn(image, geom))  # type: ignore[misc]
-                rec["segment_seconds"] = round(timer.timings["segment"], 4)
-                rec["windows"] = info.get("windows")
-                if info.get("sw_batch_size") is not None:
-                    rec["sw_batch_size"] = info["sw_batch_size"]
-                rec["stages"] = {"load": rec["load_seconds"],
-                                 **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-                created[i] = _missing_folders(outs[i].parent)
-                pending.append((i, saver.submit(labels, geom, outs[i])))
-            except Exception as e:
-                rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
-                finish(i, None, e)
-                continue
-            finally:
-                del image
-            rec["seconds"] = round(t_load + timer.timings["segment"], 4)
-            while pending and pending[0][1].done():
-                finish(*pending.pop(0))
-        saver.close(raise_errors=False)
-    for i, fut in pending:
-        finish(i, fut)
+    rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
+    try:
+        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.dtype(fn)) as saver:
+            for k, (i, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
+                rec = records[i]
+                rec["load_seconds"] = round(t_load, 4)
+                timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
+                try:
+                    if err is not None:
+                        raise err
+                    _image_label(fn, k, len(jobs.todo), paths[i], rank, work.world)
+                    with timer.stage("segment"):
+                        labels, info = _labels_and_info(fn(image, geom))
+                    rec["segment_seconds"] = round(timer.timings["segment"], 4)
+                    rec["seconds"] = round(t_load + timer.timings["segment"], 4)
+                    rec["windows"] = info.get("windows")
+                    if info.get("sw_batch_size") is not None:
+                        rec["sw_batch_size"] = info["sw_batch_size"]
+                    rec["stages"] = {"load": rec["load_seconds"],
+                                     **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+                    created = _missing_folders(outs[i].parent)
+                    fut = saver.submit(labels, geom, outs[i])
+                except Exception as e:
+                    rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
+                    finish(i, [], None, e)
+                    continue
+                finally:
+                    del image
+                # reported on the saver's thread as soon as the file is written (at once if it already is)
+                fut.add_done_callback(functools.partial(finish, i, created))
+            saver.close(raise_errors=False)
+    finally:
+        loads.close()

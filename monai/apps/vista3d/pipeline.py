@@ -64,6 +64,8 @@ __all__ = [
     "as_roi_size",
     "check_network_kwargs",
     "ROI_MULTIPLE",
+    "load_input",
+    "load_options",
 ]
 
 #: the stages of one image, in order (``inference`` has the sliding-window stages as ``inference/<stage>``)
@@ -201,6 +203,28 @@ def check_network_kwargs(network_kwargs: dict | None) -> None:
         )
 
 
+def load_options(device: torch.device) -> dict[str, Any]:
+    """Keyword arguments of :func:`~.io.load_image` for images computed on ``device``: the one load policy.
+
+    An accelerator gets the stored values in file order and converts them itself (only the stored bytes cross,
+    slab by slab while the file inflates; :meth:`Vista3DPipeline.preprocess` converts them there). On the CPU
+    the file is converted to float32 in C order while it inflates, since resampling a strided image there is
+    slow.
+    """
+    return {} if torch.device(device).type == "cpu" else {"dtype": None, "contiguous": False}
+
+
+def load_input(
+    path: str | os.PathLike, device: torch.device, volume_index: int | None = None, nonfinite: str = "air"
+) -> tuple[torch.Tensor, ImageGeometry]:
+    """Read a NIfTI file for a pipeline on ``device``: ``([1, X, Y, Z] HU, ImageGeometry)``.
+
+    What :meth:`Vista3DPipeline.load`, :meth:`Vista3DPipeline.segment_file` and the batch driver's loader
+    thread all call, so the command line, ``run_batch`` and ``segment_file`` read an image the same way.
+    """
+    return load_image(path, volume_index=volume_index, device=device, nonfinite=nonfinite, **load_options(device))
+
+
 class Vista3DPipeline:
     """The VISTA3D bundle's inference, stage by stage, on plain tensors.
 
@@ -308,24 +332,14 @@ class Vista3DPipeline:
         return other
 
     # ----------------------------------------------------------------------------------------------- stages
-    def load(self, path: str | os.PathLike, volume_index: int | None = None) -> tuple[torch.Tensor, ImageGeometry]:
+    def load(
+        self, path: str | os.PathLike, volume_index: int | None = None, nonfinite: str | None = None
+    ) -> tuple[torch.Tensor, ImageGeometry]:
         """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
-        On the CPU the image is float32 and C-contiguous (converted slab by slab while the file inflates). On an
-        accelerator the voxels keep their stored type (int16 for a CT) and the file's layout, so only the stored
-        bytes cross, slab by slab while the file inflates, and :meth:`preprocess` converts them there (see
-        :func:`~.io.load_image`).
+        See :func:`load_input`, the one load policy of the app; ``nonfinite`` defaults to the pipeline's.
         """
-        options = self.load_options()
-        return load_image(path, volume_index=volume_index, device=self.device, nonfinite=self.nonfinite, **options)
-
-    def load_options(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~.io.load_image` for this pipeline's device (a prefetching loader uses them).
-
-        An accelerator gets the stored values in file order and converts them itself (fast there); on the CPU the
-        file is converted to float32 in C order while it inflates, since resampling a strided image there is slow.
-        """
-        return {} if self.device.type == "cpu" else {"dtype": None, "contiguous": False}
+        return load_input(path, self.device, volume_index, nonfinite or self.nonfinite)
 
     def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""

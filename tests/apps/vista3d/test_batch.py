@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 from unittest import mock
 
@@ -77,7 +78,7 @@ def _worker(rank: int, world: int, port: int, inputs: list[str], out: str, codes
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
     )
     torch.set_num_threads(1)
-    codes[rank] = run_batch(inputs, out, tiny_segment, backend="gloo", device="cpu")
+    codes[rank] = run_batch(inputs, out, tiny_segment, backend="gloo", device="cpu").exit_code
 
 
 class TestShard(unittest.TestCase):
@@ -142,7 +143,7 @@ class TestOutputsAndVolumes(unittest.TestCase):
             items = [d / i for i in inputs]
             plan = plan_outputs(items, d / "o")
             self.assertEqual(sorted(str(o.relative_to(d)) for _, o in plan), sorted(expected))
-            self.assertEqual(run_batch(items, d / "o", tiny_segment), 0)
+            self.assertEqual(run_batch(items, d / "o", tiny_segment).exit_code, 0)
             self.assertEqual(sorted(str(p.relative_to(d)) for p in (d / "o").rglob("*.nii.gz")), sorted(expected))
 
     @parameterized.expand([("two_folders", ["cts/p1", "cts/p2"]), ("files", ["cts/p1/ct.nii.gz", "cts/p2/ct.nii.gz"])])
@@ -165,11 +166,11 @@ class TestOutputsAndVolumes(unittest.TestCase):
             img = nib.load(three)
             vols = np.stack([np.asanyarray(img.dataobj), np.asanyarray(img.dataobj) + 100], -1)
             nib.save(nib.Nifti1Image(vols, img.affine), d / "four.nii.gz")
-            self.assertEqual(run_batch([three, d / "four.nii.gz"], d / "o", tiny_segment, volume_index=1), 0)
+            self.assertEqual(run_batch([three, d / "four.nii.gz"], d / "o", tiny_segment, volume_index=1).exit_code, 0)
             expected, _ = tiny_segment(torch.from_numpy(vols[..., 1].astype(np.float32))[None], None)
             saved = nib.load(d / "o" / "four" / "four_trans.nii.gz").get_fdata()
             np.testing.assert_array_equal(saved, expected.numpy())
-            self.assertEqual(run_batch([d / "four.nii.gz"], d / "o2", tiny_segment, volume_index=2), 1)
+            self.assertEqual(run_batch([d / "four.nii.gz"], d / "o2", tiny_segment, volume_index=2).exit_code, 1)
 
     def test_failed_save_leaves_no_folder(self):
         with tempfile.TemporaryDirectory() as d:
@@ -182,7 +183,7 @@ class TestOutputsAndVolumes(unittest.TestCase):
                 raise Vista3DOutputError("disk full (simulated)")
 
             with mock.patch.object(batch, "save_label_map", broken_save):
-                self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment), 1)
+                self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment).exit_code, 1)
             self.assertEqual(sorted(p.name for p in (d / "o").rglob("*")), ["summary.json"])
             self.assertTrue(src.is_file())
 
@@ -198,7 +199,7 @@ class TestBatchSingleProcess(unittest.TestCase):
 
     def test_failure_isolated_and_restart(self):
         out = self.tmp / "out"
-        code = run_batch(self.inputs, out, tiny_segment)
+        code = run_batch(self.inputs, out, tiny_segment).exit_code
         self.assertEqual(code, 1)
         summary = json.loads((out / "summary.json").read_text())
         status = {pathlib.Path(r["image"]).name: r["status"] for r in summary["per_image"]}
@@ -215,12 +216,12 @@ class TestBatchSingleProcess(unittest.TestCase):
             np.testing.assert_array_equal(result.get_fdata(), expected.numpy())
         # restart after a partial run: only what is missing is redone
         output_path(self.inputs[1], out).unlink()
-        self.assertEqual(run_batch(self.inputs, out, tiny_segment), 1)
+        self.assertEqual(run_batch(self.inputs, out, tiny_segment).exit_code, 1)
         status = {pathlib.Path(r["image"]).name: r["status"] for r in json.loads((out / "summary.json").read_text())["per_image"]}
         self.assertEqual(status, {"ct0.nii.gz": "skipped", "ct1.nii.gz": "done", "broken.nii.gz": "failed",
                                   "ct2.nii.gz": "skipped", "ct3.nii.gz": "skipped", "ct4.nii.gz": "skipped"})
         good = [p for p in self.inputs if "broken" not in p.name]
-        self.assertEqual(run_batch(good, out, tiny_segment, overwrite=True, summary_path=self.tmp / "s.json"), 0)
+        self.assertEqual(run_batch(good, out, tiny_segment, overwrite=True, summary_path=self.tmp / "s.json").exit_code, 0)
         self.assertEqual(json.loads((self.tmp / "s.json").read_text())["done"], 5)
 
     def test_segment_errors_isolated(self):
@@ -230,7 +231,7 @@ class TestBatchSingleProcess(unittest.TestCase):
             return tiny_segment(image, geometry)[0]
 
         good = [p for p in self.inputs if "broken" not in p.name]
-        self.assertEqual(run_batch(good, self.tmp / "o", flaky), 1)
+        self.assertEqual(run_batch(good, self.tmp / "o", flaky).exit_code, 1)
         per = json.loads((self.tmp / "o" / "summary.json").read_text())["per_image"]
         self.assertEqual([r["status"] for r in per], ["failed", "done", "done", "failed", "done"])
         self.assertIn("RuntimeError: CUDA out of memory", per[0]["error"])
@@ -240,7 +241,7 @@ class TestBatchSingleProcess(unittest.TestCase):
 
         good = [p for p in self.inputs if "broken" not in p.name][:2]
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}
-        code = run_batch(good, self.tmp / "p", pipeline_kwargs={**kw, "classes": [1, 20]}, device="cpu")
+        code = run_batch(good, self.tmp / "p", pipeline_kwargs={**kw, "classes": [1, 20]}, device="cpu").exit_code
         self.assertEqual(code, 0)
         per = json.loads((self.tmp / "p" / "summary.json").read_text())["per_image"]
         direct = Vista3DPipeline(device="cpu", **kw)
@@ -252,13 +253,108 @@ class TestBatchSingleProcess(unittest.TestCase):
             np.testing.assert_array_equal(np.asanyarray(saved.dataobj), direct(str(p), classes=[1, 20]).numpy())
 
 
+class TestOnePath(unittest.TestCase):
+    """The command line, run_batch and segment_file read, segment and save through the pipeline's code."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = pathlib.Path(self._tmp.name)
+        self.inputs = _make_inputs(self.tmp, corrupt=False)[:2]
+        self.kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32)}
+
+    def _spy_policy(self):
+        """Count the load policy's uses (per device) while keeping what it decides."""
+        from monai.apps.vista3d import pipeline
+
+        calls, real = [], pipeline.load_options
+
+        def spy(device):
+            calls.append(torch.device(device).type)
+            return real(device)
+
+        return calls, mock.patch.object(pipeline, "load_options", spy)
+
+    def test_every_entry_reads_through_the_load_policy(self):
+        from monai.apps.vista3d.__main__ import main
+        from monai.apps.vista3d.pipeline import Vista3DPipeline
+
+        calls, patch = self._spy_policy()
+        with patch:
+            result = run_batch(self.inputs, self.tmp / "a", pipeline_kwargs={**self.kw, "classes": [1]}, device="cpu")
+            self.assertEqual((result.done, calls), (2, ["cpu", "cpu"]))
+            Vista3DPipeline(device="cpu", **self.kw).segment_file(self.inputs[0], self.tmp / "b", classes=[1])
+            self.assertEqual(len(calls), 3)
+            argv = ["-i", self.inputs[0], "-o", self.tmp / "c", "--embed-dim", "8", "--roi-size", "32", "--classes",
+                    "1", "--device", "cpu", "--quiet"]
+            with mock.patch("sys.stderr"):
+                self.assertEqual(main([str(a) for a in argv]), 0)
+            self.assertEqual(len(calls), 4)  # the command line's one image, read by the pipeline's policy
+
+    def test_result_records_and_totals(self):
+        out = self.tmp / "o"
+        first = run_batch(self.inputs, out, tiny_segment)
+        self.assertEqual((first.done, first.skipped, first.failed, first.exit_code), (2, 0, 0, 0))
+        self.assertEqual(first.summary_path, out / "summary.json")
+        self.assertEqual(json.loads(first.summary_path.read_text()), json.loads(json.dumps(first.summary())))
+        self.assertEqual([r["image"] for r in first.records], [str(p) for p in self.inputs])
+        self.assertTrue(all(r["seconds"] > 0 and r["windows"] for r in first.records))
+        again = run_batch(self.inputs + [self.tmp / "missing.nii.gz"], out, tiny_segment)
+        self.assertEqual((again.done, again.skipped, again.failed, again.exit_code), (0, 2, 1, 1))
+        self.assertIn("no such file", again.records[-1]["error"])
+        self.assertEqual(again.summary()["images"], 3)
+
+    def test_device_given_once_in_pipeline_kwargs(self):
+        # a new user's first try: the device among the pipeline's arguments
+        result = run_batch(self.inputs[:1], self.tmp / "o", pipeline_kwargs={**self.kw, "classes": [1],
+                                                                            "device": "cpu"})
+        self.assertEqual((result.done, result.failed), (1, 0))
+        with self.assertRaisesRegex(Vista3DInputError, "disagree; give the device once"):
+            run_batch(self.inputs, self.tmp / "p", device="cpu", pipeline_kwargs={"device": "cuda:0"})
+        self.assertFalse((self.tmp / "p").exists())
+
+    def test_bad_checkpoint_stops_before_any_image(self):
+        from monai.apps.vista3d.errors import CheckpointError
+
+        bad = self.tmp / "model.pt"
+        bad.write_text("model weights: see the bundle\n")
+        kwargs = {"weights": bad, "network_kwargs": {"encoder_embed_dim": 8}, "roi_size": 32, "classes": [1]}
+        with self.assertRaisesRegex(CheckpointError, "is a text file, not a checkpoint"):
+            run_batch(self.inputs, self.tmp / "o", pipeline_kwargs=kwargs, device="cpu")
+        self.assertFalse((self.tmp / "o").exists())
+
+    def test_each_image_reported_when_its_file_is_written(self):
+        reported = []
+        first_written = threading.Event()
+
+        def on_image(rec):
+            reported.append((rec["image"], pathlib.Path(rec["output"]).is_file()))
+            first_written.set()
+
+        waited = []
+
+        def segment(image, geometry):
+            if waited == [] and len(segment.calls) == 1:
+                # the second image: its segmentation waits for the first image's report, which must not wait
+                # for the second image to finish
+                waited.append(first_written.wait(30))
+            segment.calls.append(geometry)
+            return tiny_segment(image, geometry)
+
+        segment.calls = []
+        result = run_batch(self.inputs, self.tmp / "o", segment, on_image=on_image)
+        self.assertEqual(waited, [True], "the first image was not reported while the second was segmented")
+        self.assertEqual(reported, [(str(p), True) for p in self.inputs])
+        self.assertEqual(result.done, 2)
+
+
 @pytest.mark.slow
 class TestBatchTwoProcesses(unittest.TestCase):
     def test_gloo_two_ranks_equal_single(self):
         with tempfile.TemporaryDirectory() as d:
             d = pathlib.Path(d)
             inputs = [str(p) for p in _make_inputs(d)]
-            self.assertEqual(run_batch(inputs, d / "single", tiny_segment), 1)
+            self.assertEqual(run_batch(inputs, d / "single", tiny_segment).exit_code, 1)
             codes = mp.Manager().dict()
             mp.spawn(_worker, args=(2, _free_port(), inputs, str(d / "multi"), codes), nprocs=2, join=True)
             self.assertEqual(dict(codes), {0: 1, 1: 1})  # every rank knows one image failed

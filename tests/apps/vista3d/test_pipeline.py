@@ -147,8 +147,9 @@ class TestPipelineStub(unittest.TestCase):
             paths = [srcs[0], Path(tmp) / "missing.nii.gz", srcs[1]]
             pipe = _pipe(StubVista(HU))
             seen = []
-            code = run_batch(paths, Path(tmp) / "batch", pipeline_segment_fn(pipe, "1,3"), on_image=seen.append)
-            self.assertEqual(code, 1)
+            result = run_batch(paths, Path(tmp) / "batch", pipeline_segment_fn(pipe, "1,3"), on_image=seen.append)
+            self.assertEqual(result.exit_code, 1)
+            self.assertEqual((result.done, result.failed, len(result.records)), (2, 1, 3))
             self.assertEqual(sorted(r["image"] for r in seen), sorted(map(str, paths)))
             by_name = {Path(r["image"]).name: r for r in seen}
             self.assertEqual(by_name["missing.nii.gz"]["status"], "failed")
