@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    seg.add_argument("--part", default=None, metavar="I/N",
+                     help="segment only part I of N (numbered from 0, as SLURM_ARRAY_TASK_ID: 0/4 .. 3/4): a split "
+                          "of the inputs balanced by voxel count, the same in every process, so N processes (a job "
+                          "array) can share the output folder; each writes summary.part-I-of-N.json ('summary "
+                          "OUTPUT' merges them); under torchrun the ranks share the part")
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
@@ -300,6 +305,7 @@ def _segment(args: argparse.Namespace) -> int:
         output, output_dir = None, output
     if output is None and output_dir is None:
         raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+    part = _part(args.part, output_dir)
     if output is not None:
         if output_dir is not None:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
@@ -333,6 +339,8 @@ def _segment(args: argparse.Namespace) -> int:
             return
         elif rec["status"] == "skipped":
             print(f"{head} skipped: {rec['output']} exists (--overwrite redoes it)", flush=True)
+        elif rec["status"] == "busy":
+            print(f"{head} busy: {rec['output']} is {rec['note']}", flush=True)
         else:
             print(f"{head} {rec['seconds']:.1f} s -> {rec['output']}", flush=True)
             if args.timing:
@@ -342,19 +350,33 @@ def _segment(args: argparse.Namespace) -> int:
     result = run_batch(
         items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
         device=device, pipeline_kwargs={**kwargs, "classes": prompt}, on_image=report,
-        nonfinite="error" if args.strict else "air",
+        nonfinite="error" if args.strict else "air", part=part,
     )
     if result.summary_path is not None:  # rank 0 speaks for every rank
         if result.failed:
             print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
         if not args.quiet:
+            busy = f", {result.count('busy')} left to other processes" if result.count("busy") else ""
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
-                  f"failed in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
+                  f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
     else:
         mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
         if mine:
             print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
     return result.exit_code
+
+
+def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
+    from .parts import parse_part
+
+    if text is None:
+        return None
+    if output_dir is None:
+        raise _UsageError("--part needs an output folder (-o FOLDER), which the parts share")
+    try:
+        return parse_part(text)
+    except ValueError as e:
+        raise _UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
 
 
 def _summary(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -50,6 +51,8 @@ from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, Vista3DInputError
 from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, output_path, save_label_map
+from .parts import OutputClaims, OutputTaken, check_part, claim_summary, parse_part, part_keys, part_summary_name
+from .parts import split_parts
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt
@@ -509,13 +512,16 @@ class BatchResult:
     """What :func:`run_batch` did, over every rank.
 
     Attributes:
-        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped" or
-            "failed"), ``error`` (one line, or None), ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage
-            ``stages`` of the images that ran.
+        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped",
+            "failed", or "busy": claimed by another process, which writes it), ``error`` (one line, or None),
+            ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage ``stages`` of the images that ran.
         world_size: processes that shared the work.
         host: the machine of rank 0.
         wall_seconds: the run's wall clock on this rank, from the plan to the last save.
         summary_path: the JSON summary rank 0 wrote (None on the other ranks).
+        part: ``(i, N)`` of a run of one part, else None.
+        inputs: images of the whole batch (of every part).
+        started: ``time.time()`` when the run began.
     """
 
     records: list[dict[str, Any]]
@@ -523,6 +529,9 @@ class BatchResult:
     host: str = ""
     wall_seconds: float = 0.0
     summary_path: Path | None = None
+    part: tuple[int, int] | None = None
+    inputs: int = 0
+    started: float = 0.0
 
     def count(self, status: str) -> int:
         """Images whose status is ``status``."""
@@ -560,6 +569,11 @@ class BatchResult:
             "host": self.host,
             "wall_seconds": round(self.wall_seconds, 3),
             "volumes_per_minute": self.volumes_per_minute,
+            "busy": self.count("busy"),
+            "part": list(self.part) if self.part else None,
+            "inputs": self.inputs,
+            "started": round(self.started, 3),
+            "finished": round(self.started + self.wall_seconds, 3),
             "per_image": self.records,
         }
 
@@ -582,6 +596,7 @@ def run_batch(
     on_image: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
     nonfinite: str = "air",
+    part: tuple[int, int] | str | None = None,
 ) -> BatchResult:
     """Segment every image once over all ranks (one process is world size 1); returns what was done.
 
@@ -620,6 +635,11 @@ def run_batch(
         quiet: without ``on_image``, no per-image line on stdout.
         nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
             fails such images.
+        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
+            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
+            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
+            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
+            output folder never write one file twice.
 
     Returns:
         the records of every image and the totals (:class:`BatchResult`; ``exit_code`` is the command line's).
@@ -647,6 +667,14 @@ def run_batch(
         summary = Path(summary_path)
     else:
         summary = Path(output_dir) / "summary.json" if output_dir is not None else outs[0].parent / "summary.json"
+    if part is not None:
+        try:
+            part = parse_part(part) if isinstance(part, str) else check_part(part)
+        except ValueError as e:
+            raise Vista3DInputError(str(e)) from None
+        summary = summary if summary_path is not None else summary.with_name(part_summary_name(part))
+    started = time.time()
+    claims = OutputClaims(overwrite, started)
     run_timer = StageTimer(sync=False, nvtx=False)
     with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
@@ -656,7 +684,10 @@ def run_batch(
         sizes = [n for n, _ in info]
         # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
         volumes = [volume_index if four_d else None for _, four_d in info]
-        mine = shard_by_size(sizes, world)[rank]
+        pool = list(range(len(paths)))  # this part's images (every image without a part), sharded over the ranks
+        if part is not None:
+            pool = split_parts(part_keys(outs, output_dir), sizes, part[1])[part[0]]
+        mine = [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
         report = _counted(on_image or (None if quiet else _print_record), len(mine))
         records: dict[int, dict] = {}
         todo: list[int] = []
@@ -675,7 +706,7 @@ def run_batch(
                     todo.append(i)
             if rec["status"] is not None and report is not None:
                 report(rec)
-        jobs = _Jobs(todo, paths, outs, volumes, records)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims)
         _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world), report)
         local = [records[i] for i in sorted(records)]
         if world > 1:
@@ -684,9 +715,15 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"])
+    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], None, part, len(paths), started)
     if rank == 0:
-        _write_json(summary, result.summary())
+        # a part's summary: another name when another process of the same part wrote it since this run started
+        summary, held = claim_summary(summary, started) if part is not None else (summary, None)
+        try:
+            _write_json(summary, result.summary())
+        finally:
+            if held is not None:
+                held.release()
         result.summary_path = summary
     return result
 
@@ -700,6 +737,7 @@ class _Jobs:
     outs: list[Path]
     volumes: list[int | None]
     records: dict[int, dict]
+    claims: OutputClaims | None = None
 
 
 @dataclass
@@ -725,6 +763,8 @@ class _Work:
         else:  # a caller's function gets float32 on the CPU, as documented
             load = functools.partial(_load_for, device=torch.device("cpu"), nonfinite=self.nonfinite)
         items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
+        if jobs.claims is not None:  # each output is claimed before its image is read
+            load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])
         return _Loader(load, items, self.prefetch, load_device)
 
     def segmenter(self, todo: list[int]) -> SegmentFn:
@@ -768,14 +808,20 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         fn = work.segmenter(jobs.todo)
     except BaseException:
         loads.close()
+        if jobs.claims is not None:
+            jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
     lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
 
     def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
         rec = records[i]
         error = error or (fut.exception() if fut is not None else None)
+        if jobs.claims is not None:
+            jobs.claims.release(outs[i])  # the file is written, or the image failed
         with lock:
-            if error is not None:
+            if isinstance(error, OutputTaken):  # another process's, or written since the plan
+                rec["status"], rec["note"] = error.status, str(error)
+            elif error is not None:
                 _remove_empty(created)
                 rec["status"], rec["error"] = "failed", _reason(error, paths[i])
             else:
@@ -819,3 +865,5 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
             saver.close(raise_errors=False)
     finally:
         loads.close()
+        if jobs.claims is not None:
+            jobs.claims.release_all()

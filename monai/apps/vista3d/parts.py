@@ -53,6 +53,7 @@ __all__ = [
     "merge_summaries",
     "parse_part",
     "check_part",
+    "part_keys",
     "part_summary_name",
     "split_parts",
 ]
@@ -73,8 +74,10 @@ def check_part(part: Sequence[int]) -> tuple[int, int]:
         i, n = (int(v) for v in part)
     except (TypeError, ValueError):
         raise ValueError(f"part must be (i, N), two integers, got {part!r}") from None
-    if n < 1 or not 0 <= i < n:
-        raise ValueError(f"part {i}/{n} does not exist: parts are numbered from 0, so i must be in 0..N-1 (N >= 1)")
+    if n < 1:
+        raise ValueError(f"part {i}/{n} does not exist: N must be 1 or more")
+    if not 0 <= i < n:
+        raise ValueError(f"part {i}/{n} does not exist: parts are numbered from 0, so I must be in 0..{n - 1}")
     return i, n
 
 
@@ -113,6 +116,19 @@ def split_parts(keys: Sequence[str], sizes: Sequence[int], n: int) -> list[list[
     check_part((0, n))
     order = sorted(range(len(keys)), key=lambda j: keys[j])
     return [sorted(order[k] for k in shard) for shard in shard_by_size([sizes[j] for j in order], n)]
+
+
+def part_keys(outputs: Sequence[str | os.PathLike], output_dir: str | os.PathLike | None = None) -> list[str]:
+    """The split's keys of ``outputs``: each one's path relative to ``output_dir`` (its absolute path when it is
+    not under it), so that processes that see the shared folder under different mount points agree."""
+    keys = []
+    for out in outputs:
+        p = Path(os.path.abspath(out))
+        try:
+            keys.append(p.relative_to(os.path.abspath(output_dir)).as_posix() if output_dir is not None else str(p))
+        except ValueError:
+            keys.append(str(p))
+    return keys
 
 
 def part_summary_name(part: Sequence[int]) -> str:
@@ -229,16 +245,24 @@ def claim_owner(path: str | os.PathLike) -> str:
         return ""
 
 
-def claim_summary(path: str | os.PathLike) -> tuple[Path, Claim | None]:
-    """The summary file this process writes, and its claim.
+def claim_summary(path: str | os.PathLike, started: float) -> tuple[Path, Claim | None]:
+    """The summary file a part writes now, claimed: ``path``, or another name when ``path`` is another process's.
 
-    ``path`` itself when this process can claim it; else (another live process of the same part writes it) the
-    same name with ``.<host>-<pid>`` before ``.json``, so that neither summary replaces the other.
+    ``path`` is another process's when that process holds its claim (it is writing it) or wrote it at or after
+    ``started`` (the ``time.time()`` at which this run began: a second process given the same part). The other
+    name puts ``.<host>-<pid>`` before ``.json``, so that neither summary replaces the other; a summary of an
+    earlier run is replaced. Release the claim once the file is written.
     """
     p = Path(path)
     held = claim(p)
     if held is not None:
-        return p, held
+        try:
+            mine = p.stat().st_mtime < started
+        except FileNotFoundError:
+            mine = True
+        if mine:
+            return p, held
+        held.release()
     other = p.with_name(f"{p.name[: -len('.json')]}.{socket.gethostname()}-{os.getpid()}.json")
     return other, claim(other)
 
@@ -309,8 +333,9 @@ class OutputClaims:
             held.release()
 
     def release_all(self) -> None:
-        """Drop every claim still held (at the end of a run, however it ends)."""
-        for output in list(self._held):
+        """Drop every claim still held (at the end of a run, however it ends), the last taken first: a folder
+        that an earlier claim created is then empty again when that claim removes it."""
+        for output in reversed(list(self._held)):
             self.release(output)
 
     def claiming(self, load: Callable[..., Any], outputs: Sequence[Path]) -> Callable[..., Any]:

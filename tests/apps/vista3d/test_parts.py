@@ -79,7 +79,8 @@ class TestPartArgument(unittest.TestCase):
         self.assertEqual(parse_part(text), expected)
 
     @parameterized.expand([
-        ("4/4", "parts are numbered from 0"), ("5/4", "i must be in 0..N-1"), ("0/0", "N >= 1"),
+        ("4/4", "parts are numbered from 0, so I must be in 0..3"), ("5/4", "I must be in 0..3"),
+        ("0/0", "N must be 1 or more"),
         ("-1/4", "must be I/N"), ("1", "must be I/N"), ("a/b", "must be I/N"), ("1/2/3", "must be I/N"),
     ])
     def test_invalid(self, text, msg):
@@ -115,7 +116,7 @@ class TestSplit(unittest.TestCase):
         parts = split_parts(["a", "b", "c", "d", "e"], [400, 100, 100, 100, 100], 2)
         self.assertEqual(parts, [[0], [1, 2, 3, 4]])
 
-    @parameterized.expand([(["a", "a"], [1, 1], 2, "unique"), (["a"], [1, 2], 2, "keys for"), (["a"], [1], 0, "N")])
+    @parameterized.expand([(["a", "a"], [1, 1], 2, "unique"), (["a"], [1, 2], 2, "keys for"), (["a"], [1], 0, "N must be 1")])
     def test_errors(self, keys, sizes, n, msg):
         with self.assertRaisesRegex(ValueError, msg):
             split_parts(keys, sizes, n)
@@ -171,16 +172,23 @@ class TestClaim(_InTmp):
 
     def test_summary_of_a_second_process(self):
         name = self.tmp / "summary.part-1-of-4.json"
-        holder = self.hold(name)
-        path, c = claim_summary(name)
-        self.assertNotEqual(path, name)
-        self.assertRegex(path.name, rf"^summary\.part-1-of-4\..+-{os.getpid()}\.json$")
+        other = rf"^summary\.part-1-of-4\..+-{os.getpid()}\.json$"
+        holder = self.hold(name)  # another process of part 1 is writing its summary
+        path, c = claim_summary(name, started=2000.0)
+        self.assertRegex(path.name, other)
         self.assertIsNotNone(c)
         c.release()
         holder.kill()
-        path, c = claim_summary(name)
+        name.write_text("{}")
+        os.utime(name, (1000.0, 1000.0))  # an earlier run's summary: replaced
+        path, c = claim_summary(name, started=2000.0)
         self.assertEqual(path, name)
         c.release()
+        os.utime(name, (3000.0, 3000.0))  # written since this run started, by another process of the same part
+        path, c = claim_summary(name, started=2000.0)
+        self.assertRegex(path.name, other)
+        c.release()
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), [name.name])  # no lock file left
 
 
 class TestOutputClaims(_InTmp):
