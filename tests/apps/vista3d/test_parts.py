@@ -22,10 +22,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
+from collections import Counter
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
@@ -41,6 +44,7 @@ from monai.apps.vista3d.parts import (
     part_summary_name,
     split_parts,
 )
+from monai.apps.vista3d.phantom import write_phantom
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ROOT / "monai" / "apps" / "vista3d" / "parts.py"
@@ -116,7 +120,9 @@ class TestSplit(unittest.TestCase):
         parts = split_parts(["a", "b", "c", "d", "e"], [400, 100, 100, 100, 100], 2)
         self.assertEqual(parts, [[0], [1, 2, 3, 4]])
 
-    @parameterized.expand([(["a", "a"], [1, 1], 2, "unique"), (["a"], [1, 2], 2, "keys for"), (["a"], [1], 0, "N must be 1")])
+    @parameterized.expand([
+        (["a", "a"], [1, 1], 2, "unique"), (["a"], [1, 2], 2, "keys for"), (["a"], [1], 0, "N must be 1"),
+    ])
     def test_errors(self, keys, sizes, n, msg):
         with self.assertRaisesRegex(ValueError, msg):
             split_parts(keys, sizes, n)
@@ -321,6 +327,129 @@ class TestSummaryCommand(unittest.TestCase):
             self.assertEqual((code, err), (0, ""), err)
             self.assertIn("2 of 2 image(s) have an output", out)
             self.assertTrue(json.loads((d / "all.json").read_text())["totals"]["complete"])
+
+
+# tiny settings: one or a few 32^3 windows per image, a narrow random network (test_cli's TINY)
+TINY = ["--roi-size", "32", "--embed-dim", "8", "--classes", "1,3", "--device", "cpu"]
+SHAPES = [(40, 40, 24), (32, 32, 24), (40, 32, 24), (24, 24, 24)]
+
+
+@pytest.mark.slow
+class TestPartsAtOnce(unittest.TestCase):
+    """``vista3d --part I/N`` processes started together over one output folder, as a job array runs them."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        (self.tmp / "cts").mkdir()
+        self.images = [write_phantom(self.tmp / "cts" / f"ct{k}.nii.gz", SHAPES[k % 4], seed=k) for k in range(8)]
+        self.out = self.tmp / "out"
+        self.procs: list[tuple[subprocess.Popen, Path]] = []
+
+    def tearDown(self):
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        self._tmp.cleanup()
+
+    def start(self, part: str, ranks: int = 1) -> tuple[subprocess.Popen, Path]:
+        """A process of ``--part part`` (a torchrun of ``ranks`` when more than 1); its stdout goes to a file."""
+        log = self.tmp / f"stdout.{len(self.procs)}.log"
+        cmd = ["-m", "monai.apps.vista3d", "-i", str(self.tmp / "cts"), "-o", str(self.out), "--part", part, *TINY]
+        if ranks > 1:
+            cmd = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_free_port()}", *cmd]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        with open(log, "w") as f:
+            proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, env=env, stdout=f, stderr=subprocess.PIPE,
+                                    text=True)
+        self.procs.append((proc, log))
+        return proc, log
+
+    def finish(self, proc: subprocess.Popen) -> None:
+        _, err = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 0, err)
+
+    def kill_after_first_output(self, proc: subprocess.Popen, log: Path) -> None:
+        """SIGKILL ``proc`` once it has written one output (nothing of it runs after that)."""
+        while " -> " not in log.read_text():
+            self.assertIsNone(proc.poll(), "the part ended before it wrote an output")
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+
+    def outputs(self) -> dict[Path, tuple[int, int]]:
+        """Every output, with what changes when it is written again (inode, modification time)."""
+        return {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in self.out.rglob("*_trans.nii.gz")}
+
+    def summary(self, name: str) -> dict:
+        return json.loads((self.out / name).read_text())
+
+    def assert_written_once(self) -> None:
+        """All 8 outputs exist, each written by one process once, with no lock or temporary file left."""
+        written = Counter(line.rsplit(" -> ", 1)[1] for _, log in self.procs
+                          for line in log.read_text().splitlines() if " -> " in line)
+        outs = self.outputs()
+        self.assertEqual(len(outs), 8)
+        self.assertLessEqual(set(written), {str(p) for p in outs})
+        self.assertEqual([k for k, n in written.items() if n > 1], [])
+        self.assertEqual([str(p) for p in self.out.rglob(".*")], [])
+        res = subprocess.run([sys.executable, "-m", "monai.apps.vista3d", "summary", str(self.out)], cwd=ROOT,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
+        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        self.assertIn("8 of 8 image(s) have an output", res.stdout)
+
+    def test_parts_at_once_a_part_under_torchrun_and_one_given_twice(self):
+        whole = self.start("0/2", ranks=2)[0]
+        first, second = self.start("1/2")[0], self.start("1/2")[0]  # the same part twice, by mistake
+        for proc in (whole, first, second):
+            self.finish(proc)
+        self.assert_written_once()
+        part0 = self.summary("summary.part-0-of-2.json")
+        self.assertEqual((part0["part"], part0["inputs"], part0["world_size"]), ([0, 2], 8, 2))
+        self.assertEqual({r["rank"] for r in part0["per_image"]}, {0, 1})  # torchrun's ranks share the part
+        others = sorted(p.name for p in self.out.glob("summary.part-1-of-2.*.json"))
+        self.assertEqual(len(others), 1, others)  # the second process of part 1 wrote its own summary
+        twice = [self.summary("summary.part-1-of-2.json"), self.summary(others[0])]
+        images1 = {r["image"] for r in twice[0]["per_image"]}
+        self.assertEqual(images1, {r["image"] for r in twice[1]["per_image"]})  # each summary is whole
+        self.assertEqual(sorted(images1 | {r["image"] for r in part0["per_image"]}), sorted(map(str, self.images)))
+        self.assertFalse(images1 & {r["image"] for r in part0["per_image"]})
+        done = Counter(r["image"] for s in twice for r in s["per_image"] if r["status"] == "done")
+        self.assertEqual(sorted(done), sorted(images1))  # each image of part 1 done by one of the two
+        self.assertEqual(set(done.values()), {1})
+
+    def test_killed_part_rerun_finishes_only_what_is_missing(self):
+        victim, log = self.start("0/2")
+        other = self.start("1/2")[0]
+        self.kill_after_first_output(victim, log)
+        self.finish(other)
+        before = self.outputs()
+        self.assertLess(len(before), 8)
+        rerun = self.start("0/2")[0]
+        self.finish(rerun)
+        self.assert_written_once()
+        self.assertEqual({p: s for p, s in self.outputs().items() if p in before}, before)  # left alone
+        again = self.summary("summary.part-0-of-2.json")
+        self.assertEqual((again["done"], again["skipped"], again["images"]), (8 - len(before), 4 - again["done"], 4))
+
+    def test_other_number_of_parts_over_a_partial_run(self):
+        victim, log = self.start("0/2")
+        self.kill_after_first_output(victim, log)  # it leaves its claim's lock file, and maybe a temporary file
+        before = self.outputs()
+        for proc in [self.start(f"{i}/3")[0] for i in range(3)]:
+            self.finish(proc)
+        self.assert_written_once()
+        self.assertEqual({p: s for p, s in self.outputs().items() if p in before}, before)
+        parts = [self.summary(f"summary.part-{i}-of-3.json") for i in range(3)]
+        self.assertEqual(sum(s["done"] for s in parts), 8 - len(before))
+        self.assertEqual(sum(s["skipped"] for s in parts), len(before))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run_main(argv: list) -> tuple[int, str, str]:
