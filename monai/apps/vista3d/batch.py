@@ -19,6 +19,9 @@ whose output exists (restartable), isolates failures per image, and has rank 0 w
 from all ranks. Without ``torchrun`` (or with one process) it runs everything locally, with no process group.
 Images that fail before saving leave no file.
 
+``part=(i, N)`` takes one part of a split for a cluster (see :mod:`.parts`); one part or all, each output is
+claimed before its image is read, so processes that share the output folder never write one file twice.
+
 Example::
 
     torchrun --nproc_per_node=2 -m monai.apps.vista3d segment --input-list files.txt --output-dir out
@@ -51,8 +54,16 @@ from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, Vista3DInputError
 from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, output_path, save_label_map
-from .parts import OutputClaims, OutputTaken, check_part, claim_summary, parse_part, part_keys, part_summary_name
-from .parts import split_parts
+from .parts import (
+    OutputClaims,
+    OutputTaken,
+    check_part,
+    claim_summary,
+    parse_part,
+    part_keys,
+    part_summary_name,
+    split_parts,
+)
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt

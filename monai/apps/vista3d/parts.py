@@ -15,15 +15,17 @@ A batch of ``n`` images is cut into ``N`` parts numbered from 0 (as nnU-Net's ``
 sorted by a stable key such as the output path relative to the output folder, balanced by voxel count), so N
 processes started anywhere, at any time, need no communication. Parts may share an output folder:
 
-- each output is *claimed* before it is segmented (:func:`claim`): a POSIX record lock (``fcntl.lockf``) on a
-  hidden ``.<output name>.lock`` beside it, which the operating system drops when its process ends, so a killed
-  part never blocks its rerun; an output claimed by another live process is reported ``busy``, not redone;
-- each part writes its own summary (:func:`part_summary_name`), claimed the same way, so two processes given the
-  same part by mistake never write one file (the second writes :func:`claim_summary`'s other name);
+- each output is *claimed* before its image is read (:func:`claim`, :class:`OutputClaims`): a POSIX record lock
+  (``fcntl.lockf``) on a hidden ``.<output name>.lock`` beside it, which the operating system drops when its
+  process ends, so a killed part never blocks its rerun; an output claimed by another live process is reported
+  ``busy``, not redone, and one written meanwhile is skipped;
+- each part writes its own summary (:func:`part_summary_name`); a second process given the same part by mistake
+  writes another file (:func:`claim_summary`), so neither summary replaces the other;
 - :func:`merge_summaries` and :func:`format_summary` make one table of all the parts' summaries.
 
 The locks need a file system whose locks every machine sees (local disks; NFSv4 or NFSv3 with ``lockd``; Lustre
-mounted with ``flock``; GPFS).
+mounted with ``flock``; GPFS), and "written since this run started" compares file times with this machine's
+clock, so the machines' clocks should agree (NTP).
 """
 
 from __future__ import annotations
@@ -187,7 +189,10 @@ class Claim:
 
     def __del__(self) -> None:
         if getattr(self, "_fd", None) is not None:
-            self.release()
+            try:
+                self.release()
+            except Exception:  # at interpreter exit; the lock goes with the process anyway
+                pass
 
 
 def _missing_folders(folder: Path) -> list[Path]:
