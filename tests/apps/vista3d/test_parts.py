@@ -29,9 +29,12 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
+from monai.apps.vista3d.batch import run_batch
+from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.parts import (
     OutputClaims,
     OutputTaken,
@@ -327,6 +330,64 @@ class TestSummaryCommand(unittest.TestCase):
             self.assertEqual((code, err), (0, ""), err)
             self.assertIn("2 of 2 image(s) have an output", out)
             self.assertTrue(json.loads((d / "all.json").read_text())["totals"]["complete"])
+
+
+def tiny_segment(image, geometry):
+    """A stand-in network (no weights, no windows): soft tissue is label 1."""
+    return ((image[0] > 0) & (image[0] < 200)).to(torch.uint8), {"windows": 1}
+
+
+class TestRunBatchPart(_InTmp):
+    """``run_batch(part=...)`` in this process, with a stand-in network: the quick counterpart of the CLI tests."""
+
+    def setUp(self):
+        super().setUp()
+        (self.tmp / "cts" / "sub").mkdir(parents=True)
+        names = ["a.nii.gz", "b.nii.gz", "c.nii.gz", "sub/a.nii.gz", "sub/d.nii.gz"]
+        self.images = [write_phantom(self.tmp / "cts" / n, SHAPES[k % 4], seed=k) for k, n in enumerate(names)]
+
+    def test_parts_cover_the_batch_once(self):
+        out = self.tmp / "out"
+        results = [run_batch(self.tmp / "cts", out, tiny_segment, part=p) for p in ((0, 3), "1/3", (2, 3))]
+        images = [{r["image"] for r in res.records} for res in results]
+        self.assertEqual(sorted(set().union(*images)), sorted(map(str, self.images)))
+        self.assertEqual(sum(len(i) for i in images), 5)  # disjoint
+        for k, res in enumerate(results):
+            self.assertEqual(res.summary_path, out / f"summary.part-{k}-of-3.json")
+            saved = json.loads(res.summary_path.read_text())
+            self.assertEqual((saved["part"], saved["inputs"], saved["done"]), ([k, 3], 5, len(images[k])))
+        self.assertFalse((out / "summary.json").exists())
+        self.assertTrue(merge_summaries(out)["totals"]["complete"])
+        # the same split from the images listed in another order (not sub/a.nii.gz: it would be written to a/)
+        files = [p for p in self.images if p != self.tmp / "cts" / "sub" / "a.nii.gz"]
+        for k in range(2):
+            listed = run_batch(files[::-1], self.tmp / "r", tiny_segment, part=(k, 2))
+            flat = run_batch(files, self.tmp / "f", tiny_segment, part=(k, 2))
+            self.assertEqual(sorted(r["image"] for r in listed.records), sorted(r["image"] for r in flat.records))
+            self.assertEqual(len(flat.records), 2)
+
+    def test_an_output_held_elsewhere_is_busy(self):
+        out = self.tmp / "out"
+        held = out / "b" / "b_trans.nii.gz"
+        holder = self.hold(held)
+        res = run_batch(self.tmp / "cts", out, tiny_segment)
+        status = {Path(r["output"]).relative_to(out).as_posix(): r["status"] for r in res.records}
+        self.assertEqual(status.pop("b/b_trans.nii.gz"), "busy")
+        self.assertEqual(set(status.values()), {"done"})
+        self.assertEqual((res.exit_code, res.count("busy")), (0, 1))
+        self.assertFalse(held.exists())
+        self.assertEqual(json.loads(res.summary_path.read_text())["busy"], 1)
+        self.assertEqual([p.name for p in out.rglob(".*")], [".b_trans.nii.gz.lock"])  # the holder's only
+        holder.kill()
+        again = run_batch(self.tmp / "cts", out, tiny_segment)  # its stale lock blocks nothing
+        self.assertEqual((again.done, again.skipped), (1, 4))
+        self.assertEqual([p.name for p in out.rglob(".*")], [])
+
+    @parameterized.expand([((4, 4), "I must be in 0..3"), ("2", "must be I/N"), ((0, 0), "N must be 1")])
+    def test_bad_part(self, part, msg):
+        with self.assertRaisesRegex(Vista3DInputError, msg):
+            run_batch(self.tmp / "cts", self.tmp / "out", tiny_segment, part=part)
+        self.assertFalse((self.tmp / "out").exists())
 
 
 # tiny settings: one or a few 32^3 windows per image, a narrow random network (test_cli's TINY)
