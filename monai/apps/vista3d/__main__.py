@@ -39,7 +39,7 @@ import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
-from .errors import OutputCollisionError
+from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError
 
 __all__ = ["main", "build_parser"]
 
@@ -108,10 +108,10 @@ def _floats(text: str, n: int, what: str) -> tuple[float, ...]:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m monai.apps.vista3d``."""
     prog = _prog()
+    usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
+             f"       {prog} benchmark [options]\n       {prog} summary OUTPUT\n       {prog} --version")
     parser = argparse.ArgumentParser(
-        prog=prog,
-        usage=f"{prog} [segment] [-i IMAGE_OR_FOLDER ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
-              f"       {prog} benchmark [options]\n       {prog} summary OUTPUT",
+        prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
@@ -137,8 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                             "fit; float32 writes the bundle's files, 4x the bytes)")
         p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
 
-    seg = sub.add_parser("segment", help="segment NIfTI CT images (the default command)",
-                         description="Segment NIfTI CT images.")
+    seg = sub.add_parser(
+        "segment", help="segment NIfTI CT images (the default command)", usage=usage, prog=prog,
+        description="Segment NIfTI CT images with VISTA3D (the default command: 'segment' may be left out). "
+                    f"Other commands: '{prog} benchmark -h' (time the pipeline on a phantom), '{prog} --version'.",
+        epilog="Negative point coordinates work as --points=-3,40,20 or --points -3,40,20. Exit status: 0 done, "
+               "1 an image failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.",
+    )
     seg.add_argument("images", nargs="*", help=".nii / .nii.gz files, or folders (searched recursively)")
     seg.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="IMAGE_OR_FOLDER",
                      help="a .nii / .nii.gz file or a folder searched recursively for them (repeatable); an image "
@@ -174,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(seg)
 
     bench = sub.add_parser("benchmark", help="time the pipeline on a synthetic CT phantom (random weights)",
+                           usage=f"{prog} benchmark [options]", prog=f"{prog} benchmark",
                            description="Write a CT-like phantom, segment it with random weights, print "
                            "per-stage times and latency vs sw_batch_size.")
     bench.add_argument("--size", default=None,
@@ -186,12 +192,37 @@ def build_parser() -> argparse.ArgumentParser:
     common(bench)
 
     merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
+                            usage=f"{prog} summary OUTPUT [--json FILE]",
                             description="Merge the summaries of the parts (--part I/N) and runs written to one output "
                             "folder: done, skipped, failed per part and in all, and the parts that are missing or "
                             "failed. Exit status 0 when every image has an output, else 1.")
     merged.add_argument("folder", help="the output folder of the parts")
     merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
     return parser
+
+
+def _version() -> str:
+    import monai
+
+    return (f"vista3d {monai.__version__}: the VISTA3D fork of MONAI, API- and checkpoint-compatible with MONAI "
+            f"{monai.__upstream_version__}")
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of one command (``segment``'s help is the program's help: it is the default command)."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def _joined_points(argv: list[str]) -> list[str]:
+    """``--points -3,4,5`` as ``--points=-3,4,5``: argparse takes a value starting with '-' for an option."""
+    out: list[str] = []
+    for a in argv:
+        if out and out[-1] == "--points" and a.startswith("-") and a[1:2].isdigit():
+            out[-1] = f"--points={a}"
+        else:
+            out.append(a)
+    return out
 
 
 def _collect_images(args: argparse.Namespace) -> list[Any]:
@@ -293,6 +324,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import plan_outputs, run_batch
+    from .io import check_output
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -312,6 +344,7 @@ def _segment(args: argparse.Namespace) -> int:
         if len(items) != 1 or Path(items[0]).is_dir():
             raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
         outputs = [output]
+        check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
     else:
         outputs = None
         if not plan_outputs(items, output_dir):  # every output unique, before any work
@@ -511,9 +544,15 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments, 130/143 stopped)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _joined_points(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
-    if argv and argv[0] not in _COMMANDS and argv[0] not in ("-h", "--help"):
+    if argv == ["--version"]:
+        print(_version())
+        return 0
+    if argv in (["-h"], ["--help"]):
+        _subcommand(parser, "segment").print_help()  # the default command's options are the program's
+        return 0
+    if argv and argv[0] not in _COMMANDS:
         argv.insert(0, "segment")  # segment is the default command
     args = parser.parse_args(argv)
     if args.command is None:
@@ -532,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except OutputCollisionError as e:
+    except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError) as e:  # refused before any work
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 2
     except torch.cuda.OutOfMemoryError:

@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import json
 import os
@@ -52,8 +53,8 @@ import torch.distributed as dist
 
 from monai.utils.profiling import StageTimer
 
-from .errors import OutputCollisionError, Vista3DInputError
-from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, output_path, save_label_map
+from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_name_lengths, check_output, output_path, save_label_map
 from .parts import (
     OutputClaims,
     OutputTaken,
@@ -81,6 +82,8 @@ __all__ = [
     "output_path",
     "resolve_device",
     "dist_context",
+    "check_summary_path",
+    "summary_path_for",
 ]
 
 SegmentFn = Callable[[torch.Tensor, ImageGeometry], Any]
@@ -186,24 +189,51 @@ def _is_nifti(path: Path) -> bool:
     return path.name.lower().endswith(_NIFTI_SUFFIXES)
 
 
-def _find_nifti(folder: Path) -> list[Path]:
-    """The ``.nii`` / ``.nii.gz`` files under ``folder``, recursively, sorted; hidden entries are ignored."""
+def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> list[Path]:
+    """The ``.nii`` / ``.nii.gz`` files under ``folder``, recursively, sorted; hidden entries are ignored.
+
+    A broken symbolic link is listed too (it fails as its image, saying so). ``skip(path)`` leaves files and
+    folders out (the outputs of an earlier run).
+    """
     found = []
     for p in folder.rglob("*"):
         rel = p.relative_to(folder).parts
-        if _is_nifti(p) and p.is_file() and not any(part.startswith(".") for part in rel):
+        if any(part.startswith(".") for part in rel) or (skip is not None and skip(p)):
+            continue
+        if _is_nifti(p) and (p.is_file() or (p.is_symlink() and not p.exists())):
             found.append(p)
     return sorted(found)
 
 
-def _collect(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[tuple[Path, Path]]:
+def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool] | None:
+    """What a folder search must leave out so that a run never reads the outputs of an earlier one.
+
+    Everything under ``output_dir`` that this program names as an output: ``<name>/<name>_<postfix>.nii.gz``.
+    When the output folder lies inside a searched folder, its outputs are found by that name too.
+    """
+    if output_dir is None:
+        return None
+    root = Path(os.path.abspath(output_dir))
+
+    def skip(p: Path) -> bool:
+        full = Path(os.path.abspath(p))
+        if not full.is_relative_to(root) or not _is_nifti(full):
+            return False
+        return full.name == f"{full.parent.name}_{postfix}.nii.gz"
+
+    return skip
+
+
+def _collect(
+    inputs: str | os.PathLike | Sequence[str | os.PathLike], skip: Callable[[Path], bool] | None = None
+) -> list[tuple[Path, Path]]:
     """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder."""
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     found: list[tuple[Path, Path]] = []
     for item in items:
         src = Path(item)
         if src.is_dir():
-            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src)]
+            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src, skip)]
         elif src.is_file() and not _is_nifti(src) and isinstance(inputs, (str, os.PathLike)):
             found += [(p, Path()) for p in read_input_list(src)]
         else:
@@ -238,14 +268,15 @@ def plan_outputs(
     An image given directly goes to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming); an
     image found in a given folder keeps its subfolder under ``output_dir`` (``cts/p1/ct.nii.gz`` ->
     ``output_dir/p1/ct/ct_<postfix>.nii.gz``), so patient folders that all hold ``ct.nii.gz`` stay apart. The
-    same file given twice is segmented once.
+    same file given twice is segmented once. A folder search leaves out the outputs of an earlier run under
+    ``output_dir`` (an output folder inside, or equal to, the input folder is never read back as input).
 
     Raises:
         OutputCollisionError: two different images would be written to the same output.
     """
     plan: list[tuple[Path, Path]] = []
     seen: dict[Path, Path] = {}
-    for path, sub in _collect(inputs):
+    for path, sub in _collect(inputs, _own_outputs(output_dir, postfix)):
         out = output_path(path, Path(output_dir) / sub, postfix)
         key = Path(os.path.abspath(out))
         if key in seen:
@@ -380,9 +411,17 @@ class _Loader:
         self._thread.join()
 
 
+def _os_message(e: OSError) -> str:
+    """What went wrong, in the system's words but without the errno number (``[Errno 28] ...``)."""
+    what = e.strerror or type(e).__name__
+    return f"{what[:1].lower()}{what[1:]}" + (f" ({e.filename})" if e.filename else "")
+
+
 def _reason(e: BaseException, path: Path | None = None) -> str:
     """One line for a failed image, without the image's path (the record names it)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
+        return _os_message(e)
     if isinstance(e, MemoryError):
         return f"not enough memory ({msg or 'allocation failed'}); free memory or segment it on a larger machine"
     if not isinstance(e, Vista3DInputError):
@@ -493,11 +532,47 @@ def _timed_save(*args: Any, **kwargs: Any) -> tuple[Path, float]:
     return Path(path), timer.timings["save"]
 
 
+#: the key that marks a JSON summary as this program's (another file of that name is never replaced)
+SUMMARY_MARK = ("written_by", "monai.apps.vista3d")
+
+
+def check_summary_path(path: str | os.PathLike) -> None:
+    """Refuse, before any work, a summary path that holds a file this program did not write.
+
+    Raises:
+        OutputPathError: the file exists and is not a summary written by ``run_batch``.
+    """
+    p = Path(path)
+    check_name_lengths(p)
+    if not os.path.lexists(p):
+        return
+    try:
+        ours = json.loads(p.read_text()).get(SUMMARY_MARK[0]) == SUMMARY_MARK[1]
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise OutputPathError(
+            f"{p}: exists and is not a summary written by vista3d, so it is not replaced; move it, or choose "
+            "another output folder."
+        )
+
+
 def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write ``obj`` atomically (a temporary file renamed); on failure nothing is left and one line says why."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(json.dumps(obj, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise Vista3DOutputError(
+            f"{path}: the summary could not be written ({_os_message(e)}); the label maps written are kept."
+        ) from None
 
 
 def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[dict[str, Any]], None] | None:
@@ -530,6 +605,8 @@ class BatchResult:
         host: the machine of rank 0.
         wall_seconds: the run's wall clock on this rank, from the plan to the last save.
         summary_path: the JSON summary rank 0 wrote (None on the other ranks).
+        interrupted: the run was stopped (Ctrl-C, SIGTERM, an error); images it did not finish are
+            "interrupted", and under ``torchrun`` the other ranks' images are "unknown".
         part: ``(i, N)`` of a run of one part, else None.
         inputs: images of the whole batch (of every part).
         started: ``time.time()`` when the run began.
@@ -540,6 +617,7 @@ class BatchResult:
     host: str = ""
     wall_seconds: float = 0.0
     summary_path: Path | None = None
+    interrupted: bool = False
     part: tuple[int, int] | None = None
     inputs: int = 0
     started: float = 0.0
@@ -572,6 +650,8 @@ class BatchResult:
     def summary(self) -> dict[str, Any]:
         """The JSON summary (what ``summary.json`` holds)."""
         return {
+            SUMMARY_MARK[0]: SUMMARY_MARK[1],
+            "interrupted": self.interrupted,
             "images": len(self.records),
             "done": self.done,
             "skipped": self.skipped,
@@ -674,19 +754,17 @@ def run_batch(
     device = _batch_device(device, pipeline_kwargs)
     if output_dtype is not None and segment_fn is None:
         pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
-    if summary_path is not None:
-        summary = Path(summary_path)
-    else:
-        summary = Path(output_dir) / "summary.json" if output_dir is not None else outs[0].parent / "summary.json"
+    summary = Path(summary_path) if summary_path is not None else summary_path_for(output_dir, outs)
     if part is not None:
         try:
             part = parse_part(part) if isinstance(part, str) else check_part(part)
         except ValueError as e:
             raise Vista3DInputError(str(e)) from None
         summary = summary if summary_path is not None else summary.with_name(part_summary_name(part))
-    started = time.time()
-    claims = OutputClaims(overwrite, started)
-    run_timer = StageTimer(sync=False, nvtx=False)
+    check_summary_path(summary)
+    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
+    began = time.time()  # the clock of file times: outputs written since are another process's
+    claims = OutputClaims(overwrite, began)
     with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
@@ -717,8 +795,17 @@ def run_batch(
                     todo.append(i)
             if rec["status"] is not None and report is not None:
                 report(rec)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims)
-        _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world), report)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+        try:
+            _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world),
+                         report)
+        except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
+            if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
+                in_part = set(pool)
+                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
+                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
+                                                    interrupted=True, part=part, inputs=len(paths), started=began))
+            raise
         local = [records[i] for i in sorted(records)]
         if world > 1:
             gathered: list[Any] = [None] * world
@@ -726,17 +813,51 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], None, part, len(paths), started)
+    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
+                         inputs=len(paths), started=began)
     if rank == 0:
-        # a part's summary: another name when another process of the same part wrote it since this run started
-        summary, held = claim_summary(summary, started) if part is not None else (summary, None)
-        try:
-            _write_json(summary, result.summary())
-        finally:
-            if held is not None:
-                held.release()
-        result.summary_path = summary
+        result.summary_path = _write_summary(summary, result)
     return result
+
+
+def _write_summary(path: Path, result: BatchResult) -> Path:
+    """Write ``result``'s summary (rank 0); returns the file written. A part's goes to another name when another
+    process of the same part wrote ``path`` since this run began (see :func:`.parts.claim_summary`)."""
+    held = None
+    if result.part is not None:
+        path, held = claim_summary(path, result.started)
+    try:
+        _write_json(path, result.summary())
+    finally:
+        if held is not None:
+            held.release()
+    return path
+
+
+def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Path]) -> Path:
+    """Where a run's summary goes: ``output_dir/summary.json``; for one output file ``seg.nii.gz``, beside it
+    as ``seg.summary.json`` (so that runs into one folder keep their own, and no ``summary.json`` of the user's
+    is touched)."""
+    if output_dir is not None:
+        return Path(output_dir) / "summary.json"
+    first = Path(outputs[0])
+    stem = first.name[: -len(".nii.gz")] if first.name.endswith(".nii.gz") else first.stem
+    return first.with_name(f"{stem}.summary.json")
+
+
+def _stopped_records(records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int]) -> list[dict]:
+    """Every image's record when the run was stopped: this rank's as far as they got, the others' unknown."""
+    every = []
+    for i, (path, out) in enumerate(zip(paths, outs)):
+        rec = records.get(i)
+        if rec is None:
+            rec = {"index": i, "image": str(path), "output": str(out), "rank": None, "voxels": sizes[i],
+                   "status": "unknown", "error": "on another rank, which was stopped too", "seconds": 0.0,
+                   "windows": None}
+        elif rec["status"] is None:
+            rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
+        every.append(rec)
+    return every
 
 
 @dataclass
@@ -748,6 +869,7 @@ class _Jobs:
     outs: list[Path]
     volumes: list[int | None]
     records: dict[int, dict]
+    started: bool = False
     claims: OutputClaims | None = None
 
 
@@ -822,6 +944,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         if jobs.claims is not None:
             jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
+    jobs.started = True
     lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
 
     def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:

@@ -52,6 +52,7 @@ __all__ = [
     "available_cores",
     "output_path",
     "check_output",
+    "check_name_lengths",
     "AIR_HU",
 ]
 
@@ -131,6 +132,8 @@ def load_image(
     dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
     if not p.exists():
+        if p.is_symlink():
+            raise Vista3DInputError(f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link.")
         raise Vista3DInputError(f"{p}: no such file; check the path.")
     if p.is_dir():
         raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
@@ -475,14 +478,50 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
             created or written.
     """
     p = pathlib.Path(path)
+    if not p.name.endswith((".nii", ".nii.gz")):
+        raise OutputPathError(f"{p}: an output file name must end with .nii.gz or .nii, in lower case; e.g. seg.nii.gz.")
+    folder = p.parent
+    while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
+        folder = folder.parent
+    check_name_lengths(p, folder)
     if _same_file(p, None if input_path is None else str(input_path)):
         raise OutputPathError(f"{p}: the output path is the input file; choose another output folder or name.")
     if p.exists() and not overwrite:
         raise OutputPathError(f"{p}: exists; pass overwrite=True to replace it.")
-    folder = p.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     if not folder.is_dir():
         raise OutputPathError(f"cannot create the output folder {p.parent}: {folder} is a file.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"the output folder {folder} is not writable; choose another one.")
+
+
+def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) -> None:
+    """Refuse names the file system will not take (the temporary name of an atomic write is longer still).
+
+    Args:
+        p: the file to be written (its missing folders are checked too).
+        existing: the nearest existing folder above ``p`` (found when not given).
+
+    Raises:
+        OutputPathError: a name longer than the file system of ``existing`` takes.
+    """
+    if existing is None:
+        existing = p.parent
+        while not os.path.exists(existing) and existing != existing.parent:
+            existing = existing.parent
+    try:
+        name_max = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not every platform or file system says
+        return
+    for part in p.relative_to(existing).parts if p.is_relative_to(existing) else (p.name,):
+        # save_label_map writes ".<name>.<random>.part" first, then renames it
+        longest = len(os.fsencode(part)) + (_TMP_EXTRA if part == p.name else 0)
+        if longest > name_max:
+            raise OutputPathError(
+                f"{p}: the name {part[:24]}... is {len(os.fsencode(part))} bytes; this file system takes names of "
+                f"at most {name_max - (_TMP_EXTRA if part == p.name else 0)} bytes for an output; choose a shorter "
+                "name or folder."
+            )
+
+
+#: what the temporary name of an atomic write adds to the output's name: "." + ".xxxxxxxx" + ".part"
+_TMP_EXTRA = 1 + 9 + 5

@@ -71,13 +71,18 @@ def header_from_bytes(buf: bytes | memoryview, path: pathlib.Path) -> Any:
     pixdim = np.asarray(raw["pixdim"][1:4], dtype=np.float64)
     if int(raw["sform_code"]) == 0 and (not np.all(np.isfinite(pixdim)) or np.any(pixdim == 0)):
         raise Vista3DInputError(
-            f"{path}: zero or non-finite voxel spacing (pixdim {tuple(pixdim)}); "
+            f"{path}: zero or non-finite voxel spacing (pixdim {_sizes(pixdim)}); "
             "set pixdim/qform/sform to the real voxel size in mm."
         )
     try:
         return klass.from_fileobj(io.BytesIO(buf))  # with nibabel's checks and fixes, as nibabel.load does
     except Exception as e:
         raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
+
+
+def _sizes(values: Any) -> str:
+    """Numbers for a message, ``1 x 1 x 0.5``: no numpy reprs, no float noise."""
+    return " x ".join(f"{float(v):g}" if not float(v).is_integer() else str(int(v)) for v in np.asarray(values).ravel())
 
 
 def _check_geometry(hdr: Any, shape: tuple[int, ...], path: pathlib.Path) -> np.ndarray:
@@ -87,7 +92,7 @@ def _check_geometry(hdr: Any, shape: tuple[int, ...], path: pathlib.Path) -> np.
     spacing = np.linalg.norm(affine[:3, :3], axis=0)
     if np.any(spacing <= 0) or abs(np.linalg.det(affine[:3, :3])) < 1e-12 * max(float(np.prod(spacing)), 1e-300):
         raise Vista3DInputError(
-            f"{path}: zero or degenerate voxel spacing {tuple(np.round(spacing, 6))} (pixdim {hdr['pixdim'][1:4]}); "
+            f"{path}: zero or degenerate voxel spacing {_sizes(spacing)} mm (pixdim {_sizes(hdr['pixdim'][1:4])}); "
             "set pixdim/qform/sform to the real voxel size in mm."
         )
     units = hdr.get_xyzt_units()[0]
@@ -106,6 +111,11 @@ def _spatial_shape(shape: tuple[int, ...], volume_index: int | None, path: pathl
     dims = list(shape)
     while len(dims) > 3 and dims[-1] == 1:
         dims.pop()
+    if min(dims) < 1:
+        raise Vista3DInputError(
+            f"{path}: the header gives a size of zero or less (shape {_sizes(shape)}); the file is damaged or "
+            "holds no image."
+        )
     if len(dims) < 3 or min(dims[:3]) < 2:
         extent = sum(d > 1 for d in dims[:3])
         what = ("a single voxel", "a line of voxels", "a 2D image")[min(extent, 2)]

@@ -118,18 +118,19 @@ class TestSegmentCli(unittest.TestCase):
         lab = np.asarray(nib.load(self.dir / "out4" / "ct" / "ct_trans.nii.gz").dataobj)
         self.assertTrue(set(np.unique(lab).tolist()) <= {0.0, 1.0, 255.0})
 
-    @parameterized.expand([
-        ("unknown_class", ["--classes", "livr"], "unknown class name 'livr'"),
-        ("id_out_of_range", ["--classes", "1,500"], "class id 500 is out of range"),
-        ("point_outside", ["--points", "99,3,3", "--point-labels", "1"], "outside the image"),
-        ("points_without_labels", ["--points", "3,3,3"], "without labels"),
-        ("bad_points", ["--points", "3,a,3", "--point-labels", "1"], "cannot parse"),
+    @parameterized.expand([  # flags that cannot be used are usage errors (2); a point outside one image fails it (1)
+        ("unknown_class", ["--classes", "livr"], "unknown class name 'livr'", 2),
+        ("id_out_of_range", ["--classes", "1,500"], "class id 500 is out of range", 2),
+        ("point_outside", ["--points", "99,3,3", "--point-labels", "1"], "outside the image", 1),
+        ("negative_point", ["--points", "-3,3,3", "--point-labels", "1"], "outside the image", 1),
+        ("points_without_labels", ["--points", "3,3,3"], "without labels", 2),
+        ("bad_points", ["--points", "3,a,3", "--point-labels", "1"], "cannot parse", 2),
     ])
-    def test_prompt_errors(self, _, extra, msg):
+    def test_prompt_errors(self, _, extra, msg, expected):
         argv = ["segment", self.src, "--output-dir", self.dir / "bad", "--embed-dim", "8", "--roi-size", "32",
                 "--device", "cpu", "--quiet", *extra]
         code, out, err = run_main(argv)
-        self.assertEqual(code, 1)
+        self.assertEqual(code, expected, err)
         self.assertIn(msg, self._errors(err))
         self.assertFalse((self.dir / "bad" / "ct" / "ct_trans.nii.gz").exists())
 
@@ -152,7 +153,7 @@ class TestSegmentCli(unittest.TestCase):
         self.assertIn("cannot create the output folder", self._errors(err))
         before = self.src.read_bytes()
         code, _, err = run_main(["segment", self.src, "--output", self.src, "--overwrite", *TINY])
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 2)  # refused before any work
         self.assertIn("is the input file", self._errors(err))
         self.assertEqual(self.src.read_bytes(), before)
         out = self.dir / "exact" / "labels.nii.gz"
@@ -321,6 +322,14 @@ class TestCliAsUsersExpect(unittest.TestCase):
             else:
                 self.assertEqual(nib.load(p).shape, (48, 48, 32))
         self.assertGreaterEqual(len(leftovers), 2)
+        # the summary is written on the way out too, and every finished image was reported when it was written
+        summary = json.loads((out / "summary.json").read_text())
+        written = sorted(str(p) for p in out.rglob("*_trans.nii.gz"))
+        self.assertTrue(summary["interrupted"])
+        self.assertEqual(sorted(r["output"] for r in summary["per_image"] if r["status"] == "done"), written)
+        self.assertEqual(summary["done"], len(written))
+        self.assertEqual({r["status"] for r in summary["per_image"]} - {"done"}, {"interrupted"})
+        self.assertEqual(sorted(ln.split(" -> ")[1] for ln in (first + stdout).splitlines() if " -> " in ln), written)
 
     def test_bad_images_one_line_each(self):
         good = _write_ct(self.tmp / "in" / "good.nii.gz")
@@ -394,12 +403,21 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertIn("  1* liver", lines)
         self.assertIn("  2  kidney", lines)  # a group, not in "everything"
         self.assertIn("117 classes in 'everything'", res.stdout)
-        res = vista3d("--help")
+        usage = "usage: vista3d [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       vista3d --list-classes"
+        for argv in (["--help"], ["segment", "--help"], ["-h"]):  # the default command's help is the program's
+            res = vista3d(*argv)
+            self.assertEqual(res.returncode, 0)
+            self.assertTrue(res.stdout.startswith(usage), res.stdout[:300])
+            for flag in ("--list-classes", "--strict", "--weights", "--sw-batch-size", "benchmark", "--version"):
+                self.assertIn(flag, res.stdout)
+        res = vista3d("benchmark", "--help")
+        self.assertTrue(res.stdout.startswith("usage: vista3d benchmark [options]"), res.stdout[:200])
+        import monai
+
+        res = vista3d("--version")
         self.assertEqual(res.returncode, 0)
-        self.assertTrue(res.stdout.startswith("usage: vista3d [segment] [-i IMAGE_OR_FOLDER ...] -o OUTPUT"))
-        res = vista3d("segment", "--help")
-        self.assertIn("--list-classes", res.stdout)
-        self.assertIn("--strict", res.stdout)
+        self.assertEqual(res.stdout.strip(), f"vista3d {monai.__version__}: the VISTA3D fork of MONAI, API- and "
+                                             f"checkpoint-compatible with MONAI {monai.__upstream_version__}")
 
 
 def _checkpoint(kind: str, folder: Path) -> Path:
@@ -487,7 +505,7 @@ class TestCliSubprocess(unittest.TestCase):
             self.assertEqual(res.returncode, 0, res.stderr)
             self.assertTrue((Path(tmp) / "out" / "ct" / "ct_trans.nii.gz").is_file())
             res = self._run("segment", src, "--output-dir", Path(tmp) / "out", *TINY, "--classes", "nope")
-            self.assertEqual(res.returncode, 1)
+            self.assertEqual(res.returncode, 2)
             self.assertNotIn("Traceback", res.stderr)
             self.assertIn("error: ", res.stderr)
         res = self._run("--help")

@@ -1,0 +1,189 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The command line never loses work or files: outputs checked first, no self-feeding, summaries kept."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import nibabel as nib
+import numpy as np
+from parameterized import parameterized
+
+from monai.apps.vista3d import batch
+from monai.apps.vista3d.io import load_image
+from monai.apps.vista3d.pipeline import Vista3DPipeline
+from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main, vista3d
+
+
+def _no_segmentation(*args, **kwargs):
+    raise AssertionError("an image was segmented although the output could not be written")
+
+
+class TestOutputsCheckedFirst(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.src = _write_ct(self.tmp / "ct.nii.gz")
+
+    @parameterized.expand([
+        ("upper_case", "SEG.NII.GZ", "must end with .nii.gz or .nii, in lower case"),
+        ("upper_case_gz", "seg.nii.GZ", "must end with .nii.gz or .nii, in lower case"),
+        ("name_too_long", "x" * 300 + ".nii.gz", "this file system takes names of at most"),
+        ("folder_too_long", "y" * 300 + "/seg.nii.gz", "this file system takes names of at most"),
+    ])
+    def test_output_file_refused_before_any_work(self, _, name, msg):
+        with mock.patch.object(Vista3DPipeline, "segment", _no_segmentation):
+            code, _, err = run_main(["-i", self.src, "-o", self.tmp / name, *TINY])
+        self.assertEqual(code, 2, err)
+        lines = _one_line_errors(self, err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn(msg, lines[0])
+        self.assertNotIn("Errno", err)
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["ct.nii.gz"])
+
+    def test_output_folder_too_long_refused_before_any_work(self):
+        with mock.patch.object(Vista3DPipeline, "segment", _no_segmentation):
+            code, _, err = run_main(["-i", self.src, "-o", self.tmp / ("z" * 300), *TINY])
+        self.assertEqual(code, 2, err)
+        self.assertEqual(len(_one_line_errors(self, err)), 1, err)
+        self.assertIn("this file system takes names of at most", err)
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["ct.nii.gz"])
+
+
+class TestSummary(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.src = _write_ct(self.tmp / "ct.nii.gz")
+
+    def test_a_users_summary_is_never_replaced(self):
+        mine = self.tmp / "summary.json"
+        mine.write_text('{"my": "notes"}')
+        code, _, err = run_main(["-i", self.src, "-o", self.tmp / "seg.nii.gz", *TINY])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(mine.read_text(), '{"my": "notes"}')
+        ours = json.loads((self.tmp / "seg.summary.json").read_text())  # beside the one output, named after it
+        self.assertEqual((ours["done"], ours["per_image"][0]["output"]), (1, str(self.tmp / "seg.nii.gz")))
+        # in an output folder: refused before any work, the user's file kept
+        (self.tmp / "out").mkdir()
+        (self.tmp / "out" / "summary.json").write_text("my own notes")
+        with mock.patch.object(Vista3DPipeline, "segment", _no_segmentation):
+            code, _, err = run_main(["-i", self.src, "-o", self.tmp / "out", *TINY])
+        self.assertEqual(code, 2, err)
+        self.assertIn("is not a summary written by vista3d, so it is not replaced", err)
+        self.assertEqual((self.tmp / "out" / "summary.json").read_text(), "my own notes")
+        # a summary of ours is replaced by the next run
+        code, _, err = run_main(["-i", self.src, "-o", self.tmp / "seg.nii.gz", *TINY])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads((self.tmp / "seg.summary.json").read_text())["skipped"], 1)
+
+    def test_full_disk_leaves_nothing_and_one_line(self):
+        real_replace = os.replace
+
+        def full(src, dst):
+            if str(dst).endswith("summary.json"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_replace(src, dst)
+
+        with mock.patch.object(batch.os, "replace", full):
+            code, _, err = run_main(["-i", self.src, "-o", self.tmp / "out", *TINY])
+        self.assertEqual(code, 1, err)
+        lines = _one_line_errors(self, err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("the summary could not be written (no space left on device); the label maps written are kept",
+                      lines[0])
+        self.assertNotIn("Errno", err)
+        self.assertEqual(sorted(str(p.relative_to(self.tmp)) for p in (self.tmp / "out").rglob("*")),
+                         ["out/ct", "out/ct/ct_trans.nii.gz"])
+
+    def test_failed_write_is_one_line_without_errno(self):
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[2]))
+
+        with mock.patch.object(batch, "save_label_map", full):
+            code, _, err = run_main(["-i", self.src, "-o", self.tmp / "out", *TINY])
+        self.assertEqual(code, 1, err)
+        self.assertIn("error: ", err)
+        self.assertIn("no space left on device", err)
+        self.assertNotIn("Errno", err)
+        self.assertFalse((self.tmp / "out" / "ct").exists())
+
+
+class TestNoSelfFeeding(unittest.TestCase):
+    @parameterized.expand([("same_folder", "cts"), ("inside_the_input", "cts/out")])
+    def test_rerun_never_reads_its_outputs(self, _, out):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            for name in ("a.nii.gz", "p1/b.nii.gz"):
+                _write_ct(tmp / "cts" / name)
+            for run in range(2):
+                code, stdout, err = run_main(["-i", tmp / "cts", "-o", tmp / out, *TINY[:-1]])
+                self.assertEqual(code, 0, err)
+                self.assertIn("2 image(s)", stdout)  # the second run: the same two, both skipped
+            self.assertIn("2 skipped", stdout)
+            found = sorted(str(p.relative_to(tmp / out)) for p in (tmp / out).rglob("*_trans*.nii.gz"))
+            self.assertEqual(found, ["a/a_trans.nii.gz", "p1/b/b_trans.nii.gz"])
+
+
+class TestWording(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+
+    def test_zero_size_is_not_called_2d(self):
+        hdr = nib.Nifti1Header()
+        hdr.set_data_shape((0, 30, 20))
+        hdr.set_data_dtype(np.int16)
+        path = self.tmp / "empty.nii"
+        path.write_bytes(hdr.binaryblock + bytes(4))
+        with self.assertRaisesRegex(ValueError, r"a size of zero or less \(shape 0 x 30 x 20\); the file is damaged"):
+            load_image(path)
+
+    def test_spacing_without_numpy_reprs(self):
+        img = nib.Nifti1Image(np.zeros((8, 8, 8), np.int16), np.eye(4))
+        img.header["pixdim"][1:4] = [1.0, 0.5, 0.0]
+        img.set_sform(None, code=0)
+        img.set_qform(None, code=0)
+        nib.save(img, self.tmp / "flat.nii.gz")
+        with self.assertRaises(ValueError) as ctx:
+            load_image(self.tmp / "flat.nii.gz")
+        self.assertIn("spacing (pixdim 1 x 0.5 x 0);", str(ctx.exception))
+        self.assertNotIn("np.float", str(ctx.exception))
+        self.assertNotIn("array(", str(ctx.exception))
+
+    def test_broken_link_in_a_folder_is_reported(self):
+        _write_ct(self.tmp / "cts" / "good.nii.gz")
+        (self.tmp / "cts" / "gone.nii.gz").symlink_to(self.tmp / "elsewhere.nii.gz")
+        code, _, err = run_main(["-i", self.tmp / "cts", "-o", self.tmp / "out", *TINY])
+        self.assertEqual(code, 1, err)
+        self.assertIn("gone.nii.gz: a broken symbolic link (to", err)
+        self.assertTrue((self.tmp / "out" / "good" / "good_trans.nii.gz").is_file())
+
+    def test_negative_point_is_a_point(self):
+        src = _write_ct(self.tmp / "ct.nii.gz")
+        res = vista3d("-i", src, "-o", self.tmp / "o", *TINY[:4], "--device", "cpu", "--points", "-3,4,5",
+                      "--point-labels", "1")
+        self.assertEqual(res.returncode, 1, res.stderr)
+        self.assertIn("[[-3.0, 4.0, 5.0]] lie outside the image", res.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
