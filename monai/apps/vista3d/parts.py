@@ -369,15 +369,16 @@ def merge_summaries(folder: str | os.PathLike) -> dict[str, Any]:
     for it: an image failed or busy in one run and done in a later one is done.
 
     Returns:
-        ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...], "unreadable": [...]}``.
-        Each part row: ``file``, ``part`` (``[i, N]`` or ``None`` for ``summary.json``), ``images``, ``done``,
-        ``skipped``, ``failed``, ``busy``, ``seconds`` (its wall time), ``volumes_per_minute``, ``host``.
+        ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...],
+        "interrupted_parts": [...], "unreadable": [...]}``. Each part row: ``file``, ``part`` (``[i, N]`` or
+        ``None`` for ``summary.json``), ``images``, ``done``, ``skipped``, ``failed``, ``busy``, ``seconds`` (its
+        wall time), ``volumes_per_minute``, ``host``, ``interrupted`` (stopped before its end).
         ``totals``: ``inputs`` (images in the batch, as the summaries report it), the distinct images ``done``,
         ``skipped``, ``failed``, ``busy`` (claimed by a process that did not report it) and ``unreported``
         (in no summary), ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
         up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (done per minute of that
         span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent; ``failed_parts``: those
-        with a failed image.
+        with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C, SIGTERM).
     """
     root = Path(folder)
     files = sorted(p for p in root.glob("summary*.json") if p.name == "summary.json" or _PART_SUMMARY.match(p.name))
@@ -408,7 +409,7 @@ def merge_summaries(folder: str | os.PathLike) -> dict[str, Any]:
         rows.append({
             "file": f.name, "part": part, "images": len(records), **counts, "seconds": round(wall, 3),
             "volumes_per_minute": round(60.0 * counts["done"] / wall, 3) if wall > 0 else None,
-            "host": data.get("host"),
+            "host": data.get("host"), "interrupted": bool(data.get("interrupted")),
         })
     totals: dict[str, Any] = {s: sum(v == s for v in status.values()) for s in _PRECEDENCE}
     totals["inputs"] = max(inputs, len(status))
@@ -419,9 +420,11 @@ def merge_summaries(folder: str | os.PathLike) -> dict[str, Any]:
     totals["span_seconds"] = round(span, 3)
     totals["volumes_per_minute"] = round(60.0 * totals["done"] / span, 3) if span > 0 else None
     missing = [f"{i}/{n}" for n in sorted(seen) for i in range(n) if i not in seen[n]]
-    failed = sorted({"/".join(map(str, r["part"])) if r["part"] else r["file"] for r in rows if r["failed"]})
-    return {"parts": rows, "totals": totals, "missing_parts": missing, "failed_parts": failed,
-            "unreadable": unreadable}
+    def named(key: str) -> list[str]:
+        return sorted({"/".join(map(str, r["part"])) if r["part"] else r["file"] for r in rows if r[key]})
+
+    return {"parts": rows, "totals": totals, "missing_parts": missing, "failed_parts": named("failed"),
+            "interrupted_parts": named("interrupted"), "unreadable": unreadable}
 
 
 def format_summary(merged: dict[str, Any]) -> str:
@@ -450,6 +453,8 @@ def format_summary(merged: dict[str, Any]) -> str:
         lines.append(f"missing parts (no summary): {', '.join(merged['missing_parts'])}")
     if merged["failed_parts"]:
         lines.append(f"parts with failed images: {', '.join(merged['failed_parts'])}")
+    if merged.get("interrupted_parts"):
+        lines.append(f"parts stopped before their end: {', '.join(merged['interrupted_parts'])}")
     if merged["unreadable"]:
         lines.append(f"unreadable summaries: {', '.join(merged['unreadable'])}")
     return "\n".join(lines)

@@ -256,10 +256,10 @@ class TestOutputClaims(_InTmp):
                 claims.take(out)
 
 
-def _summary(records, *, inputs, wall=10.0, started=1000.0):
+def _summary(records, *, inputs, wall=10.0, started=1000.0, interrupted=False):
     recs = [{"image": f"{o}.nii.gz", "output": o, "status": s} for o, s in records]
     return {"images": len(recs), "inputs": inputs, "wall_seconds": wall, "started": started,
-            "finished": started + wall, "host": "node1", "per_image": recs}
+            "finished": started + wall, "host": "node1", "interrupted": interrupted, "per_image": recs}
 
 
 class TestMerge(unittest.TestCase):
@@ -274,7 +274,8 @@ class TestMerge(unittest.TestCase):
             (d / "summary.part-3-of-4.json").write_text(json.dumps(
                 _summary([("e", "done"), ("c", "busy")], inputs=6, wall=10.0, started=1050.0)))
             (d / "summary.part-3-of-4.node2-77.json").write_text(json.dumps(
-                _summary([("c", "failed")], inputs=6, wall=5.0, started=1052.0)))
+                _summary([("c", "failed"), ("d", "interrupted")], inputs=6, wall=5.0, started=1052.0,
+                         interrupted=True)))
             (d / "summary.part-9-of-9.json.tmp").write_text("{")  # not a summary name: ignored
             (d / "summary.part-1-of-4.json").write_text("{ cut")  # a summary name that is not JSON: named
             merged = merge_summaries(d)
@@ -288,9 +289,11 @@ class TestMerge(unittest.TestCase):
             self.assertEqual(merged["missing_parts"], ["1/3", "0/4", "1/4", "2/4"])
             self.assertEqual(merged["failed_parts"], ["2/3", "3/4"])
             self.assertEqual(merged["unreadable"], ["summary.part-1-of-4.json"])
+            self.assertEqual(merged["interrupted_parts"], ["3/4"])
             table = format_summary(merged)
             self.assertIn("missing parts (no summary): 1/3, 0/4, 1/4, 2/4", table)
             self.assertIn("parts with failed images: 2/3, 3/4", table)
+            self.assertIn("parts stopped before their end: 3/4", table)
             self.assertIn("4 of 6 image(s) have an output", table)
             self.assertIn("3/4*", table)
             row = next(line for line in table.splitlines() if line.startswith("0/3 "))
@@ -382,6 +385,31 @@ class TestRunBatchPart(_InTmp):
         again = run_batch(self.tmp / "cts", out, tiny_segment)  # its stale lock blocks nothing
         self.assertEqual((again.done, again.skipped), (1, 4))
         self.assertEqual([p.name for p in out.rglob(".*")], [])
+
+    def test_a_stopped_part_records_its_own_images(self):
+        out = self.tmp / "out"
+        calls = []
+
+        def stopped_at_the_second(image, geometry):
+            calls.append(geometry)
+            if len(calls) == 2:
+                raise KeyboardInterrupt  # Ctrl-C (SIGTERM unwinds the same way in the command line)
+            return tiny_segment(image, geometry)
+
+        with self.assertRaises(KeyboardInterrupt):
+            run_batch(self.tmp / "cts", out, stopped_at_the_second, part=(1, 2))
+        saved = json.loads((out / "summary.part-1-of-2.json").read_text())
+        self.assertTrue(saved["interrupted"])
+        self.assertEqual(saved["part"], [1, 2])
+        finished = run_batch(self.tmp / "cts", out, tiny_segment, part=(0, 2))
+        mine = {r["image"] for r in saved["per_image"]}
+        self.assertEqual(len(mine), 5 - len(finished.records))  # part 1's images only, not 'unknown' others
+        self.assertFalse(mine & {r["image"] for r in finished.records})
+        self.assertEqual(sorted(r["status"] for r in saved["per_image"]).count("done"), 1)
+        self.assertEqual([p.name for p in out.rglob(".*")], [])  # no lock left by the stopped run
+        merged = merge_summaries(out)
+        self.assertEqual(merged["interrupted_parts"], ["1/2"])
+        self.assertEqual(merged["totals"]["done"], 1 + finished.done)
 
     @parameterized.expand([((4, 4), "I must be in 0..3"), ("2", "must be I/N"), ((0, 0), "N must be 1")])
     def test_bad_part(self, part, msg):
