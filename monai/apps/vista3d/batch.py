@@ -791,6 +791,7 @@ def run_batch(
             else:
                 if not overwrite and outs[i].exists():
                     rec["status"] = "skipped"
+                    claims.sweep(outs[i])  # a lock file left by a writer killed after its save
                 else:
                     todo.append(i)
             if rec["status"] is not None and report is not None:

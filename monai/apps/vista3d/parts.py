@@ -285,6 +285,13 @@ class OutputTaken(Exception):
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 
 
+def _remove_stale(output: Path) -> None:
+    """Remove the temporary files of a killed writer of ``output``; call it holding the claim (so no live process
+    is writing them)."""
+    for stale in output.parent.glob(f".{glob.escape(output.name)}.*.part"):
+        stale.unlink(missing_ok=True)
+
+
 class OutputClaims:
     """One process's claims on the outputs it writes: taken before an image is read, released once its file is
     written (or it failed). Taking a claim removes the temporary files a killed writer of that output left.
@@ -319,9 +326,8 @@ class OutputClaims:
                 raise OutputTaken("busy", f"claimed by another process ({owner or 'owner unknown'})", owner)
         with self._lock:
             self._held[output] = held
-        if held is not None:  # the temporary files of a killed writer of this output: no live process has them
-            for stale in output.parent.glob(f".{glob.escape(output.name)}.*.part"):
-                stale.unlink(missing_ok=True)
+        if held is not None:
+            _remove_stale(output)
         try:
             written = output.stat().st_mtime
         except FileNotFoundError:
@@ -329,6 +335,19 @@ class OutputClaims:
         if not self.overwrite or written >= self.started:
             self.release(output)
             raise OutputTaken("skipped", "written by another process since this run started")
+
+    def sweep(self, output: Path) -> None:
+        """Remove what a killed writer left beside the finished ``output`` (its lock file, temporary files),
+        unless a live process holds its claim. Cheap when there is no lock file."""
+        if not lock_path(output).exists():
+            return
+        try:
+            held = claim(output)
+        except OSError:
+            return
+        if held is not None:
+            _remove_stale(output)
+            held.release()
 
     def release(self, output: Path) -> None:
         """Drop the claim on ``output`` (and its lock file), if this process holds it."""

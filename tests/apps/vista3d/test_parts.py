@@ -231,6 +231,19 @@ class TestOutputClaims(_InTmp):
         claims.release_all()
         self.assertFalse(lock_path(outs[2]).exists())
 
+    def test_sweep_after_a_writer_killed_after_its_save(self):
+        out = self.tmp / "a" / "a_trans.nii.gz"
+        holder = self.hold(out)
+        out.write_bytes(b"written")
+        claims = OutputClaims()
+        claims.sweep(out)  # held by a live process: left alone
+        self.assertTrue(lock_path(out).exists())
+        holder.kill()  # killed after its save, before it removed its lock file
+        (out.parent / ".a_trans.nii.gz.x1y2.part").write_bytes(b"")
+        claims.sweep(out)
+        self.assertEqual([p.name for p in out.parent.iterdir()], ["a_trans.nii.gz"])
+        claims.sweep(out)  # nothing to do
+
     def test_overwrite_skips_only_what_this_run_wrote(self):
         out = self.tmp / "a" / "a_trans.nii.gz"
         out.parent.mkdir()
