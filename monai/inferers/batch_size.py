@@ -21,7 +21,10 @@ inferers and the streamed label maps of :func:`~monai.apps.vista3d.sliding_windo
   for it;
 - elsewhere, ``CPU_AUTO_BATCH`` windows: batching more brings little on a CPU and only raises the peak memory;
 - either way never more windows than remain, split evenly: 18 windows that fit 14 at a time run as two
-  batches of 9, not 14 + 4.
+  batches of 9, not 14 + 4;
+- the batch chosen for one size of the stitched result is kept in the cache too: a later image of that size
+  gets the same batches whatever the free memory is then, so it runs the shapes the first one compiled and
+  autotuned for.
 """
 
 from __future__ import annotations
@@ -205,17 +208,27 @@ class AutoBatchSize:
                 self._probing = True
                 self.info["probe"] = True
                 return 1
-            reserve = 0.0
-            if self.stitch_on_device and not self._result_bytes:
-                reserve = costs.get("result_bytes_per_voxel", 0.0) * self.result_voxels
-            self._choose(costs["window_bytes"], reserve)
+            chosen = self.cache.get(self._size_key)
+            if chosen is not None:  # this size was seen: the same batch, so no new shape to specialise for
+                self.max_batch = chosen
+                self.info.update(max_batch=chosen, reused=True)
+            else:
+                reserve = 0.0
+                if self.stitch_on_device and not self._result_bytes:
+                    reserve = costs.get("result_bytes_per_voxel", 0.0) * self.result_voxels
+                self._choose(costs["window_bytes"], reserve)
         return even_batch_size(remaining, self.max_batch)  # type: ignore[arg-type]
+
+    @property
+    def _size_key(self) -> tuple:
+        return ("max_batch", self.key, self.result_voxels)
 
     def _choose(self, window_bytes: float, extra_reserve: float = 0.0) -> None:
         available, total = self.memory.available()  # type: ignore[union-attr]
         reserve = RESERVE_FRACTION * total + extra_reserve
         fit = choose_sw_batch_size(1 << 30, window_bytes, available, reserve)  # largest fit, not yet evened
         self.max_batch = max(1, fit)
+        self.cache[self._size_key] = self.max_batch  # later images of this size take the same batch
         self.info.update(window_bytes=int(window_bytes), available_bytes=int(available), max_batch=self.max_batch)
 
     def before_forward(self, num_windows: int) -> None:

@@ -7,6 +7,7 @@
 #   fused                 the fused forward vs the module path and its cuDNN variant (bs 1,2,14), its kernels, kernel profiles (bs 1, 14)
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
+#   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
@@ -33,6 +34,7 @@
 #   streaming512_fp32     512^3, 117 classes, float32 accumulators, sw_batch_size 1,2, 20 runs
 #   streaming512_cap80    512^3 on an 80 GiB card (allocator capped), fp16 accumulators
 #   streaming512_cap80_acc  the same with float32 and fp16 accumulators
+#   streaming512_masks    512^3, 117 classes, fused: label map alone vs with per-class masks, peak and time (issue 26)
 #   forward_batch         network forward cost per window at several window batches
 #   batch_1gpu            batch throughput (volumes per minute) of run_batch on one GPU
 #   batch_agreement       how far upstream's own label map moves with sw_batch_size alone
@@ -42,7 +44,7 @@
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,40p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,44p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -69,6 +71,7 @@ for run in "$@"; do
   fused_kernels) step fused_kernels 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --json "$out/fused_kernels.json" ;;
   fused_batches) step fused_batches 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 8,14,20 --triton-conv default --json "$out/fused_batches.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
+  fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
   ncu_resident) step ncu_resident 240 ncu --clock-control none --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats -k regex:_resident_conv --launch-skip 1 --launch-count 3 python3 tests/benchmarks/ncu_conv3d.py --resident ;;
@@ -91,6 +94,7 @@ for run in "$@"; do
   streaming256_bs2) step streaming256_bs2 120 $STREAM --sizes 256x256x256 --classes 117,1 --acc-dtypes float16 --sw-batch-size 2 --full-sw-batch-size 14 --repeats 20 --json "$out/streaming256_bs2.json" ;;
   streaming512_fp32) step streaming512_fp32 480 $STREAM $S512 --classes 117 --sw-batch-size 1,2 --repeats 20 --acc-dtypes float32 --no-fork-full --json "$out/streaming512_fp32.json" ;;
   streaming512_cap80) step streaming512_cap80 400 $STREAM $S512 --classes 117 --sw-batch-size 2 --repeats 3 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80.json" ;;
+  streaming512_masks) step streaming512_masks 540 python3 tests/benchmarks/vista3d_streaming.py --device cuda --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32,float16 --repeats 2 --no-fork-full --per-class --json "$out/streaming512_masks.json" ;;
   streaming512_cap80_acc) step streaming512_cap80_acc 400 $STREAM $S512 --classes 117 --sw-batch-size 2 --repeats 1 --acc-dtypes float32,float16 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80_acc.json" ;;
   forward_batch) step forward_batch 90 python3 tests/benchmarks/vista3d_forward_batch.py --device cuda --sw-batch-sizes 1,2,4,8,14 --profile 1,4 --json "$out/forward_batch.json" ;;
   batch_1gpu) step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json" ;;

@@ -31,6 +31,7 @@ Three parts, each optional:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -44,7 +45,14 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from vista3d_everything import build_net, everything_labels, label_map  # noqa: E402
 
+from monai.networks.kernels import dispatch  # noqa: E402
+from monai.networks.kernels.conv3d import FUSED_LAUNCHES  # noqa: E402
+from monai.networks.kernels.dispatch import FusedConfig  # noqa: E402
 from monai.networks.nets import vista3d_fused  # noqa: E402
+
+# the fused path's configuration of this run (--graph-max-windows, --cudnn-benchmark); the variants of --triton-conv
+# change its convolution fields
+BASE = FusedConfig()
 
 
 def bench(fn, cuda: bool, repeats: int = 10) -> float:
@@ -256,24 +264,34 @@ def clear_of_ties(logits: torch.Tensor, margin: float) -> torch.Tensor:
     return ((top[0] - top[1]) > margin) & (top[0].abs() > margin / 2)
 
 
-def conv_tables() -> dict[str, tuple[dict, bool]]:
-    """Named choices of which convolutions the fused forward runs through the Triton kernel (``--triton-conv``):
-    ``(TRITON_CONV table, RESIDENT_CONV)``; only ``default`` runs the 48-channel convolutions without a residual
-    through the resident-weight Gluon kernel (where the GPU runs it), ``noresident`` is the default without it."""
+def conv_tables() -> dict[str, dict]:
+    """Named choices of which convolutions the fused forward runs through the Triton kernel (``--triton-conv``): the
+    :py:class:`FusedConfig` fields ``triton_launches`` and ``resident_conv`` of each; only ``default`` runs the
+    48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
+    the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
+    resident kernel's patch loads."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
-    default = dict(vista3d_fused.TRITON_CONV)
+    default = dict(FUSED_LAUNCHES)
     return {
-        "default": (default, True),
-        "noresident": (default, False),
-        "cudnn": ({}, False),
-        "64s+128s": ({64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}, False),
-        "64s2+128s": ({64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
-        "64s2w8+128s": ({64: L(8, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
-        "64s2x16+128s": ({64: L(16, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}, False),
-        "64s4+128s": ({64: L(8, 16, 8, 3, 4, True), 128: L(16, 16, 8, 3, 1, True)}, False),
-        "64s2w8+128s2": ({64: L(8, 16, 8, 3, 2, True), 128: L(8, 16, 8, 3, 2, True)}, False),
+        "default": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv),
+        "patches": dict(triton_launches=default, resident_conv="patches"),
+        "noresident": dict(triton_launches=default, resident_conv="off"),
+        "cudnn": dict(triton_launches={}, resident_conv="off"),
+        "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),
+        "64s2+128s": dict(triton_launches={64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}),
+        "64s2w8+128s": dict(triton_launches={64: L(8, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}),
+        "64s2x16+128s": dict(triton_launches={64: L(16, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}),
+        "64s4+128s": dict(triton_launches={64: L(8, 16, 8, 3, 4, True), 128: L(16, 16, 8, 3, 1, True)}),
+        "64s2w8+128s2": dict(triton_launches={64: L(8, 16, 8, 3, 2, True), 128: L(8, 16, 8, 3, 2, True)}),
     }
+
+
+def variant(name: str, cuda: bool) -> FusedConfig:
+    """The run's configuration with the convolutions of ``--triton-conv`` choice ``name`` (the PyTorch reference
+    kernels off the GPU); the experimental tables leave the 48-channel convolutions to the Triton kernel."""
+    fields = {"resident_conv": "off", **conv_tables()[name]}
+    return dataclasses.replace(BASE, kernels="triton" if cuda else "torch", **fields)
 
 
 def forward(
@@ -282,8 +300,6 @@ def forward(
     """The module path against the fused path, for each of ``tables`` (names from :py:func:`conv_tables`); the
     first fused variant is the row's "fused"."""
     cuda = dev.type == "cuda"
-    choices = conv_tables()
-    default_table, default_resident = dict(vista3d_fused.TRITON_CONV), vista3d_fused.RESIDENT_CONV
     net = build_net(not cuda, dev)
     labels = torch.tensor(everything_labels()[:n_classes])
     cv = labels.view(-1, 1).to(dev)
@@ -298,11 +314,7 @@ def forward(
         row = {"sw_batch_size": bs}
         outputs, maps, clear = {}, {}, {}
         for path in ["modules"] + [f"fused[{t}]" for t in tables]:
-            if path != "modules":
-                table, vista3d_fused.RESIDENT_CONV = choices[path[6:-1]]
-                vista3d_fused.TRITON_CONV.clear()
-                vista3d_fused.TRITON_CONV.update(table)
-            net.fuse(path != "modules", kernels="triton" if cuda else "torch")  # fuse() again: new graphs
+            net.fuse(False if path == "modules" else variant(path[6:-1], cuda))  # fuse() again: new graphs
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
@@ -383,9 +395,6 @@ def forward(
         rows.append(row)
         del outputs, a, b, x
     net.fuse(False)
-    vista3d_fused.TRITON_CONV.clear()
-    vista3d_fused.TRITON_CONV.update(default_table)
-    vista3d_fused.RESIDENT_CONV = default_resident
     return rows
 
 
@@ -404,7 +413,7 @@ _KINDS = [  # the first kind whose keys a kernel's name contains
 
 def fused_forward(dev: torch.device, bs: int, roi: int, n_classes: int) -> Callable[[], torch.Tensor]:
     """One fp16 fused forward of ``bs`` random ``roi``-cubed windows of a random ``vista3d132``, as a callable."""
-    net = build_net(False, dev).fuse()
+    net = build_net(False, dev).fuse(BASE)
     cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
     x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
 
@@ -460,9 +469,7 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
     from torch.profiler import profile as torch_profile
 
     run = fused_forward(dev, bs, roi, n_classes)
-    import monai.networks.nets.vista3d_fused as fused_module
-
-    real_f = fused_module.F
+    real_f = vista3d_fused.F
 
     class LayoutSpy:  # reports convolutions whose output cuDNN did not leave channels-last
         def __getattr__(self, name):
@@ -480,9 +487,9 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
 
             return spy
 
-    fused_module.F = LayoutSpy()
+    vista3d_fused.F = dispatch.F = LayoutSpy()  # the pointwise and transposed ones, and the 3x3x3 ones on cuDNN
     run()
-    fused_module.F = real_f
+    vista3d_fused.F = dispatch.F = real_f
     torch.cuda.synchronize()
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         run()
@@ -530,11 +537,12 @@ def main(argv=None) -> int:
     p.add_argument(
         "--triton-conv",
         default="default",
-        help="comma-separated choices of Triton convolutions for the fused forward (default, noresident, cudnn, "
+        help="comma-separated choices of convolutions for the fused forward (default, patches, noresident, cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
-        "16x16 voxels; only default runs the 48-channel convolutions without a residual through the resident-weight "
-        "Gluon kernel, noresident is default without it)",
+        "16x16 voxels; default and patches run the 48-channel convolutions through the resident-weight Gluon "
+        "kernel (default: slab loads where the installed Triton builds them; patches: patch loads), noresident is "
+        "default without it)",
     )
     p.add_argument("--roi", type=int, default=None)
     p.add_argument("--classes", type=int, default=117)
@@ -545,7 +553,13 @@ def main(argv=None) -> int:
         default=None,
         help="write the allocator's history of one fused forward (the largest --sw-batch-sizes) to this pickle",
     )
-    p.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN time its algorithms (cudnn.benchmark)")
+    p.add_argument(
+        "--cudnn-benchmark",
+        action="store_true",
+        help="let cuDNN time its algorithms (cudnn.benchmark) for the module path too (the fused path's own "
+        "first-call autotuning is on by default; --no-fused-autotune turns it off)",
+    )
+    p.add_argument("--no-fused-autotune", action="store_true", help="FusedConfig(cudnn_autotune=False)")
     p.add_argument(
         "--graph-max-windows", type=int, default=None, help="replay CUDA graphs up to this window batch (default: 4)"
     )
@@ -554,10 +568,11 @@ def main(argv=None) -> int:
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
     torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    global BASE
+    BASE = dataclasses.replace(BASE, cudnn_autotune=not a.no_fused_autotune)
     if a.graph_max_windows is not None:
-        from monai.networks.nets import vista3d_fused
-
-        vista3d_fused.GRAPH_MAX_WINDOWS = a.graph_max_windows
+        BASE = dataclasses.replace(BASE, graph_max_windows=a.graph_max_windows)
+    print(f"fused path: {BASE}", flush=True)
     roi = a.roi or (128 if cuda else 32)
     out: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(dev) if cuda else "cpu"}
     if a.kernels:

@@ -14,9 +14,13 @@ For each volume and class set: ``sliding_window_label_inference`` (this fork, st
 ``SlidingWindowInfererAdapt`` + post-transform (full logits) and, with ``--upstream PATH``, upstream's
 ``SlidingWindowInfererAdapt`` + post-transform in a separate process. Reports median latency, p90/p50 and
 max/min over ``--repeats`` runs after a warm-up, peak GPU memory, and label agreement with upstream.
+``--per-class`` adds each streamed variant with one bit-packed mask per class as well (``return_masks``), and
+prints its peak memory and time against the label map alone (issue 26: within 1.5x the peak).
 
     python tests/benchmarks/vista3d_streaming.py --device cuda --upstream /tmp/up
     python tests/benchmarks/vista3d_streaming.py          # CPU: a tiny network, small volumes
+    python tests/benchmarks/vista3d_streaming.py --device cuda --fuse --sizes 512x512x512 --classes 117 \
+        --sw-batch-size 2 --acc-dtypes float16 --repeats 3 --no-fork-full --per-class
 """
 
 from __future__ import annotations
@@ -90,6 +94,17 @@ def worker(a) -> dict:
                                 label_ids=ids, **kw)[0, 0]
 
                     variants.append((f"fork streamed, {acc} acc, bs {bs}", streamed, a.repeats))
+                    if a.per_class:
+
+                        def with_masks(acc_dt=acc_dt, bs=bs):
+                            with torch.no_grad(), torch.autocast(**amp):
+                                labels, masks = sliding_window_label_inference(
+                                    image.to(acc_dt), (a.roi,) * 3, bs, net, overlap=0.25, with_coord=True,
+                                    label_ids=ids, return_masks=True, **kw)
+                            assert masks.shape[1] == -(-ncls // 8)
+                            return labels[0, 0]
+
+                        variants.append((f"fork streamed+masks, {acc} acc, bs {bs}", with_masks, a.repeats))
             inferer = SlidingWindowInfererAdapt(roi_size=(a.roi,) * 3, sw_batch_size=a.full_sw_batch_size,
                                                 overlap=0.25, with_coord=True)
 
@@ -134,6 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true")
     p.add_argument("--memory-cap-gib", type=float, default=None,
                    help="limit each process's CUDA allocator to this many GiB (emulates a smaller GPU)")
+    p.add_argument("--per-class", action="store_true",
+                   help="also run each streamed variant with per-class masks (return_masks) and compare its peak")
     p.add_argument("--held-tiles", action="store_true",
                    help="only print the most tile voxels the streamed path holds at once for --sizes and --roi")
     p.add_argument("--upstream", default=None)
@@ -195,6 +212,15 @@ def main(argv=None) -> int:
             r = dict(r, label_agreement=agree, speedup_vs_upstream=ratio)
             table.append(r)
             print(f"{r['variant']:38s} {r['key']:18s} {r['median_s']:9.3f} {r['p90_over_p50']:8.3f} {r['max_over_min']:8.3f} {r['peak_gib']:9.2f} {ratio:11.2f} {100 * agree:17.4f}%")
+    plain = {(r["key"], r["variant"]): r for r in table if "error" not in r}
+    for (key, variant), r in plain.items():
+        base = plain.get((key, variant.replace("streamed+masks", "streamed")))
+        if "+masks" in variant and base is not None:
+            ratio = r["peak_gib"] / base["peak_gib"]
+            r.update(peak_over_labels=ratio, time_over_labels=r["median_s"] / base["median_s"])
+            verdict = "within" if ratio <= 1.5 else "OVER" if ratio > 1.5 else "no GPU peak:"
+            print(f"per-class masks {key} ({variant}): peak {r['peak_gib']:.2f} / {base['peak_gib']:.2f} GiB = "
+                  f"{ratio:.2f}x the label map ({verdict} 1.5x), time {r['time_over_labels']:.2f}x")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(table, f, indent=1)

@@ -147,6 +147,23 @@ class TestAutoOnMockedGPU(unittest.TestCase):
         inferer(x, lambda w, extra: self.net(w), torch.zeros(3))
         self.assertEqual(self.calls[0], 1)
 
+    def test_same_size_same_batches(self):
+        # the free memory moves between images (other allocations, the next image prefetched): an image of a size
+        # already seen still gets that size's batches, so no new shape is compiled or autotuned for it
+        inferer = SlidingWindowInfererAdapt(8, "auto", 0.25)
+        small, large = torch.rand(1, 1, 20, 20, 14), torch.rand(1, 1, 20, 20, 20)  # 18 and 27 windows
+        calls = []
+        try:
+            for free, x in ((20, small), (14, large), (30, small), (30, large), (14, small)):
+                FakeCudaMemory.free = free * GB
+                self.calls.clear()
+                inferer(x, self.net)
+                calls.append(list(self.calls))
+        finally:
+            FakeCudaMemory.free = 20 * GB
+        # 20 GB: 12 fit (see above); 14 GB: (14 - 4) / 1.25 = 8 fit, 27 windows in 4 calls
+        self.assertEqual(calls, [[1, 9, 8], [7, 7, 7, 6], [9, 9], [7, 7, 7, 6], [9, 9]])
+
     def test_plenty_of_memory_one_batch(self):
         FakeCudaMemory.free = 200 * GB
         try:

@@ -13,22 +13,25 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 import unittest
 from unittest import mock
 
 import torch
-import torch.nn as nn
 from parameterized import parameterized
 
-from monai.networks.kernels import unavailable_reason
+from monai.networks.kernels import dispatch, unavailable_reason
 from monai.networks.kernels.conv3d_resident import resident_unavailable_reason
-from monai.networks.nets import vista3d132, vista3d_fused
+from monai.networks.kernels.dispatch import FusedConfig
+from monai.networks.nets import vista3d132
 from monai.networks.nets.segresnet_ds import SegResNetDS2
 from tests.networks.tiny_vista3d import build_tiny_vista3d
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 CLASSES = torch.tensor([[1], [5], [7]])
+TORCH = FusedConfig(kernels="torch")  # the PyTorch reference of the kernels: any device
+EAGER = FusedConfig(graph_max_windows=0)  # no CUDA graphs (a capture runs the forward twice)
 
 
 def _logits(net, x, **kw):
@@ -39,8 +42,8 @@ def _logits(net, x, **kw):
 def _conv_spies():
     """Patches that count the fused path's calls of the Triton and of the resident-weight convolution."""
     return (
-        mock.patch.object(vista3d_fused, "conv3x3x3", wraps=vista3d_fused.conv3x3x3),
-        mock.patch.object(vista3d_fused, "conv3x3x3_resident", wraps=vista3d_fused.conv3x3x3_resident),
+        mock.patch.object(dispatch, "conv3x3x3", wraps=dispatch.conv3x3x3),
+        mock.patch.object(dispatch, "conv3x3x3_resident", wraps=dispatch.conv3x3x3_resident),
     )
 
 
@@ -59,7 +62,7 @@ class TestFusedReference(unittest.TestCase):
         net = build_tiny_vista3d(**config).eval()
         x = torch.randn(batch, 1, size, size, size)
         expected = _logits(net, x)
-        self.assertIs(net.fuse(kernels="torch"), net)
+        self.assertIs(net.fuse(TORCH), net)
         self.assertTrue(net.fused)
         out = _logits(net, x)
         self.assertEqual(out.shape, expected.shape)
@@ -72,7 +75,7 @@ class TestFusedReference(unittest.TestCase):
         torch.manual_seed(0)
         net = build_tiny_vista3d().eval()
         keys = list(net.state_dict())
-        net.fuse(kernels="torch")
+        net.fuse(TORCH)
         self.assertEqual(list(net.state_dict()), keys)
         x = torch.randn(1, 1, 16, 16, 16)
         _logits(net, x)  # fills the padded-weight cache
@@ -82,7 +85,7 @@ class TestFusedReference(unittest.TestCase):
         torch.testing.assert_close(_logits(net, x), _logits(other, x), rtol=1e-4, atol=1e-4)
 
     def test_copies_are_unfused(self):
-        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        net = build_tiny_vista3d().eval().fuse(TORCH)
         for other in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
             self.assertFalse(other.fused)
             self.assertTrue(net.fused)
@@ -96,12 +99,12 @@ class TestFusedReference(unittest.TestCase):
         points = dict(point_coords=torch.tensor([[[4, 5, 6]]]), point_labels=torch.tensor([[1]]))
         with torch.no_grad():
             expected = net(x, **points)
-            net.fuse(kernels="torch")
+            net.fuse(TORCH)
             self.assertTrue(torch.equal(net(x, **points), expected))
 
     def test_autograd_falls_back_with_one_log_line(self):
         torch.manual_seed(0)
-        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        net = build_tiny_vista3d().eval().fuse(TORCH)
         x = torch.randn(1, 1, 16, 16, 16)
         with self.assertLogs("monai.networks.nets.vista3d", level="WARNING") as logs:
             out = net(x, class_vector=CLASSES, transpose=True)
@@ -123,13 +126,31 @@ class TestFusedReference(unittest.TestCase):
         with self.assertRaisesRegex(NotImplementedError, "resolution"):
             net.fuse()
         with self.assertRaisesRegex(ValueError, "kernels must be one of"):
-            build_tiny_vista3d().fuse(kernels="cuda")
+            build_tiny_vista3d().fuse(FusedConfig(kernels="cuda"))
+        with self.assertRaisesRegex(TypeError, "config must be a FusedConfig, got dict"):
+            build_tiny_vista3d().fuse({"kernels": "torch"})
 
-    @parameterized.expand([(True, False), (False, False), (False, True)])
-    def test_cudnn_benchmark_scoped(self, switch, caller_setting):
-        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+    def test_config_is_resolved_once(self):
+        net = build_tiny_vista3d().eval()
+        self.assertIsNone(net.fused_config)
+        self.assertEqual(net.fuse().fused_config, FusedConfig())  # no argument: the installed Triton's defaults
+        self.assertIs(net.fuse(True).fused_config.kernels, "triton")
+        self.assertIs(net.fuse(TORCH).fused_config, TORCH)
+        # slab loads asked of a Triton outside the measured table are refused when fusing, not at the first forward
+        with mock.patch.object(dispatch, "slab_loads_supported", return_value=False):
+            with self.assertRaisesRegex(ValueError, "resident_conv='slabs' needs a Triton"):
+                net.fuse(FusedConfig(resident_conv="slabs"))
+            reference = FusedConfig(kernels="torch", resident_conv="slabs")  # builds no Gluon kernel
+            self.assertIs(net.fuse(reference).fused_config, reference)
+        self.assertIsNone(net.fuse(False).fused_config)
+
+    @parameterized.expand([(True, False), (False, False), (False, True), (True, True)])
+    def test_cudnn_autotune_first_call_only(self, autotune, caller_setting):
+        # cuDNN times its algorithms on the first call of each input shape only (its plans stay cached per shape);
+        # every other call, and the caller after each call, see the caller's own setting
+        net = build_tiny_vista3d().eval().fuse(dataclasses.replace(TORCH, cudnn_autotune=autotune))
         seen = []
-        real_conv3d = vista3d_fused.F.conv3d
+        real_conv3d = torch.nn.functional.conv3d
 
         def spy(*args, **kwargs):
             seen.append(torch.backends.cudnn.benchmark)
@@ -138,32 +159,18 @@ class TestFusedReference(unittest.TestCase):
         before = torch.backends.cudnn.benchmark
         try:
             torch.backends.cudnn.benchmark = caller_setting
-            with mock.patch.object(vista3d_fused, "CUDNN_BENCHMARK", switch), mock.patch.object(
-                vista3d_fused.F, "conv3d", spy
-            ):
-                _logits(net, torch.randn(1, 1, 32, 32, 32))
-            self.assertTrue(seen)
-            self.assertEqual(set(seen), {switch or caller_setting})  # on inside the forward when switched on
-            self.assertEqual(torch.backends.cudnn.benchmark, caller_setting)  # the caller's setting after it
+            with mock.patch.object(torch.nn.functional, "conv3d", spy):
+                for size, first in ((32, True), (32, False), (16, True), (32, False)):
+                    seen.clear()
+                    _logits(net, torch.randn(1, 1, size, size, size))
+                    self.assertTrue(seen)
+                    self.assertEqual(set(seen), {(autotune and first) or caller_setting}, f"{size}^3, first {first}")
+                    self.assertEqual(torch.backends.cudnn.benchmark, caller_setting)  # the caller's after each call
         finally:
             torch.backends.cudnn.benchmark = before
 
-    def test_resident_kernel_unavailable_is_logged_once(self):
-        branch = vista3d_fused.FusedClassBranch(build_tiny_vista3d(feature_size=48).eval(), cuda_graphs=False)
-        conv = nn.Conv3d(48, 48, 3, padding=1, bias=False)
-        x = torch.zeros(1, 64, 4, 4, 4, dtype=torch.float16)
-        with mock.patch.object(vista3d_fused, "resident_unavailable_reason", return_value="no such GPU here"):
-            with self.assertLogs(vista3d_fused.logger, "WARNING") as logs:
-                self.assertFalse(branch._resident(conv, x))
-                self.assertFalse(branch._resident(conv, x))
-        self.assertEqual(len(logs.output), 1)
-        self.assertIn("no such GPU here", logs.output[0])
-        with mock.patch.object(vista3d_fused, "resident_unavailable_reason", return_value=None):
-            self.assertTrue(branch._resident(conv, x))
-            self.assertFalse(branch._resident(nn.Conv3d(48, 96, 3, padding=1, bias=False), x))  # 48 -> 48 only
-
     def test_shape_check(self):
-        net = build_tiny_vista3d().eval().fuse(kernels="torch")
+        net = build_tiny_vista3d().eval().fuse(TORCH)
         with self.assertRaisesRegex(ValueError, "divisible"):
             _logits(net, torch.randn(1, 1, 16, 16, 15))
 
@@ -196,7 +203,7 @@ class TestFusedKernels(unittest.TestCase):
         net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
         x = torch.randn(1, 1, 8, 8, 12, device=DEVICE)
         expected = _logits(net, x)
-        net.fuse(cuda_graphs=False)  # a graph capture runs the forward twice
+        net.fuse(EAGER)  # a graph capture runs the forward twice
         triton_spy, gluon_spy = _conv_spies()
         with triton_spy as conv, gluon_spy as gluon:
             out = _logits(net, x.half()).float()
@@ -211,17 +218,22 @@ class TestFusedKernels(unittest.TestCase):
         net = build_tiny_vista3d().eval().to(DEVICE)
         x1, x2 = torch.randn(2, 1, 32, 32, 32, device=DEVICE), torch.randn(2, 1, 32, 32, 32, device=DEVICE)
         with torch.autocast("cuda", dtype=torch.float16):
-            eager1, eager2 = _logits(net.fuse(cuda_graphs=False), x1), _logits(net, x2)
+            eager1, eager2 = _logits(net.fuse(EAGER), x1), _logits(net, x2)
             net.fuse()
             out1 = _logits(net, x1)
             out2 = _logits(net, x2)  # a replay must not overwrite what the first call returned
-            self.assertEqual(len(net._fused.graphs), 1)
+            self.assertEqual(len(net._fused.run), 1)
             torch.testing.assert_close(out1, eager1, rtol=0, atol=0)
             torch.testing.assert_close(out2, eager2, rtol=0, atol=0)
+            # a batch over the configured limit runs eagerly: no graph
+            net.fuse(FusedConfig(graph_max_windows=1))
+            torch.testing.assert_close(_logits(net, x1), eager1, rtol=0, atol=0)
+            self.assertEqual(len(net._fused.run), 0)
+            net.fuse()
             with torch.no_grad():  # changed weights: the graphs are recaptured
                 net.class_head.image_post_mapping[0].layer.conv1.conv.weight.mul_(0.5)
             changed = _logits(net, x1)
-            net.fuse(cuda_graphs=False)
+            net.fuse(EAGER)
             torch.testing.assert_close(changed, _logits(net, x1), rtol=0, atol=0)
         self.assertGreater((changed - out1).abs().max().item(), 0)
 
@@ -254,7 +266,7 @@ class TestFusedResidentConv(unittest.TestCase):
         net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
         x = torch.randn(2, 1, 10, 20, 22, device=DEVICE)
         expected = _logits(net, x)
-        net.fuse(cuda_graphs=False)
+        net.fuse(EAGER)
         triton_spy, gluon_spy = _conv_spies()
         with triton_spy as conv, gluon_spy as gluon:
             out = _logits(net, x.half()).float()
@@ -265,11 +277,17 @@ class TestFusedResidentConv(unittest.TestCase):
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
         # the same forward with the Triton kernel in its place
-        with mock.patch.object(vista3d_fused, "RESIDENT_CONV", False):
-            with mock.patch.object(vista3d_fused, "conv3x3x3_resident") as gluon:
-                triton_out = _logits(net, x.half()).float()
-            gluon.assert_not_called()
+        net.fuse(dataclasses.replace(EAGER, resident_conv="off"))
+        with mock.patch.object(dispatch, "conv3x3x3_resident") as gluon:
+            triton_out = _logits(net, x.half()).float()
+        gluon.assert_not_called()
         self.assertLess(((out - triton_out).norm() / triton_out.norm()).item(), 5e-3)
+        # where this Triton builds the slab loads (the default then), the patch loads give the same logits up to
+        # the order of the fp32 sums
+        if EAGER.resident_conv == "slabs":
+            net.fuse(dataclasses.replace(EAGER, resident_conv="patches"))
+            patches_out = _logits(net, x.half()).float()
+            self.assertLess(((out - patches_out).norm() / out.norm()).item(), 1e-3)
         # replayed as a CUDA graph: the same logits as the eager forward
         net.fuse()
         torch.testing.assert_close(_logits(net, x.half()).float(), out, rtol=0, atol=0)

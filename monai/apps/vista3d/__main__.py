@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
                           "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
                           "with and without --no-streaming; see monai.inferers.batch_size)")
+    seg.add_argument("--per-class", action="store_true",
+                     help="also write one uint8 mask per requested class, OUTPUT/<name>/<class name>.nii.gz (names "
+                          "of --list-classes, spaces as underscores), each class thresholded on its own, so "
+                          "structures that overlap (a vessel inside the liver) are all kept")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")
@@ -358,6 +362,11 @@ def _segment(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48)
     device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
+    if args.per_class and not prompt.label_ids:
+        raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
+                          "liver")
+    if args.per_class and output is not None:
+        raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank_tag = f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
     kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
@@ -382,7 +391,7 @@ def _segment(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     result = run_batch(
         items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
-        device=device, pipeline_kwargs={**kwargs, "classes": prompt}, on_image=report,
+        device=device, pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class}, on_image=report,
         nonfinite="error" if args.strict else "air", part=part,
     )
     if result.summary_path is not None:  # rank 0 speaks for every rank

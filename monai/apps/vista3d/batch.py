@@ -54,7 +54,16 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
-from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_name_lengths, check_output, output_path, save_label_map
+from .io import (
+    DEFAULT_OUTPUT_DTYPE,
+    ImageGeometry,
+    check_name_lengths,
+    check_output,
+    class_mask_paths,
+    output_path,
+    save_class_masks,
+    save_label_map,
+)
 from .parts import (
     OutputClaims,
     OutputTaken,
@@ -499,7 +508,7 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
     """What a ``segment_fn`` returned, as ``(labels, {"windows", "sw_batch_size", "stages"})``."""
     if isinstance(result, SegmentationResult):
         return result.labels, {"windows": result.windows, "sw_batch_size": result.sw_batch_size,
-                               "stages": result.timings}
+                               "stages": result.timings, "masks": result.masks}
     if isinstance(result, tuple):
         labels, info = result
         info = dict(info or {})
@@ -525,10 +534,14 @@ def _remove_empty(folders: list[Path]) -> None:
             return
 
 
-def _timed_save(*args: Any, **kwargs: Any) -> tuple[Path, float]:
+def _timed_save(labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any) -> tuple[Path, float]:
+    """Save one image's results on the saver's thread: its class masks first (when asked for), the label map last,
+    so that an image whose label map exists has every file."""
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
     with timer.stage("save"):
-        path = save_label_map(*args, **kwargs)
+        if masks is not None:
+            save_class_masks(masks, geometry, Path(path).parent)
+        path = save_label_map(labels, geometry, path, **kwargs)
     return Path(path), timer.timings["save"]
 
 
@@ -754,6 +767,7 @@ def run_batch(
     device = _batch_device(device, pipeline_kwargs)
     if output_dtype is not None and segment_fn is None:
         pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
+    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
     summary = Path(summary_path) if summary_path is not None else summary_path_for(output_dir, outs)
     if part is not None:
         try:
@@ -764,7 +778,7 @@ def run_batch(
     check_summary_path(summary)
     run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
     began = time.time()  # the clock of file times: outputs written since are another process's
-    claims = OutputClaims(overwrite, began)
+    claims = OutputClaims(began)
     with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
@@ -784,12 +798,14 @@ def run_batch(
             rec = {"index": i, "image": str(paths[i]), "output": str(outs[i]), "rank": rank, "voxels": sizes[i],
                    "status": None, "error": None, "seconds": 0.0, "windows": None}
             records[i] = rec
+            files = [outs[i], *(class_mask_paths(outs[i].parent, mask_ids).values() if mask_ids else ())]
             try:
-                check_output(paths[i], outs[i], overwrite=True)
+                for f in files:
+                    check_output(paths[i], f, overwrite=True)
             except Vista3DInputError as e:
                 rec["status"], rec["error"] = "failed", _reason(e, paths[i])
             else:
-                if not overwrite and outs[i].exists():
+                if not overwrite and all(f.exists() for f in files):
                     rec["status"] = "skipped"
                     claims.sweep(outs[i])  # a lock file left by a writer killed after its save
                 else:
@@ -833,6 +849,20 @@ def _write_summary(path: Path, result: BatchResult) -> Path:
         if held is not None:
             held.release()
     return path
+
+
+def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
+    """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
+    if segment_fn is None and (pipeline_kwargs or {}).get("per_class"):
+        kwargs = pipeline_kwargs or {}
+        classes = kwargs.get("classes", "everything")
+        prompt = classes if isinstance(classes, Prompt) else parse_prompt(
+            classes, kwargs.get("points"), kwargs.get("point_labels"))
+        return list(prompt.label_ids or [])
+    pipe = getattr(segment_fn, "pipeline", None)
+    if pipe is not None and getattr(pipe, "per_class", False):
+        return list(segment_fn.prompt.label_ids or [])  # type: ignore[union-attr]
+    return None
 
 
 def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Path]) -> Path:
@@ -988,7 +1018,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                     rec["stages"] = {"load": rec["load_seconds"],
                                      **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
                     created = _missing_folders(outs[i].parent)
-                    fut = saver.submit(labels, geom, outs[i])
+                    fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
                 except Exception as e:
                     rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
                     finish(i, [], None, e)

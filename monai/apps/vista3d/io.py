@@ -12,8 +12,9 @@
 
 ``load_image`` reads a ``.nii`` / ``.nii.gz`` file into a float32 tensor ``[1, X, Y, Z]`` and an
 :class:`ImageGeometry`; ``save_label_map`` writes a label map back on the input's grid, with the input's
-affine and header, atomically. Both validate their input and raise :class:`Vista3DInputError` (or its
-subclass :class:`Vista3DOutputError`) with a message that says what is wrong and how to fix it.
+affine and header, atomically; ``save_class_masks`` writes one uint8 mask per class the same way, as a set.
+They validate their input and raise :class:`Vista3DInputError` (or its subclass :class:`Vista3DOutputError`)
+with a message that says what is wrong and how to fix it.
 
 Speed: the voxels are read into a buffer of the right size and cast once to float32 (nibabel's ``get_fdata``
 goes through a float64 copy) or moved in their stored type onto the GPU, slab by slab while the file inflates
@@ -32,6 +33,7 @@ import pathlib
 import tempfile
 import warnings
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,12 +43,17 @@ import torch
 
 from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
+from .labels import label_name
 from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
 
 __all__ = [
     "ImageGeometry",
     "load_image",
     "save_label_map",
+    "save_class_masks",
+    "class_file_name",
+    "class_mask_dir",
+    "class_mask_paths",
     "DEFAULT_COMPRESSLEVEL",
     "DEFAULT_OUTPUT_DTYPE",
     "available_cores",
@@ -395,6 +402,16 @@ def save_label_map(
         Vista3DOutputError: the output is the input file, or its folder cannot be created or written.
     """
     p = pathlib.Path(path)
+    out_dtype, level = _check_save(p, geometry, dtype, compresslevel)
+    threads = available_cores() if threads is None else max(1, int(threads))
+    _commit([(_write_part(labels, geometry, p, out_dtype, level, threads), p)])
+    return p
+
+
+def _check_save(
+    p: pathlib.Path, geometry: ImageGeometry, dtype: str, compresslevel: int | None
+) -> tuple[np.dtype, int]:
+    """Check a save's target and settings before any work: ``(little-endian output dtype, gzip level)``."""
     name = p.name
     if not (name.endswith(".nii") or name.endswith(".nii.gz")):
         raise Vista3DInputError(f"{p}: output must end with .nii or .nii.gz.")
@@ -405,11 +422,20 @@ def save_label_map(
     level = DEFAULT_COMPRESSLEVEL if compresslevel is None else int(compresslevel)
     if not 0 <= level <= 9:
         raise Vista3DInputError(f"compresslevel {compresslevel} out of range; use 0 (none) to 9 (smallest).")
-    out_dtype = np.dtype(dtype).newbyteorder("<")
+    return np.dtype(dtype).newbyteorder("<"), level
+
+
+def _write_part(
+    labels: Any, geometry: ImageGeometry, p: pathlib.Path, out_dtype: np.dtype, level: int, threads: int
+) -> str:
+    """Write ``labels`` complete and flushed to disk under a temporary name beside ``p``; return that name.
+
+    Nothing is left behind on failure. The caller renames the file to ``p`` (:func:`_commit`).
+    """
+    name = p.name
     arr, check = _label_source(labels, geometry, out_dtype)
     hdr = _output_header(geometry, arr.shape, out_dtype)
     head = _header_bytes(hdr)
-    threads = available_cores() if threads is None else max(1, int(threads))
     nx, ny, nz = arr.shape
     slice_bytes = max(1, nx * ny * out_dtype.itemsize)
     # big slabs amortise the tile loop; at least two per thread so that every core has work
@@ -439,25 +465,43 @@ def save_label_map(
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
-        os.replace(tmp, p)
     except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _unlink_quietly([tmp])
         if isinstance(e, OSError):
             msg = f"{p}: writing failed ({e.strerror or e}); nothing was left under this name."
             raise Vista3DOutputError(msg) from e
         raise
-    try:  # make the rename itself durable; not possible on every platform
-        dfd = os.open(parent, os.O_RDONLY)
+    return tmp
+
+
+def _unlink_quietly(paths: list[str]) -> None:
+    for path in paths:
         try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-    return p
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def _commit(parts: list[tuple[str, pathlib.Path]]) -> None:
+    """Rename written temporary files to their names; on failure remove the temporary files not yet renamed."""
+    for k, (tmp, p) in enumerate(parts):
+        try:
+            os.replace(tmp, p)
+        except BaseException as e:
+            _unlink_quietly([t for t, _ in parts[k:]])
+            if isinstance(e, OSError):
+                msg = f"{p}: writing failed ({e.strerror or e}); nothing was left under this name."
+                raise Vista3DOutputError(msg) from e
+            raise
+    for parent in dict.fromkeys(p.parent for _, p in parts):
+        try:  # make the renames themselves durable; not possible on every platform
+            dfd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
 
 
 def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:
@@ -525,3 +569,84 @@ def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) ->
 
 #: what the temporary name of an atomic write adds to the output's name: "." + ".xxxxxxxx" + ".part"
 _TMP_EXTRA = 1 + 9 + 5
+
+
+# ------------------------------------------------------------------------------------------ per-class masks
+
+
+def class_file_name(label_id: int) -> str:
+    """File name of a class's mask: its name in the label list, spaces as underscores (``left_kidney.nii.gz``).
+
+    Ids without a name get ``label_<id>.nii.gz``.
+    """
+    return f"{label_name(label_id).replace(' ', '_')}.nii.gz"
+
+
+def class_mask_dir(image: str | os.PathLike, output_dir: str | os.PathLike) -> pathlib.Path:
+    """The folder of an image's per-class masks, ``output_dir/<name>`` for ``<name>.nii[.gz]``.
+
+    The folder of the label map of :func:`output_path`, so an image's results stay together.
+    """
+    return output_path(image, output_dir).parent
+
+
+def class_mask_paths(folder: str | os.PathLike, label_ids: Any) -> dict[int, pathlib.Path]:
+    """Label id -> ``folder/<class name>.nii.gz``, the files :func:`save_class_masks` writes into ``folder``.
+
+    ``folder`` is :func:`class_mask_dir` of the image (the label map's folder). An image is done when every one of
+    these files exists: the set is renamed into place only once all of them have been written.
+    """
+    folder = pathlib.Path(folder)
+    return {int(i): folder / class_file_name(int(i)) for i in label_ids}
+
+
+def save_class_masks(
+    masks: Mapping[int, Any],
+    geometry: ImageGeometry,
+    folder: str | os.PathLike,
+    compresslevel: int | None = None,
+    *,
+    threads: int | None = None,
+) -> dict[int, pathlib.Path]:
+    """Write one uint8 mask per class, ``folder/<class name>.nii.gz``, as a complete set or not at all.
+
+    Each file is written like :func:`save_label_map` (the input's grid, affine and header; slabs cast and
+    compressed on ``threads`` threads; a mask on a GPU laid out there). Every file is first written in full to a
+    temporary name in ``folder`` and flushed to disk; only when all are written are they renamed to their names,
+    so a failure while writing leaves none of them (and the previous set, if any, untouched). Masks of classes not
+    in ``masks`` that a previous run left in ``folder`` stay.
+
+    Args:
+        masks: label id -> ``[X, Y, Z]`` (or ``[1, X, Y, Z]``) bool or 0/1 tensor (any device) or array on the
+            input grid, e.g. :class:`~.postprocess.ClassMasks`; unpacked one class at a time.
+        geometry: the input's geometry from :func:`load_image`.
+        folder: where the masks go (:func:`class_mask_dir`); created when missing.
+        compresslevel: gzip level 0-9 (``None``: :data:`DEFAULT_COMPRESSLEVEL`).
+        threads: compression threads per file (``None``: one per available core).
+
+    Returns:
+        label id -> the path written, in the order of ``masks``.
+
+    Raises:
+        Vista3DInputError: no masks, a mask off the input grid or with values outside uint8.
+        Vista3DOutputError: a file would be the input file, or the folder cannot be created or written.
+    """
+    if len(masks) == 0:
+        raise Vista3DInputError("no class masks to save: give at least one class (a class prompt, not points only).")
+    paths = class_mask_paths(folder, masks)
+    out_dtype, level = [_check_save(p, geometry, "uint8", compresslevel) for p in paths.values()][0]
+    threads = available_cores() if threads is None else max(1, int(threads))
+    written: list[tuple[str, pathlib.Path]] = []
+    try:
+        for label_id, p in paths.items():
+            try:
+                written.append((_write_part(masks[label_id], geometry, p, out_dtype, level, threads), p))
+            except Vista3DInputError as e:
+                if isinstance(e, Vista3DOutputError):
+                    raise
+                raise type(e)(f"mask of class {label_id} ({label_name(label_id)}): {e}") from None
+    except BaseException:
+        _unlink_quietly([tmp for tmp, _ in written])
+        raise
+    _commit(written)
+    return paths

@@ -296,20 +296,26 @@ class OutputClaims:
     """One process's claims on the outputs it writes: taken before an image is read, released once its file is
     written (or it failed). Taking a claim removes the temporary files a killed writer of that output left.
 
+    An output written since the run was planned is skipped once claimed: it exists and did not at the plan, or
+    its file time is at or after ``started`` (an output that the plan redoes, with ``overwrite`` or for a missing
+    class mask, is written over only if older).
+
     Args:
-        overwrite: the run replaces existing outputs; one written after ``started`` (by another process of
-            this run) is still skipped.
         started: when the run was planned (``time.time()``).
     """
 
-    def __init__(self, overwrite: bool = False, started: float = 0.0) -> None:
-        self.overwrite, self.started = overwrite, started
+    def __init__(self, started: float = 0.0) -> None:
+        self.started = started
         self._held: dict[Path, Claim | None] = {}
         self._lock = threading.Lock()
         self.warned = False
 
-    def take(self, output: Path) -> None:
-        """Claim ``output``; raises :class:`OutputTaken` when it is another process's or now exists."""
+    def take(self, output: Path, existed: bool = False) -> None:
+        """Claim ``output`` (which ``existed`` when the run was planned, or not).
+
+        Raises:
+            OutputTaken: ``"busy"``: another live process holds it; ``"skipped"``: written since the plan.
+        """
         try:
             held = claim(output)
         except OSError as e:
@@ -332,7 +338,7 @@ class OutputClaims:
             written = output.stat().st_mtime
         except FileNotFoundError:
             return
-        if not self.overwrite or written >= self.started:
+        if not existed or written >= self.started:
             self.release(output)
             raise OutputTaken("skipped", "written by another process since this run started")
 
@@ -363,11 +369,12 @@ class OutputClaims:
             self.release(output)
 
     def claiming(self, load: Callable[..., Any], outputs: Sequence[Path]) -> Callable[..., Any]:
-        """``load`` that first claims the next of ``outputs``: the i-th call is for the i-th output."""
-        upcoming = iter(outputs)
+        """``load`` that first claims the next of ``outputs``: the i-th call is for the i-th output. Call it at the
+        plan: the outputs that exist now are those the plan redoes."""
+        upcoming = iter([(out, out.exists()) for out in outputs])
 
         def claimed_load(*args: Any, **kwargs: Any) -> Any:
-            self.take(next(upcoming))
+            self.take(*next(upcoming))
             return load(*args, **kwargs)
 
         return claimed_load

@@ -16,6 +16,11 @@ crop, HU scaling, RAS) -> infer (sliding-window VISTA3D, or the point-window inf
 :class:`SegmentationResult`; the pipeline itself keeps no per-image state. Many files go through
 :func:`monai.apps.vista3d.batch.run_batch`.
 
+With ``per_class=True`` a class prompt also gives one mask per class (``result.masks``, a
+:class:`~.postprocess.ClassMasks`: label id -> ``[X, Y, Z]`` bool on the input grid), each class thresholded on its
+own, so structures that overlap (a vessel inside an organ) are all kept; ``segment_file`` writes them as
+``<output_dir>/<name>/<class name>.nii.gz`` beside the label map.
+
 Example::
 
     from monai.apps.vista3d.pipeline import Vista3DPipeline
@@ -23,6 +28,9 @@ Example::
     pipe = Vista3DPipeline(weights="model.pt", device="cuda")
     result = pipe.segment_file("ct.nii.gz", "out", classes="liver,spleen")
     print(result.output, result.timings)
+
+    masks = pipe.replace(per_class=True).segment("ct.nii.gz", classes="liver,hepatic vessel").masks
+    vessel_in_liver = masks[25] & masks[1]
 """
 
 from __future__ import annotations
@@ -44,9 +52,19 @@ from monai.utils.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
-from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, check_output, load_image, output_path, save_label_map
+from .io import (
+    DEFAULT_OUTPUT_DTYPE,
+    ImageGeometry,
+    check_output,
+    class_mask_dir,
+    class_mask_paths,
+    load_image,
+    output_path,
+    save_class_masks,
+    save_label_map,
+)
 from .labels import bundle_config, special_point_labels
-from .postprocess import logits_to_labels
+from .postprocess import ClassMasks, logits_to_labels, logits_to_masks
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
 from .progress import WindowProgress
 from .prompts import ClassSpec, Prompt, parse_prompt
@@ -126,6 +144,9 @@ class SegmentationResult:
         sw_batch_size: windows per network call (the largest batch; what ``"auto"`` chose).
         record: the preprocessing record (grids of each stage, what inverting needs).
         output: the file written, when the result was saved.
+        masks: with ``per_class``, one mask per prompted class on the input grid (label id -> ``[X, Y, Z]``
+            bool, see :class:`~.postprocess.ClassMasks`); None otherwise.
+        mask_outputs: label id -> the mask file written, when the masks were saved.
     """
 
     labels: torch.Tensor
@@ -134,6 +155,8 @@ class SegmentationResult:
     sw_batch_size: int
     record: PreprocessRecord
     output: Path | None = None
+    masks: ClassMasks | None = None
+    mask_outputs: dict[int, Path] | None = None
 
 
 class _CountingPredictor:
@@ -252,6 +275,10 @@ class Vista3DPipeline:
             kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
         nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
             or ``"error"`` (refused).
+        per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
+            them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
+            path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
+            prompt (with points: the clicked object's class).
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
@@ -275,6 +302,7 @@ class Vista3DPipeline:
         streaming: bool = True,
         fuse: bool = True,
         nonfinite: str = "air",
+        per_class: bool = False,
     ) -> None:
         self.device = resolve_device(device)
         self.random_weights = False
@@ -300,7 +328,7 @@ class Vista3DPipeline:
         self._roi_multiple = ROI_MULTIPLE if isinstance(network, VISTA3D) else 1
         self._configure(
             roi_size=roi_size, overlap=overlap, sw_batch_size=sw_batch_size, amp=amp, progress=progress,
-            timing=timing, output_dtype=output_dtype, streaming=streaming, nonfinite=nonfinite,
+            timing=timing, output_dtype=output_dtype, streaming=streaming, nonfinite=nonfinite, per_class=per_class,
         )
 
     def _configure(self, **options: Any) -> None:
@@ -316,6 +344,8 @@ class Vista3DPipeline:
                 if int(value) < 1:
                     raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
                 value = int(value)
+            elif key == "per_class":
+                value = bool(value)
             elif key == "amp":
                 value = (self.device.type == "cuda") if value is None else bool(value)
             elif key == "output_dtype" and value not in _OUTPUT_DTYPES:
@@ -481,6 +511,27 @@ class Vista3DPipeline:
         Returns:
             ``([X, Y, Z] int16 label map on the pipeline's device, what ran)``.
         """
+        labels, _, run = self._stream(x, label_ids, masks=False)
+        return labels, run
+
+    def infer_labels_and_masks(
+        self, x: torch.Tensor, label_ids: Sequence[int]
+    ) -> tuple[torch.Tensor, ClassMasks, WindowPass]:
+        """:meth:`infer_labels`, and one mask per class on the network grid from the same streamed pass.
+
+        Each finished tile is thresholded class by class (logit > 0) and packed 8 classes a byte, so the masks
+        add ``ceil(C / 8)`` bytes a voxel and equal :meth:`postprocess_masks` of :meth:`infer`'s logits.
+
+        Returns:
+            ``([X, Y, Z] int16 label map, the masks, what ran)``, on the pipeline's device.
+        """
+        labels, packed, run = self._stream(x, label_ids, masks=True)
+        return labels, ClassMasks(packed, list(label_ids)), run
+
+    def _stream(
+        self, x: torch.Tensor, label_ids: Sequence[int], masks: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, WindowPass]:
+        """The streamed pass: ``(labels, packed masks or None, what ran)``."""
         from .streaming import sliding_window_label_inference
 
         cv = self._class_vector(label_ids)
@@ -490,14 +541,15 @@ class Vista3DPipeline:
         predictor.start(WindowProgress(n_win, self.progress, self.progress_label))
         try:
             with torch.no_grad(), self._autocast():
-                labels = sliding_window_label_inference(
+                out = sliding_window_label_inference(
                     inp, self.roi_size, self.sw_batch_size, predictor, overlap=self.overlap, with_coord=True,
-                    label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, transpose=True,
-                    class_vector=cv, prompt_class=cv,
-                )[0, 0]
+                    label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, return_masks=masks,
+                    transpose=True, class_vector=cv, prompt_class=cv,
+                )
         finally:
             run = predictor.finish()
-        return labels.to(device=self.device, dtype=torch.int16), run
+        labels, packed = (out[0], out[1][0].to(self.device)) if masks else (out, None)
+        return labels[0, 0].to(device=self.device, dtype=torch.int16), packed, run
 
     def postprocess(
         self,
@@ -521,13 +573,35 @@ class Vista3DPipeline:
             )
         return logits_to_labels(logits, label_ids).to(self.device)
 
+    def postprocess_masks(self, logits: torch.Tensor, label_ids: Sequence[int]) -> ClassMasks:
+        """Logits -> one mask per class on the network grid, each class thresholded on its own (logit > 0).
+
+        Voxels without a prediction (NaN logits of the point inferer) are in no mask.
+        """
+        return logits_to_masks(logits, list(label_ids)).to(self.device)
+
     def invert(self, labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:
         """Bring the label map back onto the input grid (nearest), like the bundle's ``Invertd``."""
         return invert_labels(labels, record)
 
+    def invert_masks(self, masks: ClassMasks, record: PreprocessRecord) -> ClassMasks:
+        """Bring the masks back onto the input grid exactly as :meth:`invert` does the label map.
+
+        Nearest-neighbour resampling moves whole voxels, so the packed bytes are inverted as they are, 8 classes at
+        a time; outside the foreground crop every mask is 0, as the label map is background there.
+        """
+        return ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
+
     def save(self, labels: torch.Tensor, geometry: ImageGeometry, path: str | os.PathLike) -> Path:
         """Write the label map with the input's affine and header (atomically), as ``output_dtype``."""
         return Path(save_label_map(labels, geometry, path, dtype=self.output_dtype))  # a GPU map is cast there
+
+    def save_masks(
+        self, masks: ClassMasks, geometry: ImageGeometry, folder: str | os.PathLike
+    ) -> dict[int, Path]:
+        """Write one uint8 mask per class, ``folder/<class name>.nii.gz``, as a complete set (see
+        :func:`~.io.save_class_masks`); returns label id -> path."""
+        return save_class_masks(masks, geometry, folder)
 
     def warm_up(self, sw_batch_size: int, label_ids: Sequence[int]) -> None:
         """One network call on a batch of blank windows: backends pick their kernels per input shape."""
@@ -561,9 +635,14 @@ class Vista3DPipeline:
             volume_index: volume of a 4D file.
 
         Returns:
-            the label map on the input grid with the stage timings, windows and preprocessing record.
+            the label map on the input grid with the stage timings, windows and preprocessing record; with
+            ``per_class`` also the masks of the prompted classes on the input grid.
+
+        Raises:
+            PromptError: ``per_class`` with a point prompt that names no class.
         """
         prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        self._check_per_class(prompt)
         timer = StageTimer()
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
@@ -574,19 +653,34 @@ class Vista3DPipeline:
         with timer.stage("preprocess"):
             x, record = self.preprocess(image, affine)
         on_grid = self.prompts(prompt, record)
+        masks = None
         if self.streaming and on_grid["point_coords"] is None:
             with timer.stage("inference"):
-                labels, run = self.infer_labels(x, on_grid["label_ids"])
+                if self.per_class:
+                    labels, masks, run = self.infer_labels_and_masks(x, on_grid["label_ids"])
+                else:
+                    labels, run = self.infer_labels(x, on_grid["label_ids"])
             timer.set("postprocess", 0.0)  # done inside the streamed inference
         else:
             with timer.stage("inference"):
                 logits, run = self.infer(x, **on_grid)
             with timer.stage("postprocess"):
                 labels = self.postprocess(logits, **on_grid)
+                if self.per_class:
+                    masks = self.postprocess_masks(logits, on_grid["label_ids"])
             del logits
         with timer.stage("invert"):
             labels = self.invert(labels, record)
-        return SegmentationResult(labels, {**timer.timings, **run.stages}, run.windows, run.sw_batch_size, record)
+            if masks is not None:
+                masks = self.invert_masks(masks, record)
+        timings = {**timer.timings, **run.stages}
+        return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks)
+
+    def _check_per_class(self, prompt: Prompt) -> None:
+        if self.per_class and not prompt.label_ids:
+            raise PromptError(
+                "per-class masks need classes: give classes= (or 'everything'), or one class with the points"
+            )
 
     def __call__(
         self,
@@ -612,11 +706,14 @@ class Vista3DPipeline:
     ) -> SegmentationResult:
         """Segment one NIfTI file and write ``output_dir/<name>/<name>_trans.nii.gz``.
 
+        With ``per_class`` it also writes one uint8 mask per prompted class, ``output_dir/<name>/<class
+        name>.nii.gz`` (names of the label list, spaces as underscores; see :func:`~.io.class_mask_paths`).
+
         Returns:
-            the result, with ``output`` the file written and ``timings["save"]``.
+            the result, with ``output`` the file written (and ``mask_outputs`` the masks) and ``timings["save"]``.
 
         Raises:
-            OutputPathError: the output would overwrite the input, exists (without ``overwrite``), or cannot
+            OutputPathError: an output would overwrite the input, exists (without ``overwrite``), or cannot
                 be written.
         """
         path = Path(path)
@@ -624,14 +721,21 @@ class Vista3DPipeline:
             raise Vista3DInputError(f"{path}: is a folder, not an image; give a .nii or .nii.gz file.")
         if not path.is_file():
             raise Vista3DInputError(f"{path}: no such file; check the path.")
+        prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        self._check_per_class(prompt)
         out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
         check_output(path, out_path, overwrite)
+        if self.per_class:
+            for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
+                check_output(path, mask_path, overwrite)
         timer = StageTimer()
         with timer.stage("load"):
             image, geometry = self.load(path, volume_index=volume_index)
-        result = self.segment(image, geometry.affine, classes, points, point_labels)
+        result = self.segment(image, geometry.affine, prompt)
         with timer.stage("save"):
             result.output = self.save(result.labels, geometry, out_path)
+            if result.masks is not None:
+                result.mask_outputs = self.save_masks(result.masks, geometry, class_mask_dir(path, output_dir))
         result.timings = {"load": timer.timings["load"], **result.timings, "save": timer.timings["save"]}
         return result
 

@@ -30,6 +30,14 @@ are within fp16 rounding of each other). On CUDA under fp16 autocast the labels 
 size, for both paths alike: cuDNN picks other kernels for other batch shapes, and the last bits of the logits
 move. Compare with the full-logits path at the same ``sw_batch_size``.
 
+Per-class masks (``return_masks``): each complete tile is also thresholded class by class (logit > 0, the rule
+the label map applies to a class) and packed 8 classes a byte into a ``[N, ceil(C / 8), *spatial]`` uint8 volume
+(:func:`~monai.apps.vista3d.postprocess.pack_masks`), so a voxel may be in several masks. They are exactly the
+thresholded full blended logits, for the same reason as the labels. Bit-packing along the class axis rather than
+one uint8 per class keeps the result at ``ceil(C / 8)`` bytes a voxel: 15 for the 117 classes of "everything"
+(2.0 GB at 512^3, against 15.7 GB unpacked), the only memory the masks add to the label map's peak; and the
+packed volume is inverted onto the input grid as it is, since nearest-neighbour resampling moves whole bytes.
+
 Memory: besides the input, the peak is the held tiles (at 512^3 with 128^3 windows and overlap 0.25, about
 11 M voxels x classes x accumulator bytes) plus the network's working set for one window batch (about 1.4 GiB per
 window for ``vista3d132`` in fp16). 512^3 with all 117 classes peaks at 7.6 GiB with float32 accumulators at
@@ -39,17 +47,17 @@ window for ``vista3d132`` in fp16). 512^3 with all 117 classes peaks at 7.6 GiB 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
 from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight
 from monai.inferers.windows import plan_sliding_windows
 from monai.utils import BlendMode, PytorchPadMode
-from .postprocess import logits_to_labels
+from .postprocess import logits_to_labels, pack_masks, packed_channels
 
 __all__ = ["sliding_window_label_inference", "logits_to_labels"]  # the post-transform is re-exported
 
@@ -109,8 +117,9 @@ def sliding_window_label_inference(
     return_max_prob: bool = False,
     *args: Any,
     auto_cache: dict | None = None,
+    return_masks: bool = False,
     **kwargs: Any,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Sliding-window inference straight to a label map, holding only the slabs that still receive windows.
 
     The labels equal ``logits_to_labels`` of ``sliding_window_inference(inputs, roi_size, sw_batch_size,
@@ -139,12 +148,16 @@ def sliding_window_label_inference(
         return_max_prob: also return the per-voxel maximum class probability (sigmoid of the highest logit).
         args: extra positional arguments of the predictor.
         auto_cache: keeps the measured per-window memory of ``sw_batch_size="auto"`` across calls.
+        return_masks: also return one mask per class, each class thresholded on its own (logit > 0), bit-packed
+            along the class axis (see the module notes); ``ClassMasks(masks[b], label_ids)`` reads image ``b``'s.
         kwargs: extra keyword arguments of the predictor (a ``condition`` tensor shaped like ``inputs`` is
             windowed with it).
 
     Returns:
         ``[N, 1, *spatial]`` labels on ``device`` (uint8 when every label id fits, else int16 / int32); with
-        ``return_max_prob`` also ``[N, 1, *spatial]`` float probabilities (dtype of ``inputs``).
+        ``return_max_prob`` or ``return_masks`` a tuple of the labels, then the ``[N, 1, *spatial]`` float
+        probabilities (dtype of ``inputs``) if asked for, then the ``[N, ceil(C / 8), *spatial]`` uint8 packed
+        masks (class ``i`` in bit ``i % 8`` of channel ``i // 8``) if asked for.
 
     Raises:
         ValueError: for arguments that do not fit the input, a ``slab_dim`` out of range, or a predictor output
@@ -188,11 +201,13 @@ def sliding_window_label_inference(
     n_img = inputs.shape[0]
     labels: torch.Tensor | None = None
     max_prob: torch.Tensor | None = None
+    masks: torch.Tensor | None = None
 
     auto = None
     if sw_batch_size == "auto":  # tiles are small: no room reserved for a result on the device
         key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
-        auto = AutoBatchSize(sw_device, auto_cache, key, stitch_on_device=False)
+        # the volume's size only keys the batch kept per size (see AutoBatchSize): nothing is reserved for it
+        auto = AutoBatchSize(sw_device, auto_cache, key, math.prod(plan.padded_size), stitch_on_device=False)
 
     for b in range(n_img):
         acc: dict[tuple[int, ...], torch.Tensor] = {}
@@ -229,6 +244,9 @@ def sliding_window_label_inference(
                 labels = torch.zeros((n_img, 1, *plan.image_size), dtype=lab_dtype, device=device)
                 if return_max_prob:
                     max_prob = torch.zeros((n_img, 1, *plan.image_size), dtype=dtype, device=device)
+                if return_masks:
+                    shape = (n_img, packed_channels(n_cls), *plan.image_size)
+                    masks = torch.zeros(shape, dtype=torch.uint8, device=device)
                 ids = ids.to(sw_device)
             w_dev = weight.to(out.device)
             for j, w in enumerate(batch):
@@ -254,15 +272,22 @@ def sliding_window_label_inference(
                             for _, pp, ww in sorted(parts.pop(t), key=lambda x: x[0]):
                                 acc[t].addcmul_(pp, ww)
                                 cnt[t].add_(ww)
-                        _emit(acc.pop(t)[0] / cnt.pop(t)[0], box, pad_lo, plan.image_size, b, ids, labels, max_prob)
+                        _emit(
+                            acc.pop(t)[0] / cnt.pop(t)[0], box, pad_lo, plan.image_size, b, ids, labels, max_prob, masks
+                        )
             del out, p
             if auto is not None:
                 auto.after_stitch()
     assert labels is not None
-    if max_prob is None:
+    if max_prob is None and masks is None:
         return labels
-    # sigmoid once over the whole map: per-tile calls could round differently (vectorised vs scalar tails)
-    return labels, max_prob.sigmoid_()
+    extra: list[torch.Tensor] = []
+    if max_prob is not None:
+        # sigmoid once over the whole map: per-tile calls could round differently (vectorised vs scalar tails)
+        extra.append(max_prob.sigmoid_())
+    if masks is not None:
+        extra.append(masks)
+    return (labels, *extra)
 
 
 def _emit(
@@ -274,8 +299,9 @@ def _emit(
     ids: torch.Tensor,
     labels: torch.Tensor,
     max_prob: torch.Tensor | None,
+    masks: torch.Tensor | None = None,
 ) -> None:
-    """Write the labels (and highest logit) of one complete tile, cropped to the unpadded image."""
+    """Write the labels (and highest logit, packed masks) of one complete tile, cropped to the unpadded image."""
     src, dst = [], []
     for (a, e), lo, n in zip(box, pad_lo, image_size):
         start, stop = max(a - lo, 0), min(e - lo, n)
@@ -287,3 +313,5 @@ def _emit(
     labels[(b, 0, *dst)] = logits_to_labels(logits, ids, dtype=torch.int64).to(device=labels.device, dtype=labels.dtype)
     if max_prob is not None:
         max_prob[(b, 0, *dst)] = logits.max(0).values.to(max_prob.device)
+    if masks is not None:
+        masks[(b, slice(None), *dst)] = pack_masks(logits).to(masks.device)

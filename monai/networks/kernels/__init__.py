@@ -12,10 +12,13 @@
 
 Nothing here knows a particular network: ``monai.networks.nets.vista3d_fused`` composes these pieces into
 VISTA3D's fused forward. Triton is optional; without it :py:func:`unavailable_reason` says so and the networks keep
-their module path.
+their module path. :py:class:`FusedConfig` holds the fused path's policy (kernel forms, launch tables, CUDA graph
+window limit, cuDNN autotuning); :py:func:`conv3x3x3_dispatch` is the one place that picks a 3x3x3 convolution's
+kernel.
 """
 
 from .instance_norm import NormAct, instance_stats, merge_parts, merge_parts_triton, norm_act, norm_act_reference
 from .padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
-from .graph_cache import GraphCache
+from .graph_cache import GraphCache, cudnn_autotuning
+from .dispatch import FusedConfig, choose_conv3x3x3, conv3x3x3_dispatch
 from monai.utils.triton_support import interpreting, unavailable_reason

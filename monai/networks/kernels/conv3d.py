@@ -36,14 +36,23 @@ tap on the CUDA cores; pointer loads meant to hit L1 where the shifted patches o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
 from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import check_kernel_input, tl, triton
 
-__all__ = ["ConvLaunch", "conv3x3x3", "conv3x3x3_weights", "conv3x3x3_single_channel", "channel_pieces"]
+__all__ = [
+    "ConvLaunch",
+    "FUSED_LAUNCHES",
+    "conv3x3x3",
+    "conv3x3x3_weights",
+    "conv3x3x3_single_channel",
+    "channel_pieces",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,17 @@ class ConvLaunch:
     def __post_init__(self):
         if self.planes not in (1, 2, 4):
             raise ValueError(f"ConvLaunch planes must be 1, 2 or 4, got {self.planes}.")
+
+
+# the launches the fused forward gives this kernel, by padded output width (48 -> 64, 96 -> 128 channels); widths not
+# listed run on cuDNN (measured on the H200: docs/benchmarks.md, "The Triton convolution on the fused path"). Read-only:
+# a different table goes into the fused path's configuration (monai.networks.kernels.dispatch.FusedConfig)
+FUSED_LAUNCHES: Mapping[int, ConvLaunch] = MappingProxyType(
+    {
+        64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
+        128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
+    }
+)
 
 
 def channel_pieces(n: int) -> tuple[int, int]:

@@ -45,26 +45,29 @@ Not here: other channel counts (96 channels' weights, 498 KB, do not fit). Share
 3 slabs of 15,360 B in a ring of 32 rows (48 KB: a view's shape must be a power of two), a 16 KB output staging
 buffer, barriers: about 231.8 KB of the 232,448 B an H100/H200 block may have.
 
-Written for Triton 3.6's Gluon (``triton.experimental.gluon``, an experimental API), the Triton of PyTorch 2.11's
-CUDA builds, which compiles the slab views. Triton 3.9 refuses them (a view may not reach past the slice it comes
-from: :py:func:`slab_views_rejected`); there the kernel loads per-shift patches (36 loads of 8 x 16 voxels per tile
-into a ring of 4, one row shift each), as the measured form before the slabs did (8.6 ms at 14 x 48 x 128^3 on the
-H200), and says so once in the log. :py:func:`resident_unavailable_reason` says where the kernel cannot run at all.
+Written for Triton's Gluon (``triton.experimental.gluon``, an experimental API). The slab views build on Triton 3.6
+(PyTorch 2.11's CUDA builds) and 3.7 (2.13's); 3.8 and 3.9 refuse them (a view may not reach past the slice it
+comes from). Which form runs is a table of measured releases (:py:data:`SLAB_TRITONS`), read when the fused path is
+configured, never a compile at run time: elsewhere the kernel loads per-shift patches (36 loads of 8 x 16 voxels per
+tile into a ring of 4, one row shift each), the measured form before the slabs (8.6 ms at 14 x 48 x 128^3 on the
+H200 with Triton 3.6). :py:func:`resident_unavailable_reason` says where the kernel cannot run at all (Triton older
+than 3.6 does not build it).
 """
 
 from __future__ import annotations
-
-import functools
-import logging
-import os
-import tempfile
 
 import torch
 
 from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import interpreting, triton
 
-__all__ = ["conv3x3x3_resident", "resident_unavailable_reason", "slab_views_rejected"]
+__all__ = [
+    "SLAB_TRITONS",
+    "conv3x3x3_resident",
+    "resident_unavailable_reason",
+    "slab_loads_supported",
+    "triton_release",
+]
 
 _GLUON_MISSING: str | None = None
 if triton is None:
@@ -96,9 +99,15 @@ _BLOCK_H, _BLOCK_W = 8, 16  # a tile's voxels per plane: the MMA's N = 128
 # loads in flight, the most the shared memory holds beside the weights: 3 slabs (10 rows of 16 voxels, 15,360 B) or
 # 4 patches (8 rows, 12,288 B)
 _STAGES = {True: 3, False: 4}
-# the input loads: None, slabs where the installed Triton compiles them (slab_views_rejected), else per-shift patches;
-# True / False force one (the tests run both)
-SLAB_LOADS: bool | None = None
+# the Triton releases (major, minor) whose compiler builds the slab loads' views, measured by compiling all eight forms
+# (slabs or patches, with or without statistics and a residual) for sm_90 with compile_for_sm90: 3.6.0 and 3.7.1
+# build all eight (3.7.0 checked with statistics and a residual); 3.8.0 and 3.9.0 refuse the slab views (3.8: "source
+# and result must not be subviews", 3.9: "result shared-memory footprint includes offsets not owned by the source
+# subview") and build the four patch forms; 3.5.1 builds neither. tests/networks/kernels/test_conv3d_resident.py
+# holds the installed Triton (and, where it can install it, 3.6) to this table.
+SLAB_TRITONS = ((3, 6), (3, 7))
+# the oldest release that builds the kernel at all (3.5's Gluon lacks what it uses)
+OLDEST_TRITON = (3, 6)
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
 # 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
 # average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
@@ -108,15 +117,34 @@ _PRODUCER_REGS = 24
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
 
 
+def triton_release(version: str | None = None) -> tuple[int, int] | None:
+    """``(major, minor)`` of a Triton version string (the installed Triton's when ``None``); ``None`` without one."""
+    if version is None:
+        if triton is None:
+            return None
+        version = triton.__version__
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def slab_loads_supported(version: str | None = None) -> bool:
+    """Whether Triton ``version`` (the installed one when ``None``) builds the kernel's slab loads, by the measured
+    table :py:data:`SLAB_TRITONS`; a release outside it takes the patch loads. Reads no compiler."""
+    return triton_release(version) in SLAB_TRITONS
+
+
 def resident_unavailable_reason(device: torch.device | str) -> str | None:
     """``None`` where :py:func:`conv3x3x3_resident` runs on ``device``, else the reason in a few words.
 
-    It needs Triton's Gluon with its Hopper API (wgmma, TMA) and a CUDA GPU of compute capability 9.x; Triton's CPU
-    interpreter does not run Gluon kernels.
+    It needs Triton 3.6 or newer with Gluon's Hopper API (wgmma, TMA) and a CUDA GPU of compute capability 9.x;
+    Triton's CPU interpreter does not run Gluon kernels.
     """
     device = torch.device(device)
     if _GLUON_MISSING is not None:
         return _GLUON_MISSING
+    release = triton_release()
+    if release is not None and release < OLDEST_TRITON:
+        return f"Triton {triton.__version__} does not build the resident-weight convolution (3.6 or newer does)"
     if interpreting():
         return "the Triton interpreter (TRITON_INTERPRET=1) does not run Gluon kernels"
     if device.type != "cuda":
@@ -125,45 +153,6 @@ def resident_unavailable_reason(device: torch.device | str) -> str | None:
     if major != 9:
         return f"the resident-weight convolution needs compute capability 9.x (Hopper), this GPU is {major}.{minor}"
     return None
-
-
-@functools.lru_cache(maxsize=None)
-def slab_views_rejected() -> str | None:
-    """``None`` where the installed Triton compiles the kernel's slab loads, else why not (checked once per process
-    by compiling it for sm_90: a few seconds, no GPU needed); there the kernel loads per-shift patches.
-
-    The slab loads view the ring at row offsets that are no multiple of the view's size: Triton 3.6 accepts that (a
-    one-row slice reinterpreted as the longer view, measured on the H200); Triton 3.9's verifier refuses a view that
-    reaches past the slice it comes from, and its slices must start at such multiples.
-    """
-    if _GLUON_MISSING is not None:
-        return _GLUON_MISSING
-    # the compiler writes its diagnostics to the process's stderr: catch them, and name the first error in the reason
-    with tempfile.TemporaryFile(mode="w+") as log:
-        saved = os.dup(2)
-        os.dup2(log.fileno(), 2)
-        try:
-            compile_for_sm90(stats=False, residual=False, slabs=True)
-            failure = None
-        except Exception as e:  # the compiler's refusal is the answer
-            failure = str(e).splitlines()[0] if str(e) else type(e).__name__
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        log.seek(0)
-        errors = [line.split("error:", 1)[1].strip() for line in log if "error:" in line]
-    if failure is None:
-        return None
-    return f"Triton {triton.__version__} does not compile the kernel's slab views: {(errors or [failure])[0][:200]}"
-
-
-@functools.lru_cache(maxsize=None)
-def _slabs_by_default() -> bool:
-    """Whether the kernel loads slabs (:py:func:`slab_views_rejected`); says once, in the log, when it cannot."""
-    reason = slab_views_rejected()
-    if reason is not None:
-        logging.getLogger(__name__).warning("conv3x3x3_resident loads per-shift patches (slower): %s", reason)
-    return reason is None
 
 
 if _GLUON_MISSING is None:
@@ -492,10 +481,17 @@ if _GLUON_MISSING is None:
 
     def compile_for_sm90(stats: bool = True, residual: bool = False, slabs: bool = True):
         """The kernel compiled for compute capability 9.0 without a GPU (Triton's ``CompiledKernel``: shared bytes in
-        ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests and the experiments;
-        ``slabs``: the slab loads (else per-shift patches)."""
+        ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests, CI and the experiments;
+        ``slabs``: the slab loads (else per-shift patches).
+
+        Not on the production path: Gluon names its AST source publicly only from Triton 3.9 on; on older releases
+        this reaches it in ``gluon._runtime``, where they keep it.
+        """
         from triton.backends.compiler import GPUTarget
-        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = getattr(gluon, "GluonASTSource", None)
+        if source is None:
+            from triton.experimental.gluon._runtime import GluonASTSource as source
 
         boxes = _boxes(slabs)
         sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in boxes.items()}
@@ -507,7 +503,7 @@ if _GLUON_MISSING is None:
         for name, used in (("r_desc", residual), ("x0h_desc", slabs), ("x1h_desc", slabs)):
             if not used:
                 sig[name], const[name] = "constexpr", None
-        src = GluonASTSource(fn=_resident_conv_kernel, signature=sig, constexprs=const)
+        src = source(fn=_resident_conv_kernel, signature=sig, constexprs=const)
         options = dict(num_warps=_NUM_WARPS, maxnreg=_MAXNREG)
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
@@ -560,6 +556,7 @@ def conv3x3x3_resident(
     stats: bool = False,
     programs: int | None = None,
     residual: torch.Tensor | None = None,
+    slabs: bool | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of 48 channels to 48 (written as 64, the last 16
     zeros), of a channels-last fp16 tensor on a Hopper GPU, plus an optional residual.
@@ -576,6 +573,8 @@ def conv3x3x3_resident(
         residual: added to the convolution before the fp16 rounding (in fp32, as
             :py:func:`~monai.networks.kernels.conv3d.conv3x3x3` adds it) and the statistics: ``[B, 64, D, H, W]``
             channels-last fp16 on ``x``'s device, channels 48-63 zero (they are added to the output's zero padding).
+        slabs: load slabs (``True``) or per-shift patches (``False``); ``None``: slabs where the installed Triton
+            builds them (:py:func:`slab_loads_supported`). The fused path passes the form its configuration chose.
 
     Returns:
         ``(y, stats)``: ``y`` ``[B, 64, D, H, W]`` channels-last fp16; the statistics or ``None``.
@@ -591,7 +590,8 @@ def conv3x3x3_resident(
         mean = torch.empty((2 * n_tiles, _N), device=x.device, dtype=torch.float32)
         m2 = torch.empty_like(mean)
         count = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
-    slabs = _slabs_by_default() if SLAB_LOADS is None else SLAB_LOADS
+    if slabs is None:
+        slabs = slab_loads_supported()
     boxes = _boxes(slabs)
     # [B, D, H, W, C] views (channels innermost) for the output, the residual and the patches, [H, B, D, W, C] for
     # the slabs (a slab's rows are its boxes' outermost dimension). A descriptor left None (the residual's without

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,9 @@ from torch import nn
 from monai.networks.blocks import MLPBlock, UnetrBasicBlock
 from monai.networks.nets.segresnet_ds import SegResNetDS2
 from monai.utils import unsqueeze_left, unsqueeze_right
+
+if TYPE_CHECKING:
+    from monai.networks.kernels.dispatch import FusedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ class VISTA3D(nn.Module):
         self._fused: Any = None  # a FusedClassBranch once fuse() is called; not a submodule, so no state-dict keys
         self._fused_reasons_logged: set[str] = set()
 
-    def fuse(self, enable: bool = True, kernels: str = "triton", cuda_graphs: bool = True) -> VISTA3D:
+    def fuse(self, config: FusedConfig | bool | None = None) -> VISTA3D:
         """Run class-prompt inference through the fused channels-last path (:py:mod:`monai.networks.nets.vista3d_fused`).
 
         The fused path serves forwards with class prompts and no clicks, in eval mode without autograd, on a GPU the
@@ -126,21 +129,28 @@ class VISTA3D(nn.Module):
         state-dict keys are unchanged, and changed weights (``load_state_dict``) are picked up.
 
         Args:
-            enable: ``False`` returns to the module path.
-            kernels: ``"triton"`` (the fused kernels) or ``"torch"`` (their PyTorch reference, any device and dtype).
-            cuda_graphs: replay small window batches (up to 4) on CUDA as captured CUDA graphs, one per batch shape.
+            config: what the fused path runs (:py:class:`~monai.networks.kernels.dispatch.FusedConfig`: kernels,
+                convolution forms and launches, CUDA graph window limit, cuDNN autotuning); ``None``: the default
+                ``FusedConfig()``, resolved from the installed Triton now, once; ``False`` returns to the module path.
 
         Returns:
             this network.
         """
-        if not enable:
+        if config is False:
             self._fused = None
             return self
+        if config is True:
+            config = None
         from monai.networks.nets.vista3d_fused import FusedClassBranch
 
-        self._fused = FusedClassBranch(self, kernels=kernels, cuda_graphs=cuda_graphs)
+        self._fused = FusedClassBranch(self, config)
         self._fused_reasons_logged = set()
         return self
+
+    @property
+    def fused_config(self) -> FusedConfig | None:
+        """The configuration :py:meth:`fuse` resolved, ``None`` on the module path."""
+        return None if self._fused is None else self._fused.config
 
     @property
     def fused(self) -> bool:

@@ -21,14 +21,14 @@ weights resident in shared memory and the statistics and the residual add in its
 (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
-:py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on.
+:py:meth:`monai.networks.nets.VISTA3D.fuse` turns this path on. What it runs is the caller's policy, one
+:py:class:`~monai.networks.kernels.dispatch.FusedConfig`: which kernel takes each 3x3x3 convolution is
+:py:func:`~monai.networks.kernels.dispatch.conv3x3x3_dispatch`'s choice, and whether a window batch is replayed as a
+CUDA graph and cuDNN times its algorithms is the driver's (:py:class:`~monai.networks.kernels.graph_cache.GraphCache`),
+so this module holds data flow only.
 """
 
 from __future__ import annotations
-
-import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -36,8 +36,8 @@ import torch.nn.functional as F
 
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
-from monai.networks.kernels.conv3d import ConvLaunch, channel_pieces, conv3x3x3, conv3x3x3_single_channel
-from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
+from monai.networks.kernels.conv3d import conv3x3x3_single_channel
+from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch
 from monai.networks.kernels.graph_cache import GraphCache
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
@@ -45,41 +45,6 @@ from monai.utils.triton_support import unavailable_reason
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 
 __all__ = ["FusedClassBranch", "check_supported"]
-
-logger = logging.getLogger(__name__)
-
-
-KERNELS = ("triton", "torch")
-# window batches up to this size replay CUDA graphs: at 1-4 windows the forward's ~250 launches cost more CPU time
-# than the GPU needs for them (measured on the H200: 43.8 ms per window at batch 1 eager against ~17 ms of kernels)
-GRAPH_MAX_WINDOWS = 4
-# the stride-1 3x3x3 convolutions whose padded width is listed run through the Triton implicit GEMM (real input
-# channels only, the next norm's statistics and the residual add in its epilogue) with this launch; the others on
-# cuDNN (measured on the H200: docs/benchmarks.md, "The Triton convolution on the fused path")
-TRITON_CONV = {
-    64: ConvLaunch(8, 16, num_warps=4, num_stages=3, planes=2, swap=True),
-    128: ConvLaunch(16, 16, num_warps=8, num_stages=3, swap=True),
-}
-# the 48 -> 48 channel 3x3x3 convolutions (with the next norm's statistics, and the residual add where the block has
-# one) run through the persistent resident-weight Gluon kernel where it runs (Hopper, Triton with Gluon): with the
-# statistics 7.79 ms against the Triton kernel's 11.08 ms for 14 x 48 x 128^3 on the H200, the window forward 10.88
-# against 12.95 ms at 14 windows; False leaves them to TRITON_CONV
-RESIDENT_CONV = True
-# the fused forward lets cuDNN time its algorithms for each convolution shape on first use (cudnn.benchmark): its
-# heuristics pick slow tiles for the lower levels at one or two windows (measured on the H200: 3.2 against 2.2 ms
-# per window at one window, docs/benchmarks.md)
-CUDNN_BENCHMARK = True
-
-
-@contextmanager
-def _cudnn_benchmark(enable: bool) -> Iterator[None]:
-    """``torch.backends.cudnn.benchmark`` on inside the block when ``enable``; the caller's setting after it."""
-    before = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = before or enable
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.benchmark = before
 
 
 def _only_child(module: nn.Module, kind: type) -> nn.Module:
@@ -138,25 +103,37 @@ class FusedClassBranch:
 
     Args:
         net: a :py:class:`~monai.networks.nets.VISTA3D` whose layout :py:func:`check_supported` accepts.
-        kernels: ``"triton"`` for the fused norm kernels (on a supported GPU), ``"torch"`` for their PyTorch
-            reference (any device; for tests and for checking the kernels).
-        cuda_graphs: replay the forward of up to ``GRAPH_MAX_WINDOWS`` windows on CUDA as a captured graph (one
-            per window-batch shape), where issuing the launches from Python would cost more than the GPU work.
+        config: the kernels, launches, CUDA graph window limit and cuDNN autotuning
+            (:py:class:`~monai.networks.kernels.dispatch.FusedConfig`); default ``FusedConfig()``, resolved from the
+            installed Triton now.
     """
 
-    def __init__(self, net: nn.Module, kernels: str = "triton", cuda_graphs: bool = True):
-        if kernels not in KERNELS:
-            raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}.")
+    def __init__(self, net: nn.Module, config: FusedConfig | None = None):
+        config = FusedConfig() if config is None else config
+        if not isinstance(config, FusedConfig):
+            raise TypeError(f"config must be a FusedConfig, got {type(config).__name__}.")
+        check_config(config)
         check_supported(net)
         self.net = net
-        self.kernels = kernels
+        self.config = config
         self.weights = PaddedWeights()
-        self._logged: set[str] = set()
         branch = [net.image_encoder.encoder, net.image_encoder.up_layers_auto, net.class_head.image_post_mapping]
         params = [p for module in branch for p in module.parameters()]
-        # the graph ends at the class features; the class product runs after each replay into a new tensor, so no
-        # copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out
-        self.graphs = GraphCache(self.features, params, copy_output=False) if cuda_graphs else None
+        # the driver of the features: graphs up to the configured window batch, cuDNN timing on each shape's first
+        # call. The graph ends at the class features; the class product runs after each replay into a new tensor,
+        # so no copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out
+        self.run = GraphCache(
+            self.features,
+            params,
+            copy_output=False,
+            max_batch=config.graph_max_windows,
+            autotune=config.cudnn_autotune,
+        )
+
+    @property
+    def kernels(self) -> str:
+        """``"triton"`` or ``"torch"``, as the configuration says."""
+        return self.config.kernels
 
     def compute_dtype(self, image: torch.Tensor) -> torch.dtype:
         """The dtype the branch runs ``image`` in: fp16 under fp16 autocast, else the image's own dtype."""
@@ -187,48 +164,12 @@ class FusedClassBranch:
             y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
 
-    def _plain_3x3x3(self, conv: nn.Module, x: torch.Tensor) -> bool:
-        """Whether ``conv`` on ``x`` is an fp16 3x3x3 convolution of the form the fused kernels take (stride 1, zero
-        padding 1, no bias, dilation or groups) and the fused kernels are on."""
-        if self.kernels != "triton" or x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
-            return False
-        same = conv.kernel_size == (3, 3, 3) and conv.stride == (1, 1, 1) and conv.padding == (1, 1, 1)
-        return same and conv.dilation == (1, 1, 1) and conv.groups == 1 and conv.bias is None
-
-    def _triton_launch(self, conv: nn.Module, x: torch.Tensor) -> ConvLaunch | None:
-        """The Triton convolution's launch for ``conv`` on ``x``, or ``None`` where cuDNN runs it."""
-        if not self._plain_3x3x3(conv, x):
-            return None
-        try:
-            channel_pieces(conv.in_channels)
-        except ValueError:
-            return None
-        return TRITON_CONV.get(padded_channels(conv.out_channels))
-
-    def _resident(self, conv: nn.Module, x: torch.Tensor) -> bool:
-        """Whether ``conv(x)``, with or without a residual add (the kernel takes the block's input, padded to 64
-        channels like the output), runs through the resident-weight Gluon kernel: ``RESIDENT_CONV`` on, 48 -> 48
-        channels, and a GPU that runs it."""
-        if not RESIDENT_CONV or not self._plain_3x3x3(conv, x) or (conv.in_channels, conv.out_channels) != (48, 48):
-            return False
-        reason = resident_unavailable_reason(x.device)
-        if reason is not None and reason not in self._logged:
-            self._logged.add(reason)  # the Triton kernel runs instead: as right, slower; said once per reason
-            logger.warning("VISTA3D fused path: the 48-channel convolutions run on the Triton kernel: %s.", reason)
-        return reason is None
-
     def _conv_norm_input(
         self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, tuple | None]:
-        """``conv(x) (+ residual)`` and, where the Triton or Gluon kernels compute them on the way, its
-        statistics."""
-        if self._resident(conv, x):
-            return conv3x3x3_resident(x, self.weights.gemm(conv, planes=1), stats=True, residual=residual)
-        launch = self._triton_launch(conv, x)
-        if launch is not None:
-            return conv3x3x3(x, self.weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
-        y = self._conv(conv, x)
-        return self._add(y, residual) if residual is not None else (y, None)
+        """``conv(x) (+ residual)`` and, where the kernels compute them on the way, its statistics; the kernel is
+        :py:func:`~monai.networks.kernels.dispatch.conv3x3x3_dispatch`'s choice."""
+        return conv3x3x3_dispatch(conv, x, self.weights, self.config, residual=residual)
 
     def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> torch.Tensor:
         dtype = self.compute_dtype(image)
@@ -337,10 +278,7 @@ class FusedClassBranch:
         embedding = embedding.reshape(-1, embedding.shape[-1])
         embedding = F.pad(embedding, (0, padded_channels(embedding.shape[-1]) - embedding.shape[-1]))
         embedding = embedding.to(self.compute_dtype(image))
-        with _cudnn_benchmark(CUDNN_BENCHMARK):
-            if self.graphs is not None and image.is_cuda and image.shape[0] <= GRAPH_MAX_WINDOWS:
-                # the graph's own features buffer: the product below is queued before any later replay overwrites it
-                logits = self._project(self.graphs(image), embedding)
-            else:
-                logits = self.class_logits(image, embedding)
+        # (where the forward was replayed, the graph's own features buffer: the product below is queued before any
+        # later replay overwrites it)
+        logits = self._project(self.run(image), embedding)
         return logits.view(image.shape[0], -1, *image.shape[2:]).transpose(0, 1)

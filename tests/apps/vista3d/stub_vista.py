@@ -28,12 +28,13 @@ class StubVista(torch.nn.Module):
     """VISTA3D's call signature; logit of a class = 20 HU - |intensity - its HU| (in the scaled units).
 
     So a class is predicted exactly where the preprocessed image shows its Hounsfield value, and the
-    labels can be checked against the phantom after the pipeline has undone its preprocessing.
+    labels can be checked against the phantom after the pipeline has undone its preprocessing. ``widths``
+    widens the band of some classes (half-width in HU instead of 20), so that their masks overlap others.
     """
 
-    def __init__(self, levels: dict[int, float], point_level: float = 300.0):
+    def __init__(self, levels: dict[int, float], point_level: float = 300.0, widths: dict[int, float] | None = None):
         super().__init__()
-        self.levels, self.point_level = levels, point_level
+        self.levels, self.point_level, self.widths = levels, point_level, dict(widths or {})
         self.calls = 0
 
     def _scaled(self, hu: float) -> float:
@@ -43,13 +44,16 @@ class StubVista(torch.nn.Module):
                 prompt_class=None, transpose=False, **kwargs):
         self.calls += 1
         if class_vector is not None:
-            hu = [self.levels.get(int(c), 5000.0) for c in class_vector.flatten()]
+            ids = [int(c) for c in class_vector.flatten()]
+            hu = [self.levels.get(c, 5000.0) for c in ids]
         elif prompt_class is not None:
-            hu = [self.levels[int(c)] for c in prompt_class.flatten()]
+            ids = [int(c) for c in prompt_class.flatten()]
+            hu = [self.levels[c] for c in ids]
         else:
-            hu = [self.point_level]
+            ids, hu = [0], [self.point_level]
         lv = torch.tensor([self._scaled(h) for h in hu], device=input_images.device).view(1, -1, 1, 1, 1)
-        logits = 20.0 / (A_MAX - A_MIN) - (input_images - lv).abs()  # [B, C, ...]
+        width = torch.tensor([self.widths.get(c, 20.0) / (A_MAX - A_MIN) for c in ids], device=input_images.device)
+        logits = width.view(1, -1, 1, 1, 1) - (input_images - lv).abs()  # [B, C, ...]
         return logits if transpose else logits.transpose(0, 1)
 
 

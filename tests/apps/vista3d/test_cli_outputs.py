@@ -142,6 +142,61 @@ class TestNoSelfFeeding(unittest.TestCase):
             self.assertEqual(found, ["a/a_trans.nii.gz", "p1/b/b_trans.nii.gz"])
 
 
+class TestPerClass(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.src = _write_ct(self.tmp / "cts" / "ct.nii.gz")
+
+    def test_one_mask_per_class_and_reruns(self):
+        argv = ["-i", self.tmp / "cts", "-o", self.tmp / "out", *TINY[:4], "--classes", "liver,left kidney",
+                "--device", "cpu", "--per-class"]
+        code, _, err = run_main(argv)
+        self.assertEqual(code, 0, err)
+        folder = self.tmp / "out" / "ct"
+        self.assertEqual(sorted(p.name for p in folder.iterdir()), ["ct_trans.nii.gz", "left_kidney.nii.gz",
+                                                                   "liver.nii.gz"])
+        src = nib.load(self.src)
+        for name in ("liver.nii.gz", "left_kidney.nii.gz"):
+            mask = nib.load(folder / name)
+            self.assertEqual((mask.shape, mask.get_data_dtype()), (src.shape, np.uint8))
+            np.testing.assert_array_equal(mask.affine, src.affine)
+            self.assertTrue(set(np.unique(np.asarray(mask.dataobj)).tolist()) <= {0, 1})
+        code, _, err = run_main(argv)
+        self.assertEqual(json.loads((self.tmp / "out" / "summary.json").read_text())["skipped"], 1)
+        (folder / "liver.nii.gz").unlink()  # an incomplete set is done again
+        code, _, err = run_main(argv)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(json.loads((self.tmp / "out" / "summary.json").read_text())["done"], 1)
+        self.assertTrue((folder / "liver.nii.gz").is_file())
+
+    def test_batch_masks_equal_the_pipelines(self):
+        from monai.apps.vista3d.batch import run_batch
+        from tests.apps.vista3d.stub_vista import StubVista
+
+        kw = {"network": StubVista({1: 60.0, 3: 40.0}), "roi_size": (32, 32, 32)}  # overlapping intensity bands
+        result = run_batch([self.src], self.tmp / "o", device="cpu",
+                           pipeline_kwargs={**kw, "classes": [1, 3], "per_class": True})
+        self.assertEqual(result.done, 1)
+        direct = Vista3DPipeline(device="cpu", per_class=True, **kw).segment(str(self.src), classes=[1, 3]).masks
+        for label_id, name in ((1, "liver"), (3, "spleen")):
+            saved = np.asarray(nib.load(self.tmp / "o" / "ct" / f"{name}.nii.gz").dataobj)
+            np.testing.assert_array_equal(saved, direct[label_id].numpy().astype(np.uint8))
+
+    @parameterized.expand([
+        ("points_only", ["--points", "10,10,10", "--point-labels", "1", "--classes", "everything"],
+         "--per-class needs classes"),
+        ("one_output_file", ["--classes", "liver"], "give an output folder, -o FOLDER"),
+    ])
+    def test_usage(self, name, extra, msg):
+        out = self.tmp / ("seg.nii.gz" if name == "one_output_file" else "out")
+        argv = ["-i", self.src, "-o", out, *TINY[:4], "--device", "cpu", "--per-class", *extra]
+        code, _, err = run_main(argv)
+        self.assertEqual(code, 2, err)
+        self.assertIn(msg, err)
+
+
 class TestWording(unittest.TestCase):
     def setUp(self):
         self._tmp = tempfile.TemporaryDirectory()

@@ -29,7 +29,18 @@ from parameterized import parameterized
 from monai.apps.vista3d import io as vio
 from monai.apps.vista3d import nifti_read
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.io import ImageGeometry, load_image, save_label_map
+from monai.apps.vista3d.io import (
+    ImageGeometry,
+    class_file_name,
+    class_mask_dir,
+    class_mask_paths,
+    load_image,
+    output_path,
+    save_class_masks,
+    save_label_map,
+)
+from monai.apps.vista3d.labels import label_names
+from monai.apps.vista3d.postprocess import ClassMasks, pack_masks
 from monai.apps.vista3d.phantom import PHANTOM_HU, PHANTOM_LABELS, make_phantom, make_phantom_labels, write_phantom
 
 NIBABEL_FILES = [
@@ -603,6 +614,92 @@ class TestSaveLabelMap(TempDirCase):
         bad = torch.from_numpy(self.labels).cuda() + 300
         with self.assertRaisesRegex(Vista3DInputError, "does not fit uint8"):
             save_label_map(bad, self.geom, self.tmp / "g.nii.gz", "uint8")
+
+
+class TestSaveClassMasks(TempDirCase):
+    """One uint8 file per class on the input's grid, named as in the label list, written as a complete set."""
+
+    def setUp(self):
+        super().setUp()
+        self.src = write_phantom(self.tmp / "ct 1.nii.gz", (30, 26, 17), (0.78, 0.78, 2.0), seed=2, orientation="LPS")
+        self.ref = nib.load(self.src)
+        _, self.geom = load_image(self.src)
+        g = torch.Generator().manual_seed(0)
+        self.ids = [1, 14, 25]  # liver, left kidney, hepatic vessel
+        logits = torch.randn(3, 30, 26, 17, generator=g)
+        logits[2] = logits[0] - 0.5  # the vessel lies inside the liver: a voxel in two masks
+        self.dense = logits > 0
+        self.masks = ClassMasks(pack_masks(logits), self.ids)
+        self.out = self.tmp / "out"
+
+    def _names(self, folder):
+        return sorted(p.name for p in folder.iterdir())
+
+    @parameterized.expand([("class_masks",), ("dict_of_arrays",)])
+    def test_names_grid_and_values(self, source):
+        masks = self.masks if source == "class_masks" else {i: m.numpy() for i, m in zip(self.ids, self.dense)}
+        folder = class_mask_dir(self.src, self.out)
+        self.assertEqual(folder, output_path(self.src, self.out).parent)
+        self.assertEqual(folder, self.out / "ct 1")
+        written = save_class_masks(masks, self.geom, folder, threads=2)
+        expected = {1: "liver.nii.gz", 14: "left_kidney.nii.gz", 25: "hepatic_vessel.nii.gz"}
+        self.assertEqual({i: p.name for i, p in written.items()}, expected)
+        self.assertEqual(written, class_mask_paths(folder, self.ids))
+        self.assertEqual(self._names(folder), sorted(expected.values()))  # no temporary file left
+        for k, label_id in enumerate(self.ids):
+            back = nib.load(written[label_id])
+            self.assertEqual(back.get_data_dtype(), np.uint8)
+            np.testing.assert_array_equal(back.affine, self.ref.affine)
+            _header_fields_kept(self, back, self.ref)
+            np.testing.assert_array_equal(np.asarray(back.dataobj), self.dense[k].numpy().astype(np.uint8))
+        both = np.asarray(nib.load(written[1]).dataobj) & np.asarray(nib.load(written[25]).dataobj)
+        self.assertGreater(int(both.sum()), 0)  # overlapping classes both kept
+
+    def test_class_file_names(self):
+        self.assertEqual(class_file_name(14), "left_kidney.nii.gz")
+        self.assertEqual(class_file_name(17), "portal_vein_and_splenic_vein.nii.gz")
+        self.assertEqual(class_file_name(200), "label_200.nii.gz")
+        names = [class_file_name(i) for i in label_names()]
+        self.assertEqual(len(set(names)), len(names))
+        self.assertFalse([n for n in names if " " in n or "/" in n])
+
+    def test_failure_mid_set_leaves_no_file(self):
+        calls = []
+        real = vio.write_gzip
+
+        def fail_on_second(*args, **kwargs):
+            calls.append(args[0].name)
+            if len(calls) == 2:
+                raise OSError(28, "No space left on device")
+            return real(*args, **kwargs)
+
+        folder = class_mask_dir(self.src, self.out)
+        with mock.patch.object(vio, "write_gzip", fail_on_second):
+            with self.assertRaisesRegex(Vista3DOutputError, "No space left"):
+                save_class_masks(self.masks, self.geom, folder)
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(self._names(folder), [])  # the first mask was written, then removed with the set
+
+    def test_failure_keeps_the_previous_set(self):
+        folder = class_mask_dir(self.src, self.out)
+        first = save_class_masks(self.masks, self.geom, folder)
+        before = {i: _sha(p) for i, p in first.items()}
+        flipped = ClassMasks(~self.masks.packed, self.ids)
+        with mock.patch.object(vio, "write_gzip", side_effect=[None, OSError(5, "Input/output error")]):
+            with self.assertRaisesRegex(Vista3DOutputError, "Input/output error"):
+                save_class_masks(flipped, self.geom, folder)
+        self.assertEqual({i: _sha(p) for i, p in first.items()}, before)
+        self.assertEqual(self._names(folder), sorted(p.name for p in first.values()))
+
+    def test_bad_masks_one_line(self):
+        folder = self.tmp / "m"
+        with self.assertRaisesRegex(Vista3DInputError, "no class masks to save") as ctx:
+            save_class_masks({}, self.geom, folder)
+        self.assertNotIn("\n", str(ctx.exception))
+        with self.assertRaisesRegex(Vista3DInputError, r"mask of class 14 \(left kidney\): .*does not match") as ctx:
+            save_class_masks({1: self.dense[0], 14: self.dense[1][:, :, :5]}, self.geom, folder)
+        self.assertNotIn("\n", str(ctx.exception))
+        self.assertFalse(folder.exists() and any(folder.iterdir()))
 
 
 if __name__ == "__main__":

@@ -244,18 +244,22 @@ class TestOutputClaims(_InTmp):
         self.assertEqual([p.name for p in out.parent.iterdir()], ["a_trans.nii.gz"])
         claims.sweep(out)  # nothing to do
 
-    def test_overwrite_skips_only_what_this_run_wrote(self):
+    def test_an_output_the_plan_redoes_is_skipped_only_if_rewritten(self):
         out = self.tmp / "a" / "a_trans.nii.gz"
         out.parent.mkdir()
         out.write_bytes(b"old")
         os.utime(out, (1000.0, 1000.0))
-        claims = OutputClaims(overwrite=True, started=2000.0)
-        claims.take(out)  # older than the run: redone
+        claims = OutputClaims(started=2000.0)
+        claims.take(out, existed=True)  # older than the run (overwrite, or a class mask missing): redone
         self.assertTrue(lock_path(out).exists())
         claims.release(out)
         os.utime(out, (3000.0, 3000.0))  # written by another process of this run
         with self.assertRaisesRegex(OutputTaken, "since this run started"):
+            claims.take(out, existed=True)
+        os.utime(out, (1000.0, 1000.0))  # absent at the plan: whatever its time, another process wrote it
+        with self.assertRaisesRegex(OutputTaken, "since this run started"):
             claims.take(out)
+        self.assertFalse(lock_path(out).exists())
 
     def test_file_system_without_locks(self):
         out = self.tmp / "a" / "a_trans.nii.gz"

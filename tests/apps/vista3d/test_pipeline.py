@@ -21,11 +21,19 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.errors import EmptyForegroundError, PromptError, Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.errors import (
+    ClassPromptError,
+    EmptyForegroundError,
+    PromptError,
+    Vista3DInputError,
+    Vista3DOutputError,
+)
 from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
-from monai.apps.vista3d.io import load_image
+from monai.apps.vista3d.io import class_mask_paths, load_image
 from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.postprocess import ClassMasks
 from monai.inferers import plan_sliding_windows
+from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
 from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
 
 def _pipe(network, **kw):
@@ -210,6 +218,138 @@ class TestNibabelFiles(unittest.TestCase):
             lab = np.asarray(res.dataobj)
             self.assertTrue(set(np.unique(lab).tolist()) <= {0.0, 1.0, 3.0})
             self.assertGreater((lab > 0).sum(), 0)
+
+
+VESSEL = 25  # "hepatic vessel": in the overlap stub a wide band that covers the liver and the spleen
+OVERLAP_LEVELS = {1: 300.0, VESSEL: 450.0, 3: 600.0}
+
+
+def _overlap_stub() -> StubVista:
+    """Liver (1) and spleen (3) as before, and a vessel class whose logit is higher than theirs on both organs."""
+    return StubVista(OVERLAP_LEVELS, widths={VESSEL: 250.0})
+
+
+class TestPerClassMasks(unittest.TestCase):
+    """``per_class=True``: one mask per class on the input grid, overlaps kept, the same on both paths."""
+
+    @parameterized.expand(ORIENTATIONS[1:3])
+    def test_overlap_kept_on_both_paths(self, _, direction, spacing, shape):
+        img, aff, world = phantom(shape, direction, spacing)
+        classes = "liver,hepatic vessel,spleen"
+        streamed = _pipe(_overlap_stub(), sw_batch_size=2, per_class=True).segment(torch.from_numpy(img), aff, classes)
+        full = _pipe(_overlap_stub(), sw_batch_size=2, per_class=True, streaming=False).segment(
+            torch.from_numpy(img), aff, classes
+        )
+        for result in (streamed, full):
+            self.assertIsInstance(result.masks, ClassMasks)
+            self.assertEqual(list(result.masks), [1, VESSEL, 3])
+            self.assertEqual(tuple(result.masks.spatial_shape), shape)
+        self.assertTrue(torch.equal(streamed.masks.packed, full.masks.packed))
+        self.assertTrue(torch.equal(streamed.labels, full.labels))
+        masks = {i: m.numpy() for i, m in streamed.masks.items()}
+        labels = streamed.labels.numpy()
+        grow = 1.5 + max(spacing)
+        liver, spleen = inside(world, LIVER, -grow), inside(world, SPLEEN, -grow)
+        self.assertGreater(min(liver.sum(), spleen.sum()), 10)
+        self.assertTrue(masks[1][liver].all() and masks[3][spleen].all())
+        self.assertTrue(masks[VESSEL][liver].all() and masks[VESSEL][spleen].all())
+        outer = ~inside(world, LIVER, grow) & ~inside(world, SPLEEN, grow)  # organ edges blend into other levels
+        for label_id in (1, VESSEL, 3):
+            self.assertFalse(masks[label_id][outer].any())
+        # the label map gives both organs to the vessel: the liver is lost there and kept in its mask
+        self.assertTrue((labels[liver] == VESSEL).all() and (labels[spleen] == VESSEL).all())
+        self.assertFalse((labels == 1).any())
+        # each label is inside its class's mask, background exactly where no mask is set
+        for label_id, mask in masks.items():
+            self.assertTrue(mask[labels == label_id].all())
+        self.assertTrue(np.array_equal(labels == 0, ~np.any(list(masks.values()), axis=0)))
+        # without per_class: no masks, the same label map
+        plain = _pipe(_overlap_stub(), sw_batch_size=2).segment(torch.from_numpy(img), aff, classes)
+        self.assertIsNone(plain.masks)
+        self.assertTrue(torch.equal(plain.labels, streamed.labels))
+
+    def test_streamed_masks_equal_thresholded_logits_tiny_vista3d(self):
+        model = tiny_vista3d_with_recorded_weights()
+        pipe = Vista3DPipeline(network=model, device="cpu", roi_size=32, sw_batch_size=2, per_class=True)
+        x = torch.rand(1, 40, 37, 30, generator=torch.Generator().manual_seed(0))
+        ids = [1, 3, 25, 14, 5, 6, 7, 8, 9, 10]  # two packed bytes
+        logits, _ = pipe.infer(x, ids)
+        labels, masks, run = pipe.infer_labels_and_masks(x, ids)
+        self.assertEqual(run.windows, 4)
+        self.assertTrue(torch.equal(masks.dense().bool(), logits[0] > 0))
+        self.assertTrue(torch.equal(masks.packed, pipe.postprocess_masks(logits, ids).packed))
+        self.assertTrue(torch.equal(labels, pipe.postprocess(logits, ids)))
+        self.assertGreater(int(((logits[0] > 0).sum(0) > 1).sum()), 0)  # overlaps to keep
+
+    def test_point_prompt_with_a_class(self):
+        img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
+        centre = np.array([np.mean(b) for b in LIVER])
+        click = np.linalg.solve(aff, np.append(centre, 1.0))[:3]
+        pipe = _pipe(_overlap_stub(), roi_size=(16, 16, 16), per_class=True)
+        result = pipe.segment(torch.from_numpy(img), aff, classes="liver", points=[click.tolist()], point_labels=[1])
+        self.assertEqual(list(result.masks), [1])
+        mask, labels = result.masks[1].numpy(), result.labels.numpy()
+        self.assertTrue(np.array_equal(mask, labels == 1))
+        self.assertTrue((labels == 255).any())  # voxels no point window reached: in no mask
+        self.assertFalse(mask[labels == 255].any())
+        with self.assertRaisesRegex(PromptError, "per-class masks need classes") as ctx:
+            pipe.segment(torch.from_numpy(img), aff, classes=None, points=[click.tolist()], point_labels=[1])
+        self.assertNotIn("\n", str(ctx.exception))
+
+    @parameterized.expand([
+        ("empty_string", "", ClassPromptError, "empty class name"),
+        ("empty_list", [], ClassPromptError, "the class list is empty"),
+        ("unknown_name", "liver,hepatic vesel", ClassPromptError, "did you mean 'hepatic vessel'"),
+    ])
+    def test_bad_prompts_one_line_before_any_work(self, _, classes, error, msg):
+        img, aff, _ = phantom((30, 30, 24), np.eye(3), (1.0, 1.0, 1.0))
+        stub = _overlap_stub()
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(img, aff), src)
+            with self.assertRaisesRegex(error, msg) as ctx:
+                _pipe(stub, per_class=True).segment_file(src, Path(tmp) / "out", classes=classes)
+            self.assertNotIn("\n", str(ctx.exception))
+            self.assertEqual(stub.calls, 0)
+            self.assertFalse((Path(tmp) / "out").exists())
+
+    def test_segment_file_writes_the_masks(self):
+        img, aff, world = phantom((38, 36, 20), np.diag([-1.0, -1.0, 1.0]), (0.9, 1.0, 2.0))
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "ct scan.nii.gz"
+            nimg = nib.Nifti1Image(img.astype(np.int16), aff)
+            nimg.header.set_qform(aff, code=1)
+            nimg.header.set_sform(aff, code=2)
+            nib.save(nimg, src)
+            out = Path(tmp) / "out"
+            pipe = _pipe(_overlap_stub(), per_class=True)
+            result = pipe.segment_file(src, out, classes="liver,hepatic vessel,spleen")
+            folder = out / "ct scan"
+            self.assertEqual(result.output, folder / "ct scan_trans.nii.gz")
+            self.assertEqual(result.mask_outputs, class_mask_paths(out / "ct scan", [1, VESSEL, 3]))
+            self.assertEqual(
+                sorted(p.name for p in folder.iterdir()),
+                ["ct scan_trans.nii.gz", "hepatic_vessel.nii.gz", "liver.nii.gz", "spleen.nii.gz"],
+            )
+            ref = nib.load(src)
+            for label_id, path in result.mask_outputs.items():
+                back = nib.load(path)
+                self.assertEqual(back.get_data_dtype(), np.uint8)
+                np.testing.assert_array_equal(back.affine, ref.affine)
+                self.assertEqual((int(back.header["qform_code"]), int(back.header["sform_code"])), (1, 2))
+                np.testing.assert_array_equal(np.asarray(back.dataobj), result.masks[label_id].numpy())
+            liver = np.asarray(nib.load(result.mask_outputs[1]).dataobj)
+            self.assertTrue((liver[inside(world, LIVER, -3.5)] == 1).all())
+            self.assertSetEqual(set(np.unique(liver).tolist()), {0, 1})
+            self.assertIn("save", result.timings)
+            # a mask already there stops the next run before any work, unless overwrite
+            (folder / "ct scan_trans.nii.gz").unlink()
+            calls = pipe.network.calls
+            with self.assertRaisesRegex(Vista3DOutputError, "spleen.nii.gz: exists"):
+                pipe.segment_file(src, out, classes="spleen")
+            self.assertEqual(pipe.network.calls, calls)
+            again = pipe.segment_file(src, out, classes="spleen", overwrite=True)
+            self.assertEqual(list(again.mask_outputs), [3])
 
 
 class TestPipelineErrors(unittest.TestCase):

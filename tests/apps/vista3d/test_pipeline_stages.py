@@ -22,7 +22,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.errors import ClassPromptError, EmptyForegroundError
 from monai.apps.vista3d.labels import everything_labels, label_name, parse_classes
-from monai.apps.vista3d.postprocess import logits_to_labels
+from monai.apps.vista3d.postprocess import ClassMasks, logits_to_labels, logits_to_masks, pack_masks
 from monai.apps.vista3d.preprocess import (
     apply_orientation,
     foreground_box,
@@ -170,6 +170,49 @@ class TestPostprocess(unittest.TestCase):
     def test_wrong_number_of_ids(self):
         with self.assertRaisesRegex(ValueError, "2 label ids for 3"):
             logits_to_labels(torch.zeros(3, 2, 2, 2), [1, 2])
+
+
+class TestClassMasks(unittest.TestCase):
+    @parameterized.expand([(1,), (8,), (9,), (117,)])
+    def test_each_class_on_its_own(self, n):
+        g = torch.Generator().manual_seed(n)
+        logits = torch.randn(n, 6, 5, 4, generator=g)
+        logits[0, 0, 0, 0] = float("nan")  # no prediction: in no mask
+        logits[-1, 0, 0, 1] = 0.0  # not > 0
+        ids = (torch.randperm(120, generator=g)[:n] + 1).tolist()
+        masks = logits_to_masks(logits[None], ids)
+        self.assertEqual(masks.packed.shape, (-(-n // 8), 6, 5, 4))
+        self.assertEqual(list(masks), ids)
+        self.assertEqual(tuple(masks.spatial_shape), (6, 5, 4))
+        for k, label_id in enumerate(ids):
+            self.assertEqual(masks[label_id].dtype, torch.bool)
+            self.assertTrue(torch.equal(masks[label_id], logits[k] > 0), label_id)
+        self.assertTrue(torch.equal(masks.dense(), (logits > 0).to(torch.uint8)))
+        self.assertFalse(masks[ids[0]][0, 0, 0])  # the NaN voxel
+        # the label map's class is inside its mask, and the map is background where no mask is set
+        labels = logits_to_labels(logits.nan_to_num(-1.0), ids)
+        dense = masks.dense().bool()
+        for label_id in ids:
+            self.assertTrue(dense[ids.index(label_id)][labels == label_id].all())
+        self.assertTrue(torch.equal(labels == 0, ~dense.any(0)))
+
+    def test_unpacks_what_pack_masks_packs(self):
+        logits = torch.tensor([[1.0, -1.0, 2.0]] * 8 + [[-1.0, 3.0, 0.5]])[..., None, None]  # [9, 3, 1, 1]
+        packed = pack_masks(logits)
+        self.assertEqual(packed.flatten().tolist(), [255, 0, 255, 0, 1, 1])  # class i: bit i % 8 of byte i // 8
+        self.assertEqual(ClassMasks(packed, range(1, 10))[9].flatten().tolist(), [False, True, True])
+
+    def test_bad_arguments(self):
+        with self.assertRaisesRegex(ValueError, "need 2 packed channels"):
+            ClassMasks(torch.zeros(1, 2, 2, 2, dtype=torch.uint8), range(9))
+        with self.assertRaisesRegex(ValueError, "unique"):
+            ClassMasks(torch.zeros(1, 2, 2, 2, dtype=torch.uint8), [3, 3])
+        with self.assertRaisesRegex(ValueError, "uint8"):
+            ClassMasks(torch.zeros(1, 2, 2, 2), [3])
+        with self.assertRaisesRegex(ValueError, "2 label ids for 3"):
+            logits_to_masks(torch.zeros(3, 2, 2, 2), [1, 2])
+        with self.assertRaises(KeyError):
+            logits_to_masks(torch.zeros(2, 2, 2, 2), [1, 2])[5]
 
 
 class TestLabels(unittest.TestCase):

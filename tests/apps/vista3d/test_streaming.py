@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import monai.inferers.batch_size as bsz
+from monai.apps.vista3d.postprocess import ClassMasks
 from monai.apps.vista3d.streaming import logits_to_labels, sliding_window_label_inference
 from monai.inferers import sliding_window_inference
 from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
@@ -182,6 +183,72 @@ class TestStreamingLabels(unittest.TestCase):
             sliding_window_label_inference(x, 16, 1, net, label_ids=[1, 2, 3])
         with self.assertRaisesRegex(ValueError, "sw_batch_size"):
             sliding_window_label_inference(x, 16, 0, net)
+
+
+MASK_CASES = [
+    # batch, shape, roi, overlap, mode, classes, slab_dim, sw_batch_size: classes on 1, 2 and 3 packed bytes
+    (2, (23, 19, 17), (10, 8, 6), 0.25, "constant", 5, 0, 3),
+    (1, (23, 19, 17), (10, 8, 6), 0.5, "gaussian", 8, 2, 4),
+    (1, (21, 17, 13), (10, 8, 6), (0.6, 0.3, 0.1), "gaussian", 9, 1, 2),
+    (1, (7, 6, 19), (10, 8, 6), 0.25, "gaussian", 19, 1, 2),
+    (2, (20, 14, 17), (8, 8, 8), 0.0, "constant", 1, -1, 1),
+]
+
+
+class TestStreamingMasks(unittest.TestCase):
+    """Per-class masks of the streamed path are the full blended logits thresholded class by class."""
+
+    @parameterized.expand(MASK_CASES)
+    def test_equal_thresholded_full_logits(self, batch, shape, roi, overlap, mode, classes, slab_dim, sw_batch_size):
+        net = PerWindowConv(2, classes, seed=sum(shape) + classes)
+        x = torch.randn(batch, 2, *shape, generator=torch.Generator().manual_seed(classes))
+        ids = list(range(100, 100 + classes))
+        with torch.no_grad():
+            full = sliding_window_inference(x, roi, sw_batch_size, net, overlap, mode)
+            labels, prob, packed = sliding_window_label_inference(
+                x, roi, sw_batch_size, net, overlap, mode, slab_dim=slab_dim, label_ids=ids, return_max_prob=True,
+                return_masks=True,
+            )
+        self.assertEqual(packed.shape, (batch, -(-classes // 8), *shape))
+        self.assertEqual(packed.dtype, torch.uint8)
+        self.assertTrue(torch.equal(labels.long(), reference_labels(full, ids)))  # the extras change no label
+        self.assertTrue(torch.equal(prob, torch.sigmoid(full.max(1, keepdim=True).values)))
+        for b in range(batch):
+            masks = ClassMasks(packed[b], ids)
+            self.assertTrue(torch.equal(masks.dense().bool(), full[b] > 0))
+            if classes > 1:  # the label map drops a class wherever another one's logit is higher
+                self.assertGreater(int((masks.dense().sum(0) > 1).sum()), 0)
+
+    def test_masks_only_tuple_order(self):
+        net = PerWindowConv(1, 3, seed=1)
+        x = torch.randn(1, 1, 12, 11, 10)
+        with torch.no_grad():
+            full = sliding_window_inference(x, 8, 1, net, 0.25)
+            out = sliding_window_label_inference(x, 8, 1, net, 0.25, return_masks=True)
+        self.assertEqual(len(out), 2)
+        self.assertTrue(torch.equal(out[0].long(), reference_labels(full)))
+        self.assertTrue(torch.equal(ClassMasks(out[1][0], [1, 2, 3]).dense().bool(), full[0] > 0))
+
+    def test_memory_adds_only_the_packed_masks(self):
+        classes, gain = 19, torch.randn(1, 19, 1, 1, 1)
+
+        def predictor(x):  # cheap, so the held buffers dominate
+            return x * gain
+
+        x = torch.randn(1, 1, 64, 12, 12)
+        with torch.no_grad():
+            with LiveBytes() as plain:
+                labels = sliding_window_label_inference(x, 8, 2, predictor, 0.25, "gaussian")
+            with LiveBytes() as with_masks:
+                labels2, packed = sliding_window_label_inference(
+                    x, 8, 2, predictor, 0.25, "gaussian", return_masks=True
+                )
+        self.assertTrue(torch.equal(labels, labels2))
+        packed_bytes = packed.numel()
+        self.assertEqual(packed_bytes, 3 * x.numel())  # 19 classes: 3 bytes a voxel, not 19
+        tile_bytes = 8 * 2 * 8 * 8 * 8  # booleans and weighted bits of 8 classes of one window-sized tile
+        self.assertLessEqual(with_masks.peak, plain.peak + packed_bytes + tile_bytes)
+        self.assertLess(with_masks.peak, plain.peak + classes * x.numel())  # far from a uint8 volume per class
 
 
 class _FakeGpuMemory:

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
+import pytest
 import torch
 import torch.nn.functional as F
 from parameterized import parameterized
@@ -77,25 +79,19 @@ class TestAvailability(unittest.TestCase):
             with mock.patch.object(torch.cuda, "get_device_capability", return_value=(10, 0)):
                 self.assertIn("compute capability 9.x", resident_unavailable_reason("cuda"))
 
-    def test_loads_follow_the_build_check(self):
-        # slabs where this Triton builds them; elsewhere patches, said once in the log with the reason
+    @parameterized.expand(
+        [("3.6.0", True), ("3.7.1", True), ("3.7.0", True), ("3.8.0", False), ("3.9.0", False), ("3.10.0", False)]
+        + [("3.6.0+git4ab2b1c", True), ("3.5.1", False), ("4.0.0rc1", False)]
+    )
+    def test_slab_table(self, version, slabs):
+        # the measured releases: slabs on 3.6 and 3.7, patches elsewhere; a local build's suffix does not matter
+        self.assertEqual(conv3d_resident.slab_loads_supported(version), slabs)
+
+    def test_triton_older_than_3_6(self):
         if conv3d_resident._GLUON_MISSING is not None:
             self.skipTest(conv3d_resident._GLUON_MISSING)
-        for reason in ("Triton 9.9 does not compile the kernel's slab views: no", None):
-            conv3d_resident._slabs_by_default.cache_clear()
-            self.addCleanup(conv3d_resident._slabs_by_default.cache_clear)
-            with mock.patch.object(conv3d_resident, "slab_views_rejected", return_value=reason):
-                if reason is None:
-                    logger = logging.getLogger(conv3d_resident.__name__)
-                    with mock.patch.object(logger, "warning") as warning:
-                        self.assertTrue(conv3d_resident._slabs_by_default())
-                    warning.assert_not_called()
-                else:
-                    with self.assertLogs(conv3d_resident.__name__, "WARNING") as logs:
-                        self.assertFalse(conv3d_resident._slabs_by_default())
-                        self.assertFalse(conv3d_resident._slabs_by_default())  # cached: said once
-                    self.assertEqual(len(logs.records), 1)
-                    self.assertIn(reason, logs.output[0])
+        with mock.patch.object(conv3d_resident.triton, "__version__", "3.5.1"):
+            self.assertIn("Triton 3.5.1 does not build", resident_unavailable_reason("cuda"))
 
 
 class TestInputChecks(unittest.TestCase):
@@ -186,57 +182,130 @@ class TestInputChecks(unittest.TestCase):
             conv3x3x3_resident(self.x, self.w, residual=shifted)
 
 
+# every form of the kernel built for sm_90 in a fresh interpreter: by "slabs stats residual", the shared bytes and PTX,
+# or the compiler's first error; under "version" the Triton that built them
 _BUILD_SCRIPT = """
 import json, sys
-from monai.networks.kernels.conv3d_resident import compile_for_sm90, slab_views_rejected
-builds = {"rejected": slab_views_rejected()}
-for slabs in (False, True) if builds["rejected"] is None else (False,):
+import triton
+from monai.networks.kernels.conv3d_resident import compile_for_sm90
+builds = {"version": triton.__version__}
+for slabs in (False, True):
     for stats in (False, True):
         for residual in (False, True):
-            c = compile_for_sm90(stats=stats, residual=residual, slabs=slabs)
-            builds[f"{slabs} {stats} {residual}"] = {"shared": c.metadata.shared, "ptx": c.asm["ptx"]}
+            try:
+                c = compile_for_sm90(stats=stats, residual=residual, slabs=slabs)
+                build = {"shared": c.metadata.shared, "ptx": c.asm["ptx"]}
+            except Exception as e:
+                build = {"error": (str(e).splitlines() or [type(e).__name__])[0]}
+            builds[f"{slabs} {stats} {residual}"] = build
 json.dump(builds, sys.stdout)
 """
+_FORMS = [(s, st, r) for s in (False, True) for st in (False, True) for r in (False, True)]
+
+
+def _build_all(triton_dir: str | None = None) -> dict:
+    """:data:`_BUILD_SCRIPT`'s builds, with the Triton installed in ``triton_dir`` first on the path when given."""
+    # without TRITON_INTERPRET: with it (the CPU test runs) Triton's own jit helpers, such as the reductions' combine
+    # functions, are interpreter objects the compiler refuses (a cached build hid this)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(monai.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [triton_dir, root, env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT], env=env, capture_output=True, text=True, cwd=root)
+    if run.returncode:
+        raise AssertionError(f"the sm_90 build script failed:\n{run.stderr[-3000:]}")
+    return json.loads(run.stdout)
 
 
 @functools.lru_cache(maxsize=None)
 def _sm90_builds() -> dict:
-    """The sm_90 builds (shared bytes, PTX) by "slabs stats residual", and under "rejected" why this Triton cannot
-    build the slab loads (None where it can)."""
-    # in a fresh interpreter without TRITON_INTERPRET: with it (the CPU test runs) Triton's own jit helpers, such as the
-    # reductions' combine functions, are interpreter objects the compiler refuses (a cached build hid this)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(monai.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    run = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT], env=env, capture_output=True, text=True, cwd=root)
-    if run.returncode:
-        raise AssertionError(f"the sm_90 builds failed:\n{run.stderr[-3000:]}")
-    return json.loads(run.stdout)
+    """The sm_90 builds of every form with the installed Triton."""
+    return _build_all()
+
+
+def _check_builds(case: unittest.TestCase, builds: dict) -> None:
+    """What must build on Triton ``builds["version"]``: the four patch forms always, the four slab forms exactly
+    where :py:data:`~monai.networks.kernels.conv3d_resident.SLAB_TRITONS` says (a release that starts or stops
+    building them fails here until the table is brought up to date), each within the shared memory of a block."""
+    version = builds["version"]
+    slabs = conv3d_resident.slab_loads_supported(version)
+    for form in _FORMS:
+        build = builds[" ".join(map(str, form))]
+        if form[0] and not slabs:
+            case.assertIn("error", build, f"slab loads build on Triton {version}: add it to SLAB_TRITONS")
+        else:
+            case.assertNotIn("error", build, f"Triton {version}, form (slabs, stats, residual) {form}: {build}")
+            case.assertLessEqual(build["shared"], conv3d_resident.SHARED_LIMIT)
 
 
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
-class TestSlabViews(unittest.TestCase):
-    def test_builds_or_says_why(self):
+class TestBuildsPerVersion(unittest.TestCase):
+    def test_installed_triton(self):
         import triton
 
         builds = _sm90_builds()
-        prefix = f"Triton {triton.__version__} does not compile the kernel's slab views: "
-        if tuple(int(p) for p in triton.__version__.split(".")[:2]) <= (3, 6):
-            # the Triton the kernel was written and measured with (the H200's) builds all eight variants
-            self.assertIsNone(builds["rejected"])
-            self.assertEqual(len(builds), 9)
-        elif builds["rejected"] is not None:
-            # Triton 3.9 refuses the slab views: the reason names the version and the compiler's first error, and the
-            # four patch variants build
-            self.assertTrue(builds["rejected"].startswith(prefix), builds["rejected"])
-            self.assertGreater(len(builds["rejected"]), len(prefix))
-            self.assertEqual(len(builds), 5)
+        self.assertEqual(builds["version"], triton.__version__)
+        if conv3d_resident.triton_release() < conv3d_resident.OLDEST_TRITON:
+            self.skipTest(f"Triton {triton.__version__} is older than the kernel (3.6); the fused path says so")
+        _check_builds(self, builds)
+
+
+# the oldest Triton the kernel supports (PyTorch 2.11's): CI builds every form with it as well as with the installed one
+OLDEST_PIN = "3.6.0"
+# what pip prints when it cannot reach the package index (then, and only then, the oldest-Triton build is skipped)
+_NO_INDEX = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Max retries exceeded",
+    "ProxyError",
+    "ConnectTimeoutError",
+    "Could not fetch URL",
+)
+
+
+def _oldest_triton_dir() -> str:
+    """A folder holding ``triton==OLDEST_PIN`` (no dependencies), installed by pip on first use and kept in
+    ``$MONAI_TRITON_CACHE`` (default ``~/.cache/monai-tests``): a wheel of ~190 MB, ~640 MB installed."""
+    cache = os.environ.get("MONAI_TRITON_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "monai-tests")
+    target = os.path.join(cache, f"triton-{OLDEST_PIN}")
+    if os.path.isdir(os.path.join(target, f"triton-{OLDEST_PIN}.dist-info")):
+        return target
+    os.makedirs(cache, exist_ok=True)
+    partial = tempfile.mkdtemp(dir=cache, prefix=".triton-")  # renamed into place only once complete
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", partial, f"triton=={OLDEST_PIN}"]
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode:
+        shutil.rmtree(partial, ignore_errors=True)
+        text = run.stdout + run.stderr
+        if any(marker in text for marker in _NO_INDEX):
+            raise unittest.SkipTest(f"pip cannot reach the package index for triton=={OLDEST_PIN}: {text[-300:]}")
+        raise AssertionError(f"pip did not install triton=={OLDEST_PIN}:\n{text[-3000:]}")
+    try:
+        os.replace(partial, target)
+    except OSError:  # another run put it there first
+        shutil.rmtree(partial, ignore_errors=True)
+    return target
+
+
+@pytest.mark.slow
+@unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
+class TestOldestTriton(unittest.TestCase):
+    """Every form built for sm_90 with the oldest supported Triton, installed beside the one in use (a subprocess
+    imports it first): there the slab loads, the production form, must build."""
+
+    def test_every_form_builds(self):
+        builds = _build_all(_oldest_triton_dir())
+        self.assertEqual(builds["version"], OLDEST_PIN)
+        self.assertTrue(conv3d_resident.slab_loads_supported(OLDEST_PIN))
+        _check_builds(self, builds)
+        self.assertEqual([f for f in _FORMS if "error" in builds[" ".join(map(str, f))]], [])
 
 
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
 class TestBuild(unittest.TestCase):
-    """The kernel compiles for compute capability 9.0 without a GPU: with patch loads everywhere, with slab loads where
-    the installed Triton takes their views (elsewhere TestSlabViews checks the reason it gives)."""
+    """The production forms compile for compute capability 9.0 without a GPU: with patch loads everywhere, with
+    slab loads where the installed Triton builds them (elsewhere TestBuildsPerVersion checks that it refuses them)."""
 
     builds: dict = {}
 
@@ -245,11 +314,13 @@ class TestBuild(unittest.TestCase):
         cls.builds = _sm90_builds()
 
     def _build(self, slabs: bool, stats: bool, residual: bool) -> dict:
-        if slabs and self.builds["rejected"] is not None:
-            self.skipTest(self.builds["rejected"])
-        return self.builds[f"{slabs} {stats} {residual}"]
+        if slabs and not conv3d_resident.slab_loads_supported():
+            self.skipTest(f"Triton {self.builds['version']} does not build the slab loads (SLAB_TRITONS)")
+        build = self.builds[f"{slabs} {stats} {residual}"]
+        self.assertNotIn("error", build)
+        return build
 
-    @parameterized.expand([(s, st, r) for s in (False, True) for st in (False, True) for r in (False, True)])
+    @parameterized.expand(_FORMS)
     def test_fits_shared_memory(self, slabs, stats, residual):
         build = self._build(slabs, stats, residual)
         self.assertLessEqual(build["shared"], conv3d_resident.SHARED_LIMIT)
@@ -303,15 +374,13 @@ class TestSlabProtocol(unittest.TestCase):
 
 @unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")
 class TestResidentConv(unittest.TestCase):
-    """The kernel with its default loads (slabs where this Triton builds them); TestResidentConvPatches runs the same
-    cases with per-shift patches."""
+    """The kernel with its default loads (slabs where this Triton builds them, ``slabs=None``); TestResidentConvPatches
+    runs the same cases with per-shift patches."""
 
     slabs: bool | None = None
 
     def setUp(self):
-        patcher = mock.patch.object(conv3d_resident, "SLAB_LOADS", self.slabs)
-        patcher.start()
-        self.addCleanup(patcher.stop)
+        self.conv = functools.partial(conv3x3x3_resident, slabs=self.slabs)
 
     # (batch, stored channels, D, H, W, programs): odd D (the last tile's second plane lies outside the volume),
     # H and W not multiples of the 8 x 16 tile, a volume smaller than one tile, a batch of 3; programs: None = one
@@ -333,7 +402,7 @@ class TestResidentConv(unittest.TestCase):
         x = _input(g, batch, channels, d, h, w)
         weight, gemm = _weights(g)
         torch.full((batch, 64, d, h, w), float("nan"), device=DEVICE)  # the output is likely to reuse this block
-        y, (mean, var) = conv3x3x3_resident(x, gemm, stats=True, programs=programs)
+        y, (mean, var) = self.conv(x, gemm, stats=True, programs=programs)
         self.assertEqual(tuple(y.shape), (batch, 64, d, h, w))
         self.assertEqual(y.dtype, torch.float16)
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
@@ -348,7 +417,7 @@ class TestResidentConv(unittest.TestCase):
         torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
         # the statistics epilogue leaves the output as it was
-        y_plain, none = conv3x3x3_resident(x, gemm, programs=programs)
+        y_plain, none = self.conv(x, gemm, programs=programs)
         self.assertIsNone(none)
         self.assertTrue(torch.equal(y_plain, y))
 
@@ -371,7 +440,7 @@ class TestResidentConv(unittest.TestCase):
         residual = _residual(g, batch, d, h, w)
         weight, gemm = _weights(g)
         torch.full((batch, 64, d, h, w), float("nan"), device=DEVICE)  # the output is likely to reuse this block
-        y, (mean, var) = conv3x3x3_resident(x, gemm, stats=True, programs=programs, residual=residual)
+        y, (mean, var) = self.conv(x, gemm, stats=True, programs=programs, residual=residual)
         self.assertEqual(tuple(y.shape), (batch, 64, d, h, w))
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         ref = F.conv3d(x[:, :48].double(), weight.double(), padding=1) + residual[:, :48].double()
@@ -390,7 +459,7 @@ class TestResidentConv(unittest.TestCase):
         self.assertTrue(bool((mean[:, 48:] == 0).all()) and bool((var[:, 48:] == 0).all()))
         # the same output without the statistics; the residual left as it was
         residual_before = residual.clone()
-        y_plain, none = conv3x3x3_resident(x, gemm, programs=programs, residual=residual)
+        y_plain, none = self.conv(x, gemm, programs=programs, residual=residual)
         self.assertIsNone(none)
         self.assertTrue(torch.equal(y_plain, y))
         self.assertTrue(torch.equal(residual, residual_before))
@@ -403,8 +472,8 @@ class TestResidentConv(unittest.TestCase):
         _, gemm = _weights(g)
         residual = _residual(g, 2, 9, 11, 21)
         for programs in (None, 3):
-            y_plain, _ = conv3x3x3_resident(x, gemm, programs=programs)
-            y, _ = conv3x3x3_resident(x, gemm, programs=programs, residual=residual)
+            y_plain, _ = self.conv(x, gemm, programs=programs)
+            y, _ = self.conv(x, gemm, programs=programs, residual=residual)
             diff = y.double() - y_plain.double()
             # two fp16 roundings of values up to ~8 (half an ulp each: 2e-3); a wrong residual is off by ~1
             torch.testing.assert_close(diff, residual.double(), rtol=0, atol=1e-2)
@@ -413,13 +482,13 @@ class TestResidentConv(unittest.TestCase):
         g = torch.Generator().manual_seed(2)
         _, gemm = _weights(g)
         with self.assertRaisesRegex(ValueError, "the residual is on cpu"):
-            conv3x3x3_resident(_input(g, 1, 64, 2, 3, 4), gemm, residual=_residual(g, 1, 2, 3, 4, device="cpu"))
+            self.conv(_input(g, 1, 64, 2, 3, 4), gemm, residual=_residual(g, 1, 2, 3, 4, device="cpu"))
 
     def test_weights_elsewhere(self):
         g = torch.Generator().manual_seed(1)
         _, gemm = _weights(g, device="cpu")
         with self.assertRaisesRegex(ValueError, "the weights are on cpu"):
-            conv3x3x3_resident(_input(g, 1, 64, 2, 3, 4), gemm)
+            self.conv(_input(g, 1, 64, 2, 3, 4), gemm)
 
 
 class TestResidentConvPatches(TestResidentConv):

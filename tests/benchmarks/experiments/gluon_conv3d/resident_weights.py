@@ -31,6 +31,7 @@ On the H200 (each variant checked against float64, then timed next to the Triton
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import triton
@@ -75,9 +76,9 @@ def label(stats: bool, residual: bool) -> str:
 
 
 def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (``SLAB_LOADS``), each without and
-    with its statistics, and with the statistics and the input as its residual, against float64 and timed, next to
-    conv3x3x3's default (the same three forms).
+    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (its ``slabs`` argument), each
+    without and with its statistics, and with the statistics and the input as its residual, against float64 and
+    timed, next to conv3x3x3's default (the same three forms).
 
     Checked per form and variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the
     first and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
@@ -139,12 +140,10 @@ def run(batch: int = 14, size: int = 128) -> None:
     for (stats, res), slabs in [(form, slabs) for slabs in (True, False) for form in FORMS]:
         want = refs_residual if res else refs
         name = label(stats, res) + (", slab loads" if slabs else ", patch loads")
-        conv3d_resident.SLAB_LOADS = slabs
+        conv = functools.partial(conv3x3x3_resident, slabs=slabs)
         try:
-            out, st = poisoned(x, lambda s=stats, r=res: conv3x3x3_resident(x, gemm, s, residual=x if r else None))
-            out_odd, st_odd = poisoned(
-                x_odd, lambda s=stats, r=res: conv3x3x3_resident(x_odd, gemm, s, 5, x_odd if r else None)
-            )
+            out, st = poisoned(x, lambda s=stats, r=res: conv(x, gemm, s, residual=x if r else None))
+            out_odd, st_odd = poisoned(x_odd, lambda s=stats, r=res: conv(x_odd, gemm, s, 5, x_odd if r else None))
             torch.cuda.synchronize()
         except Exception as e:  # reported, not fatal: the other lines still stand
             print(f"{name}: {type(e).__name__}: {str(e)[:300]}")
@@ -169,13 +168,10 @@ def run(batch: int = 14, size: int = 128) -> None:
                 f"padding channels' {pad_stats}"
             )
         del out, out_odd, st, st_odd
-        ms = triton.testing.do_bench(
-            lambda s=stats, r=res: conv3x3x3_resident(x, gemm, stats=s, residual=x if r else None)
-        )
+        ms = triton.testing.do_bench(lambda s=stats, r=res: conv(x, gemm, stats=s, residual=x if r else None))
         print(f"{name}: {ms:.3f} ms ({flop / ms / 1e9:.0f} TFLOP/s), worst-plane rel. err first sample "
               f"{errs[0]:.2e}, last {errs[1]:.2e}, odd shape {errs[2]:.2e}, padding channels "
               f"{'zero' if pad_ok else 'WRONG'}{text}; Triton default {ms_triton[stats, res]:.3f} ms")  # fmt: skip
-    conv3d_resident.SLAB_LOADS = None
     print(f"({time.perf_counter() - start:.0f} s in all)")
 
 

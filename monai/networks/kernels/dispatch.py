@@ -1,0 +1,199 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fused path's policy, in one frozen configuration, and the one place that picks a 3x3x3 convolution's kernel.
+
+:py:class:`FusedConfig` says which kernels the fused forward runs (the norm kernels or their PyTorch reference, the
+resident-weight Gluon convolution's load form or none, the Triton convolution's launches by width), up to which
+window batch the forward is replayed as a CUDA graph, and whether cuDNN times its algorithms. Its defaults are
+resolved from the installed Triton when it is built (``FusedConfig()``), so the forms are chosen once, when
+``VISTA3D.fuse()`` is called, and never by compiling anything at run time. :py:func:`conv3x3x3_dispatch` runs a
+stride-1 3x3x3 convolution through the Gluon, the Triton or the cuDNN kernel as :py:func:`choose_conv3x3x3` says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Mapping
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from monai.networks.kernels.conv3d import FUSED_LAUNCHES, ConvLaunch, channel_pieces, conv3x3x3
+from monai.networks.kernels.conv3d_resident import (
+    conv3x3x3_resident,
+    resident_unavailable_reason,
+    slab_loads_supported,
+    triton_release,
+)
+from monai.networks.kernels.instance_norm import instance_stats
+from monai.networks.kernels.padded_weights import PaddedWeights, padded_channels
+
+__all__ = ["FusedConfig", "KERNELS", "RESIDENT_FORMS", "check_config", "choose_conv3x3x3", "conv3x3x3_dispatch"]
+
+logger = logging.getLogger(__name__)
+
+KERNELS = ("triton", "torch")
+# how the 48 -> 48 channel convolutions run: the resident-weight Gluon kernel with slab or with patch loads, or
+# ("off") the Triton kernel of FusedConfig.triton_launches
+RESIDENT_FORMS = ("slabs", "patches", "off")
+
+
+def _installed_resident_form() -> str:
+    """The resident kernel's fastest form the installed Triton builds (:py:data:`~.conv3d_resident.SLAB_TRITONS`)."""
+    return "slabs" if slab_loads_supported() else "patches"
+
+
+def _default_launches() -> tuple[tuple[int, ConvLaunch], ...]:
+    return tuple(sorted(FUSED_LAUNCHES.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedConfig:
+    """Everything the fused forward decides besides the network: build one, change fields with
+    ``dataclasses.replace``, pass it to ``VISTA3D.fuse(config)``.
+
+    Args:
+        kernels: ``"triton"`` for the fused kernels (on a supported GPU, or Triton's CPU interpreter), ``"torch"``
+            for their PyTorch reference (any device and dtype; for tests and for checking the kernels).
+        resident_conv: the 48 -> 48 channel 3x3x3 convolutions (with the next norm's statistics and the block's
+            residual) on the resident-weight Gluon kernel with ``"slabs"`` or ``"patches"`` loads, or ``"off"`` (the
+            Triton kernel). Default: slabs where the installed Triton builds them, else patches. Where the GPU cannot
+            run the Gluon kernel, the Triton kernel runs instead, said once in the log. Measured on the H200 with
+            statistics, 14 x 48 x 128^3: 7.79 ms with slabs against 11.08 ms on the Triton kernel.
+        triton_launches: the Triton implicit-GEMM convolution's launch by padded output width (a mapping or
+            ``(width, launch)`` pairs; kept as sorted pairs); widths not listed run on cuDNN. Default:
+            :py:data:`~monai.networks.kernels.conv3d.FUSED_LAUNCHES`.
+        graph_max_windows: window batches up to this size are replayed as CUDA graphs (one per batch shape), where
+            issuing the forward's ~250 launches from Python costs more than the GPU work (measured on the H200: 43.8
+            ms per window at one window eager, ~17 ms of kernels); 0 turns graphs off.
+        cudnn_autotune: let cuDNN time its algorithms for each convolution shape, on the first call of each input
+            shape only (its heuristics pick slow tiles for the lower levels at one or two windows: 3.2 against 2.2 ms
+            per window at one window on the H200); the plans it picks stay in PyTorch's plan cache.
+    """
+
+    kernels: str = "triton"
+    resident_conv: str = dataclasses.field(default_factory=_installed_resident_form)
+    triton_launches: tuple[tuple[int, ConvLaunch], ...] = dataclasses.field(default_factory=_default_launches)
+    graph_max_windows: int = 4
+    cudnn_autotune: bool = True
+
+    def __post_init__(self):
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}.")
+        if self.resident_conv not in RESIDENT_FORMS:
+            raise ValueError(f"resident_conv must be one of {RESIDENT_FORMS}, got {self.resident_conv!r}.")
+        pairs = self.triton_launches.items() if isinstance(self.triton_launches, Mapping) else self.triton_launches
+        launches = tuple(sorted((int(width), launch) for width, launch in pairs))
+        for width, launch in launches:
+            if width < 1 or not isinstance(launch, ConvLaunch):
+                raise ValueError(f"triton_launches maps padded widths to ConvLaunch, got {width}: {launch!r}.")
+        object.__setattr__(self, "triton_launches", launches)
+        if isinstance(self.graph_max_windows, bool) or not isinstance(self.graph_max_windows, int):
+            raise ValueError(f"graph_max_windows must be an int >= 0, got {self.graph_max_windows!r}.")
+        if self.graph_max_windows < 0:
+            raise ValueError(f"graph_max_windows must be an int >= 0, got {self.graph_max_windows}.")
+
+    def triton_launch(self, width: int) -> ConvLaunch | None:
+        """The Triton convolution's launch for padded output ``width``, ``None`` where cuDNN runs it."""
+        return dict(self.triton_launches).get(width)
+
+
+def check_config(config: FusedConfig) -> None:
+    """Raise ``ValueError`` where ``config`` asks the installed Triton for a form it does not build (slab loads
+    outside :py:data:`~monai.networks.kernels.conv3d_resident.SLAB_TRITONS`)."""
+    if config.kernels == "triton" and config.resident_conv == "slabs" and not slab_loads_supported():
+        release = triton_release()
+        found = "no Triton" if release is None else f"Triton {'.'.join(map(str, release))}"
+        raise ValueError(
+            f"resident_conv='slabs' needs a Triton that builds the slab loads (3.6, 3.7), found {found}: "
+            "use 'patches' (the default there)."
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _say_once(message: str) -> None:
+    """Log ``message`` as a warning the first time this process sees it (a fallback is worth one line, not one a
+    call)."""
+    logger.warning(message)
+
+
+def _plain_3x3x3(conv: nn.Module, x: torch.Tensor) -> bool:
+    """Whether ``conv`` on ``x`` is an fp16 3x3x3 convolution the fused kernels take: stride 1, zero padding 1, no
+    bias, dilation or groups."""
+    if x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
+        return False
+    same = conv.kernel_size == (3, 3, 3) and conv.stride == (1, 1, 1) and conv.padding == (1, 1, 1)
+    return same and conv.dilation == (1, 1, 1) and conv.groups == 1 and conv.bias is None
+
+
+def choose_conv3x3x3(conv: nn.Module, x: torch.Tensor, config: FusedConfig) -> tuple[str, ConvLaunch | None]:
+    """Which kernel runs ``conv(x)`` on the fused path: ``("resident", None)`` (the Gluon kernel, in the form
+    ``config.resident_conv`` names), ``("triton", launch)`` or ``("cudnn", None)`` (``F.conv3d``, also every
+    convolution the fused kernels do not take and everything under ``kernels="torch"``)."""
+    if config.kernels != "triton" or not _plain_3x3x3(conv, x):
+        return "cudnn", None
+    if config.resident_conv != "off" and (conv.in_channels, conv.out_channels) == (48, 48):
+        reason = resident_unavailable_reason(x.device)
+        if reason is None:
+            if config.resident_conv == "patches" and not slab_loads_supported():
+                _say_once(
+                    "VISTA3D fused path: the 48-channel convolutions load per-shift patches (slower): Triton "
+                    f"{'.'.join(map(str, triton_release()))} does not build the slab loads (3.6 and 3.7 do)."
+                )
+            return "resident", None
+        # the Triton kernel below runs instead: as right, slower
+        _say_once(f"VISTA3D fused path: the 48-channel convolutions run on the Triton kernel: {reason}.")
+    try:
+        channel_pieces(conv.in_channels)
+    except ValueError:
+        return "cudnn", None
+    launch = config.triton_launch(padded_channels(conv.out_channels))
+    return ("cudnn", None) if launch is None else ("triton", launch)
+
+
+def conv3x3x3_dispatch(
+    conv: nn.Module,
+    x: torch.Tensor,
+    weights: PaddedWeights,
+    config: FusedConfig,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``conv(x) (+ residual)`` on the kernel :py:func:`choose_conv3x3x3` picks, channels-last, and the
+    per-(sample, channel) ``(mean, var)`` of the result where the kernels compute them on the way.
+
+    Args:
+        conv: a ``Conv3d`` of the network (any; only the plain 3x3x3 ones go to the fused kernels).
+        x: channels-last input, its channels zero-padded as ``weights`` expects.
+        weights: the padded weight cache the GEMM operands and cuDNN weights come from.
+        config: the fused path's configuration.
+        residual: added to the convolution's output (the SegResNet blocks' ``conv2(y) + x``), of its padded shape.
+
+    Returns:
+        ``(y, stats)``: ``stats`` is ``None`` under ``kernels="torch"`` and for a cuDNN convolution without a
+        residual.
+    """
+    kernel, launch = choose_conv3x3x3(conv, x, config)
+    if kernel == "resident":
+        slabs = config.resident_conv == "slabs"
+        return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=True, residual=residual, slabs=slabs)
+    if kernel == "triton":
+        return conv3x3x3(x, weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
+    w, b = weights(conv, x.dtype, x.shape[1])
+    y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+    y = y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
+    if residual is None:
+        return y, None
+    if config.kernels == "torch":
+        return y.add_(residual), None
+    return y, instance_stats(y, add=residual)

@@ -1,0 +1,183 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The fused path's configuration (its defaults, checks, immutability) and the choice of a 3x3x3 convolution's kernel
+between the resident-weight Gluon, the Triton and the cuDNN convolution, on any machine."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import unittest
+from unittest import mock
+
+import torch
+import torch.nn as nn
+from parameterized import parameterized
+
+from monai.networks.kernels import dispatch
+from monai.networks.kernels.conv3d import FUSED_LAUNCHES, ConvLaunch
+from monai.networks.kernels.dispatch import FusedConfig, check_config, choose_conv3x3x3, conv3x3x3_dispatch
+from monai.networks.kernels.padded_weights import PaddedWeights
+
+
+def _conv(c_in: int, c_out: int, **kwargs) -> nn.Conv3d:
+    return nn.Conv3d(c_in, c_out, kwargs.pop("kernel_size", 3), **{"padding": 1, "bias": False, **kwargs})
+
+
+def _x(channels: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.zeros(1, channels, 4, 4, 4, dtype=dtype).contiguous(memory_format=torch.channels_last_3d)
+
+
+class TestFusedConfig(unittest.TestCase):
+    def test_defaults_follow_the_installed_triton(self):
+        for supported, form in ((True, "slabs"), (False, "patches")):
+            with mock.patch.object(dispatch, "slab_loads_supported", return_value=supported):
+                self.assertEqual(FusedConfig().resident_conv, form)
+        config = FusedConfig()
+        self.assertEqual(config.kernels, "triton")
+        self.assertEqual(dict(config.triton_launches), dict(FUSED_LAUNCHES))
+        self.assertEqual((config.graph_max_windows, config.cudnn_autotune), (4, True))
+
+    def test_frozen_comparable_and_picklable(self):
+        config = FusedConfig(triton_launches={128: ConvLaunch(16, 16), 64: ConvLaunch(8, 16, planes=2)})
+        with self.assertRaises(dataclasses.FrozenInstanceError):
+            config.graph_max_windows = 2
+        # a mapping is kept as sorted pairs: equal configs compare and hash equal, and survive a pickle
+        self.assertEqual(config.triton_launches, ((64, ConvLaunch(8, 16, planes=2)), (128, ConvLaunch(16, 16))))
+        same = FusedConfig(triton_launches=[(64, ConvLaunch(8, 16, planes=2)), (128, ConvLaunch(16, 16))])
+        self.assertEqual(hash(config), hash(same))
+        self.assertEqual(pickle.loads(pickle.dumps(config)), config)
+        self.assertEqual(config.triton_launch(64), ConvLaunch(8, 16, planes=2))
+        self.assertIsNone(config.triton_launch(256))
+        self.assertEqual(dataclasses.replace(config, triton_launches={}).triton_launches, ())
+
+    @parameterized.expand(
+        [
+            ("kernels", dict(kernels="cuda"), "kernels must be one of"),
+            ("resident form", dict(resident_conv="slab"), "resident_conv must be one of"),
+            ("launch", dict(triton_launches={64: (8, 16)}), "maps padded widths to ConvLaunch"),
+            ("width", dict(triton_launches={0: ConvLaunch()}), "maps padded widths to ConvLaunch"),
+            ("graph limit", dict(graph_max_windows=-1), "graph_max_windows must be an int >= 0"),
+            ("graph flag", dict(graph_max_windows=True), "graph_max_windows must be an int >= 0"),
+        ]
+    )
+    def test_refuses(self, _, kwargs, message):
+        with self.assertRaisesRegex(ValueError, message):
+            FusedConfig(**kwargs)
+
+    def test_slabs_need_a_triton_that_builds_them(self):
+        with mock.patch.object(dispatch, "slab_loads_supported", return_value=False):
+            with mock.patch.object(dispatch, "triton_release", return_value=(3, 9)):
+                with self.assertRaisesRegex(ValueError, "found Triton 3.9: use 'patches'"):
+                    check_config(FusedConfig(resident_conv="slabs"))
+            for config in (FusedConfig(resident_conv="patches"), FusedConfig(kernels="torch", resident_conv="slabs")):
+                self.assertIsNone(check_config(config))
+        with mock.patch.object(dispatch, "slab_loads_supported", return_value=True):
+            self.assertIsNone(check_config(FusedConfig(resident_conv="slabs")))
+
+
+class TestChoice(unittest.TestCase):
+    def setUp(self):
+        dispatch._say_once.cache_clear()
+        self.addCleanup(dispatch._say_once.cache_clear)
+
+    def _choose(self, conv, x, config=None, resident_reason=None):
+        with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=resident_reason):
+            return choose_conv3x3x3(conv, x, FusedConfig() if config is None else config)
+
+    def test_by_width(self):
+        # 48 -> 48 on the Gluon kernel where it runs; 96 channels (padded to 128) on the Triton kernel; 192 (no launch
+        # for that width) on cuDNN
+        self.assertEqual(self._choose(_conv(48, 48), _x(64)), ("resident", None))
+        self.assertEqual(self._choose(_conv(96, 96), _x(128)), ("triton", FUSED_LAUNCHES[128]))
+        self.assertEqual(self._choose(_conv(48, 96), _x(64)), ("triton", FUSED_LAUNCHES[128]))
+        self.assertEqual(self._choose(_conv(192, 192), _x(192)), ("cudnn", None))
+
+    def test_configuration(self):
+        off = FusedConfig(resident_conv="off")
+        self.assertEqual(self._choose(_conv(48, 48), _x(64), off), ("triton", FUSED_LAUNCHES[64]))
+        no_launches = dataclasses.replace(off, triton_launches={})
+        self.assertEqual(self._choose(_conv(48, 48), _x(64), no_launches), ("cudnn", None))
+        launch = ConvLaunch(16, 16, num_warps=8)
+        wider = FusedConfig(triton_launches={192: launch})
+        self.assertEqual(self._choose(_conv(192, 192), _x(192), wider), ("triton", launch))
+        self.assertEqual(self._choose(_conv(96, 96), _x(128), wider), ("cudnn", None))
+        self.assertEqual(self._choose(_conv(48, 48), _x(64), FusedConfig(kernels="torch")), ("cudnn", None))
+
+    @parameterized.expand(
+        [
+            ("float32", _conv(48, 48), _x(64, torch.float32)),
+            ("bias", _conv(48, 48, bias=True), _x(64)),
+            ("stride 2", _conv(48, 48, stride=2), _x(64)),
+            ("1x1x1", _conv(48, 48, kernel_size=1, padding=0), _x(64)),
+            ("dilation", _conv(48, 48, dilation=2, padding=2), _x(64)),
+            ("groups", _conv(48, 48, groups=2), _x(64)),
+            ("transposed", nn.ConvTranspose3d(48, 48, 3, padding=1, bias=False), _x(64)),
+            ("channels", _conv(40, 48), _x(64)),  # 40 input channels do not split into two powers of two
+        ]
+    )
+    def test_other_convolutions_on_cudnn(self, _, conv, x):
+        self.assertEqual(self._choose(conv, x), ("cudnn", None))
+
+    def test_unavailable_resident_kernel_is_logged_once(self):
+        with self.assertLogs(dispatch.logger, "WARNING") as logs:
+            for _ in range(2):
+                chosen = self._choose(_conv(48, 48), _x(64), resident_reason="no such GPU here")
+                self.assertEqual(chosen, ("triton", FUSED_LAUNCHES[64]))
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("run on the Triton kernel: no such GPU here", logs.output[0])
+
+    def test_patches_outside_the_table_are_logged_once(self):
+        with mock.patch.object(dispatch, "slab_loads_supported", return_value=False):
+            with mock.patch.object(dispatch, "triton_release", return_value=(3, 9)):
+                with self.assertLogs(dispatch.logger, "WARNING") as logs:
+                    for _ in range(2):
+                        self.assertEqual(self._choose(_conv(48, 48), _x(64)), ("resident", None))
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("load per-shift patches (slower): Triton 3.9", logs.output[0])
+
+
+class TestDispatch(unittest.TestCase):
+    """Each choice reaches its kernel with the configured form; the cuDNN branch computes the convolution and the
+    residual add (float32 on the CPU, the PyTorch reference of the kernels)."""
+
+    def test_runs_the_chosen_kernel(self):
+        weights = PaddedWeights()
+        conv = _conv(48, 48)
+        for form, slabs in (("slabs", True), ("patches", False)):
+            config = FusedConfig(resident_conv=form)
+            with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=None):
+                with mock.patch.object(dispatch, "conv3x3x3_resident", return_value=("y", "stats")) as resident:
+                    self.assertEqual(conv3x3x3_dispatch(conv, _x(64), weights, config), ("y", "stats"))
+            self.assertEqual(resident.call_args.kwargs["slabs"], slabs)
+            self.assertEqual(tuple(resident.call_args.args[1].shape), (27 * 48, 64))  # the planes=1 GEMM operand
+        with mock.patch.object(dispatch, "conv3x3x3", return_value=("y", "stats")) as triton_conv:
+            conv3x3x3_dispatch(conv, _x(64), weights, FusedConfig(resident_conv="off"), residual=_x(64))
+        self.assertIs(triton_conv.call_args.kwargs["launch"], FUSED_LAUNCHES[64])
+        self.assertTrue(triton_conv.call_args.kwargs["stats"])
+        self.assertIsNotNone(triton_conv.call_args.kwargs["residual"])
+
+    @parameterized.expand([(False,), (True,)])
+    def test_cudnn_branch(self, with_residual):
+        torch.manual_seed(0)
+        conv = _conv(64, 64, kernel_size=3, stride=2, padding=1)  # 64 channels: the padded width itself
+        x = torch.randn(2, 64, 6, 6, 6).contiguous(memory_format=torch.channels_last_3d)
+        expected = conv(x)
+        residual = torch.randn_like(expected).contiguous(memory_format=torch.channels_last_3d)
+        y, stats = conv3x3x3_dispatch(conv, x, PaddedWeights(), FusedConfig(kernels="torch"),
+                                      residual=residual if with_residual else None)  # fmt: skip
+        self.assertIsNone(stats)
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        torch.testing.assert_close(y, expected + residual if with_residual else expected, rtol=1e-5, atol=1e-5)
+
+
+if __name__ == "__main__":
+    unittest.main()
