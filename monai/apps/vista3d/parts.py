@@ -34,6 +34,7 @@ import errno
 import fcntl
 import glob
 import json
+import operator
 import os
 import re
 import socket
@@ -73,7 +74,7 @@ def check_part(part: Sequence[int]) -> tuple[int, int]:
         ValueError: ``i`` or ``n`` out of range, or not two integers.
     """
     try:
-        i, n = (int(v) for v in part)
+        i, n = (operator.index(v) for v in part)  # integers only: 1.5 is not a part number
     except (TypeError, ValueError):
         raise ValueError(f"part must be (i, N), two integers, got {part!r}") from None
     if n < 1:

@@ -38,6 +38,7 @@ from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.parts import (
     OutputClaims,
     OutputTaken,
+    check_part,
     claim,
     claim_summary,
     format_summary,
@@ -93,6 +94,11 @@ class TestPartArgument(unittest.TestCase):
     def test_invalid(self, text, msg):
         with self.assertRaisesRegex(ValueError, msg):
             parse_part(text)
+
+    @parameterized.expand([((1.5, 4),), (("1", "4"),), ((1, 2, 3),), (None,)])
+    def test_not_two_integers(self, part):
+        with self.assertRaisesRegex(ValueError, "two integers"):
+            check_part(part)
 
     def test_summary_name(self):
         self.assertEqual(part_summary_name((2, 8)), "summary.part-2-of-8.json")
