@@ -13,7 +13,8 @@
 ``vista3d -i ct.nii.gz -o out/`` (the ``segment`` command, the default) writes ``out/<name>/<name>_trans.nii.gz``
 (the bundle's naming) for each input image; images found in a given folder keep their subfolder under ``out/``.
 ``vista3d --list-classes`` prints the label ids and names; ``vista3d benchmark`` segments a synthetic CT
-phantom with random weights and prints where the time goes.
+phantom with random weights and prints where the time goes; ``vista3d summary out/`` merges the summaries of the
+parts (``--part I/N``) that wrote to ``out/`` into one table.
 Exit status: 0 on success, 1 when an image failed, 2 for bad arguments, 130 on SIGINT, 143 on SIGTERM;
 failures print one line.
 """
@@ -73,7 +74,7 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
 
 
-_COMMANDS = ("segment", "benchmark")
+_COMMANDS = ("segment", "benchmark", "summary")
 
 
 def _prog() -> str:
@@ -108,13 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m monai.apps.vista3d``."""
     prog = _prog()
     usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
-             f"       {prog} benchmark [options]\n       {prog} --version")
+             f"       {prog} benchmark [options]\n       {prog} summary OUTPUT\n       {prog} --version")
     parser = argparse.ArgumentParser(
         prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark,summary}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -171,6 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    seg.add_argument("--part", default=None, metavar="I/N",
+                     help="segment only part I of N (numbered from 0, as SLURM_ARRAY_TASK_ID: 0/4 .. 3/4): a split "
+                          "of the inputs balanced by voxel count, the same in every process, so N processes (a job "
+                          "array) can share the output folder; each writes summary.part-I-of-N.json ('summary "
+                          "OUTPUT' merges them); under torchrun the ranks share the part")
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
@@ -188,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
     common(bench)
+
+    merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
+                            usage=f"{prog} summary OUTPUT [--json FILE]",
+                            description="Merge the summaries of the parts (--part I/N) and runs written to one output "
+                            "folder: done, skipped, failed per part and in all, and the parts that are missing or "
+                            "failed. Exit status 0 when every image has an output, else 1.")
+    merged.add_argument("folder", help="the output folder of the parts")
+    merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
     return parser
 
 
@@ -321,6 +335,7 @@ def _segment(args: argparse.Namespace) -> int:
         output, output_dir = None, output
     if output is None and output_dir is None:
         raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+    part = _part(args.part, output_dir)
     if output is not None:
         if output_dir is not None:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
@@ -360,6 +375,8 @@ def _segment(args: argparse.Namespace) -> int:
             return
         elif rec["status"] == "skipped":
             print(f"{head} skipped: {rec['output']} exists (--overwrite redoes it)", flush=True)
+        elif rec["status"] == "busy":
+            print(f"{head} busy: {rec['output']} is {rec['note']}", flush=True)
         else:
             print(f"{head} {rec['seconds']:.1f} s -> {rec['output']}", flush=True)
             if args.timing:
@@ -369,19 +386,54 @@ def _segment(args: argparse.Namespace) -> int:
     result = run_batch(
         items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
         device=device, pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class}, on_image=report,
-        nonfinite="error" if args.strict else "air",
+        nonfinite="error" if args.strict else "air", part=part,
     )
     if result.summary_path is not None:  # rank 0 speaks for every rank
         if result.failed:
             print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
         if not args.quiet:
+            busy = f", {result.count('busy')} left to other processes" if result.count("busy") else ""
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
-                  f"failed in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
+                  f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
     else:
         mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
         if mine:
             print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
     return result.exit_code
+
+
+def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
+    from .parts import parse_part
+
+    if text is None:
+        return None
+    if output_dir is None:
+        raise _UsageError("--part needs an output folder (-o FOLDER), which the parts share")
+    try:
+        return parse_part(text)
+    except ValueError as e:
+        raise _UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from .parts import format_summary, merge_summaries
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise _UsageError(f"{args.folder!r} is not a folder; give the output folder of the parts")
+    merged = merge_summaries(folder)
+    if not merged["parts"]:
+        print(f"error: no summary in {folder}: no part or run has finished there yet", file=sys.stderr)
+        return 1
+    print(format_summary(merged))
+    if args.json:
+        Path(args.json).write_text(json.dumps(merged, indent=1))
+    totals = merged["totals"]
+    if not totals["complete"]:
+        print(f"error: {totals['inputs'] - totals['done'] - totals['skipped']} of {totals['inputs']} image(s) have no "
+              "output; rerun the parts named above", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _one_line(e: BaseException) -> str:
@@ -515,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "segment":
             return _segment(args)
+        if args.command == "summary":
+            return _summary(args)
         return _benchmark(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
