@@ -74,7 +74,7 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
 
 
-_COMMANDS = ("segment", "benchmark", "summary")
+_COMMANDS = ("segment", "benchmark", "summary", "prepare")
 
 
 def _prog() -> str:
@@ -109,13 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m monai.apps.vista3d``."""
     prog = _prog()
     usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
-             f"       {prog} benchmark [options]\n       {prog} summary OUTPUT\n       {prog} --version")
+             f"       {prog} prepare [options]\n       {prog} benchmark [options]\n       {prog} summary OUTPUT\n"
+             f"       {prog} --version")
     parser = argparse.ArgumentParser(
         prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark,summary}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -140,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     seg = sub.add_parser(
         "segment", help="segment NIfTI CT images (the default command)", usage=usage, prog=prog,
         description="Segment NIfTI CT images with VISTA3D (the default command: 'segment' may be left out). "
-                    f"Other commands: '{prog} benchmark -h' (time the pipeline on a phantom), '{prog} --version'.",
+                    f"Other commands: '{prog} prepare' (compile the GPU kernels once, after installing), '{prog} "
+                    f"benchmark -h' (time the pipeline on a phantom), '{prog} summary OUTPUT' (merge the parts' "
+                    f"summaries), '{prog} --version'.",
         epilog="Negative point coordinates work as --points=-3,40,20 or --points -3,40,20. Exit status: 0 done, "
                "1 an image failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.",
     )
@@ -202,6 +205,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "failed. Exit status 0 when every image has an output, else 1.")
     merged.add_argument("folder", help="the output folder of the parts")
     merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
+
+    prep = sub.add_parser(
+        "prepare", help="compile the GPU kernels once, ahead of the first CT (run once after installing)",
+        usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda]",
+        description="Compile the fused GPU kernels that 'segment' will run into Triton's kernel cache, so that the "
+                    "first CT on this machine does not wait for them. Without a Hopper GPU there is nothing to "
+                    "prepare and it says so. The weights do not matter: the network has random ones here.")
+    prep.add_argument("--device", default=None, help="cuda (default when available)")
+    prep.add_argument("--roi-size", default=None, help="window size, as given to segment (default 128)")
+    prep.add_argument("--embed-dim", type=int, default=None, help="vista3d132 width, as given to segment (default 48)")
+    prep.add_argument("--sw-batch-size", default="1",
+                      help="windows per network call, as given to segment (default 1; 'auto': the one-window probe)")
     return parser
 
 
@@ -355,6 +370,8 @@ def _segment(args: argparse.Namespace) -> int:
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
     embed_dim = _embed_dim(args.embed_dim, 48)
     device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
+    if device.type == "cuda":
+        _usable_kernel_cache()
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
     if args.per_class and not prompt.label_ids:
         raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
@@ -415,6 +432,48 @@ def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
         raise _UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
 
 
+def _usable_kernel_cache() -> None:
+    """Point Triton at a temporary folder when its cache cannot be written (a read-only home, a container):
+    kernels are then compiled again in every run, which costs time, not the run."""
+    from monai.utils.triton_support import can_write, kernel_cache_dir
+
+    folder = kernel_cache_dir()
+    if can_write(folder):
+        return
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="vista3d-kernels-")
+    print(f"warning: the kernel cache {folder} cannot be written; compiling into {os.environ['TRITON_CACHE_DIR']} "
+          "for this run only (set TRITON_CACHE_DIR to a writable folder to keep the kernels)", file=sys.stderr)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from monai.utils.triton_support import kernel_cache_dir, unavailable_reason
+
+    from .labels import everything_labels
+    from .pipeline import Vista3DPipeline
+
+    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    embed_dim = _embed_dim(args.embed_dim, 48)
+    sw = 1 if args.sw_batch_size == "auto" else _ints(args.sw_batch_size, what="--sw-batch-size")[0]
+    if not torch.cuda.is_available():
+        reason: str | None = "no CUDA GPU here"
+    else:
+        device = _device(args.device)
+        reason = unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+    if reason is not None:
+        print(f"vista3d prepare: nothing to prepare ({reason}); the fused kernels run on a Hopper GPU with Triton")
+        return 0
+    _usable_kernel_cache()
+    start = time.perf_counter()
+    pipe = Vista3DPipeline(device=device, roi_size=roi, sw_batch_size=sw, warn_random=False,
+                           network_kwargs={"encoder_embed_dim": embed_dim})
+    batches = sorted({1, sw})
+    for batch in batches:  # one forward at each window batch compiles what that batch runs
+        pipe.warm_up(batch, everything_labels())
+    print(f"vista3d prepare: compiled the fused kernels for {roi[0]}x{roi[1]}x{roi[2]} windows at window batches "
+          f"{', '.join(map(str, batches))} into {kernel_cache_dir()} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def _summary(args: argparse.Namespace) -> int:
     from .parts import format_summary, merge_summaries
 
@@ -448,6 +507,8 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     device = _device(args.device)
     cuda = device.type == "cuda"
+    if cuda:
+        _usable_kernel_cache()
     size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = _floats(args.spacing, 3, "--spacing")
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
@@ -569,6 +630,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _segment(args)
         if args.command == "summary":
             return _summary(args)
+        if args.command == "prepare":
+            return _prepare(args)
         return _benchmark(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -576,6 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError) as e:  # refused before any work
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet too
+        return 0
     except torch.cuda.OutOfMemoryError:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1
