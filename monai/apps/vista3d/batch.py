@@ -65,6 +65,7 @@ from .io import (
     save_label_map,
 )
 from .parts import (
+    missing_folders,
     OutputClaims,
     OutputTaken,
     check_part,
@@ -514,15 +515,6 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
         info = dict(info or {})
         return labels, {"windows": info.get("windows"), "stages": info.get("timings") or {}}
     return result, {}
-
-
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and its parents that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
 
 
 def _remove_empty(folders: list[Path]) -> None:
@@ -1017,7 +1009,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                         rec["sw_batch_size"] = info["sw_batch_size"]
                     rec["stages"] = {"load": rec["load_seconds"],
                                      **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-                    created = _missing_folders(outs[i].parent)
+                    created = missing_folders(outs[i].parent)
                     fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
                 except Exception as e:
                     rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)

@@ -54,6 +54,7 @@ __all__ = [
     "format_summary",
     "lock_path",
     "merge_summaries",
+    "missing_folders",
     "parse_part",
     "check_part",
     "part_keys",
@@ -196,7 +197,9 @@ class Claim:
                 pass
 
 
-def _missing_folders(folder: Path) -> list[Path]:
+def missing_folders(folder: str | os.PathLike) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, deepest first (what writing into it would create)."""
+    folder = Path(folder)
     missing = []
     while not folder.exists() and folder != folder.parent:
         missing.append(folder)
@@ -217,7 +220,7 @@ def claim(path: str | os.PathLike, attempts: int = 5) -> Claim | None:
     """
     p = Path(path)
     lock = lock_path(p)
-    created = _missing_folders(p.parent)
+    created = missing_folders(p.parent)
     for _ in range(max(1, attempts)):
         lock.parent.mkdir(parents=True, exist_ok=True)
         try:
