@@ -19,6 +19,7 @@ in its interpreter (slow, for tests on tiny shapes).
 from __future__ import annotations
 
 import os
+import tempfile
 
 import torch
 
@@ -29,7 +30,7 @@ except ImportError:  # the CPU wheels of torch come without Triton; the fused pa
     triton = None
     tl = None
 
-__all__ = ["triton", "tl", "interpreting", "check_kernel_input", "unavailable_reason"]
+__all__ = ["triton", "tl", "interpreting", "check_kernel_input", "unavailable_reason", "kernel_cache_dir", "can_write"]
 
 
 def interpreting() -> bool:
@@ -62,3 +63,22 @@ def unavailable_reason(device: torch.device | str) -> str | None:
             f"the fused kernels are built and tested for compute capability 9.x (Hopper), this GPU is {major}.{minor}"
         )
     return None
+
+
+def kernel_cache_dir() -> str:
+    """The folder Triton compiles kernels into: ``TRITON_CACHE_DIR``, else ``.triton/cache`` under ``TRITON_HOME``
+    (default: the home folder), as Triton itself decides it."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return os.environ["TRITON_CACHE_DIR"]
+    return os.path.join(os.environ.get("TRITON_HOME") or os.path.expanduser("~"), ".triton", "cache")
+
+
+def can_write(folder: str) -> bool:
+    """Whether files can be created in ``folder`` (made if missing): tried, not inferred from permission bits."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        return False
+    return True

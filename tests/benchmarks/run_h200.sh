@@ -45,13 +45,15 @@
 #   batch_agreement       how far upstream's own label map moves with sw_batch_size alone
 #   pytest_gpu            the whole unit suite on the GPU;  pytest_gpu_quick: without the slow tests
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
+#   cold_start            the vista3d command in fresh processes: cold and warm kernel caches, --no-fuse, auto, six CTs,
+#                         against the bundle's one-shot process and a bare torch start (issue 24)
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry);
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,52p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,54p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -115,6 +117,7 @@ for run in "$@"; do
   batch_1gpu) step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json" ;;
   batch_agreement) PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json" ;;
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
+  cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
   nifti_load_stages) step nifti_load_stages 300 python3 tests/benchmarks/nifti_load_stages.py --repeat 5 --device cuda --json "$out/nifti_load_stages.json" ;;
   pytest_gpu) step pytest_gpu 100 python3 -m pytest tests -q -x -p no:cacheprovider ;;

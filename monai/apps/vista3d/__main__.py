@@ -13,7 +13,8 @@
 ``vista3d -i ct.nii.gz -o out/`` (the ``segment`` command, the default) writes ``out/<name>/<name>_trans.nii.gz``
 (the bundle's naming) for each input image; images found in a given folder keep their subfolder under ``out/``.
 ``vista3d --list-classes`` prints the label ids and names; ``vista3d benchmark`` segments a synthetic CT
-phantom with random weights and prints where the time goes.
+phantom with random weights and prints where the time goes; ``vista3d summary out/`` merges the summaries of the
+parts (``--part I/N``) that wrote to ``out/`` into one table.
 Exit status: 0 on success, 1 when an image failed, 2 for bad arguments, 130 on SIGINT, 143 on SIGTERM;
 failures print one line.
 """
@@ -73,7 +74,7 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
 
 
-_COMMANDS = ("segment", "benchmark")
+_COMMANDS = ("segment", "benchmark", "summary", "prepare")
 
 
 def _prog() -> str:
@@ -108,13 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``python -m monai.apps.vista3d``."""
     prog = _prog()
     usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
-             f"       {prog} benchmark [options]\n       {prog} --version")
+             f"       {prog} prepare [options]\n       {prog} benchmark [options]\n       {prog} summary OUTPUT\n"
+             f"       {prog} --version")
     parser = argparse.ArgumentParser(
         prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,benchmark}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary}")
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
@@ -139,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     seg = sub.add_parser(
         "segment", help="segment NIfTI CT images (the default command)", usage=usage, prog=prog,
         description="Segment NIfTI CT images with VISTA3D (the default command: 'segment' may be left out). "
-                    f"Other commands: '{prog} benchmark -h' (time the pipeline on a phantom), '{prog} --version'.",
+                    f"Other commands: '{prog} prepare' (compile the GPU kernels once, after installing), '{prog} "
+                    f"benchmark -h' (time the pipeline on a phantom), '{prog} summary OUTPUT' (merge the parts' "
+                    f"summaries), '{prog} --version'.",
         epilog="Negative point coordinates work as --points=-3,40,20 or --points -3,40,20. Exit status: 0 done, "
                "1 an image failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.",
     )
@@ -171,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")
     seg.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    seg.add_argument("--part", default=None, metavar="I/N",
+                     help="segment only part I of N (numbered from 0, as SLURM_ARRAY_TASK_ID: 0/4 .. 3/4): a split "
+                          "of the inputs balanced by voxel count, the same in every process, so N processes (a job "
+                          "array) can share the output folder; each writes summary.part-I-of-N.json ('summary "
+                          "OUTPUT' merges them); under torchrun the ranks share the part")
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
@@ -188,6 +197,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
     common(bench)
+
+    merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
+                            usage=f"{prog} summary OUTPUT [--json FILE]",
+                            description="Merge the summaries of the parts (--part I/N) and runs written to one output "
+                            "folder: done, skipped, failed per part and in all, and the parts that are missing or "
+                            "failed. Exit status 0 when every image has an output, else 1.")
+    merged.add_argument("folder", help="the output folder of the parts")
+    merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
+
+    prep = sub.add_parser(
+        "prepare", help="compile the GPU kernels once, ahead of the first CT (run once after installing)",
+        usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda]",
+        description="Compile the fused GPU kernels that 'segment' will run into Triton's kernel cache, so that the "
+                    "first CT on this machine does not wait for them. Without a Hopper GPU there is nothing to "
+                    "prepare and it says so. The weights do not matter: the network has random ones here.")
+    prep.add_argument("--device", default=None, help="cuda (default when available)")
+    prep.add_argument("--roi-size", default=None, help="window size, as given to segment (default 128)")
+    prep.add_argument("--embed-dim", type=int, default=None, help="vista3d132 width, as given to segment (default 48)")
+    prep.add_argument("--sw-batch-size", default="1",
+                      help="windows per network call, as given to segment (default 1; 'auto': the one-window probe)")
     return parser
 
 
@@ -196,12 +225,6 @@ def _version() -> str:
 
     return (f"vista3d {monai.__version__}: the VISTA3D fork of MONAI, API- and checkpoint-compatible with MONAI "
             f"{monai.__upstream_version__}")
-
-
-def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
-    """The parser of one command (``segment``'s help is the program's help: it is the default command)."""
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return action.choices[name]
 
 
 def _joined_points(argv: list[str]) -> list[str]:
@@ -327,6 +350,7 @@ def _segment(args: argparse.Namespace) -> int:
         output, output_dir = None, output
     if output is None and output_dir is None:
         raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+    part = _part(args.part, output_dir)
     if output is not None:
         if output_dir is not None:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
@@ -346,6 +370,8 @@ def _segment(args: argparse.Namespace) -> int:
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
     embed_dim = _embed_dim(args.embed_dim, 48)
     device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
+    if device.type == "cuda":
+        _usable_kernel_cache()
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
     if args.per_class and not prompt.label_ids:
         raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
@@ -366,6 +392,8 @@ def _segment(args: argparse.Namespace) -> int:
             return
         elif rec["status"] == "skipped":
             print(f"{head} skipped: {rec['output']} exists (--overwrite redoes it)", flush=True)
+        elif rec["status"] == "busy":
+            print(f"{head} busy: {rec['output']} is {rec['note']}", flush=True)
         else:
             print(f"{head} {rec['seconds']:.1f} s -> {rec['output']}", flush=True)
             if args.timing:
@@ -375,19 +403,96 @@ def _segment(args: argparse.Namespace) -> int:
     result = run_batch(
         items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
         device=device, pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class}, on_image=report,
-        nonfinite="error" if args.strict else "air",
+        nonfinite="error" if args.strict else "air", part=part,
     )
     if result.summary_path is not None:  # rank 0 speaks for every rank
         if result.failed:
             print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
         if not args.quiet:
+            busy = f", {result.count('busy')} left to other processes" if result.count("busy") else ""
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
-                  f"failed in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
+                  f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
     else:
         mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
         if mine:
             print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
     return result.exit_code
+
+
+def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
+    from .parts import parse_part
+
+    if text is None:
+        return None
+    if output_dir is None:
+        raise _UsageError("--part needs an output folder (-o FOLDER), which the parts share")
+    try:
+        return parse_part(text)
+    except ValueError as e:
+        raise _UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
+
+
+def _usable_kernel_cache() -> None:
+    """Point Triton at a temporary folder when its cache cannot be written (a read-only home, a container):
+    kernels are then compiled again in every run, which costs time, not the run."""
+    from monai.utils.triton_support import can_write, kernel_cache_dir
+
+    folder = kernel_cache_dir()
+    if can_write(folder):
+        return
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="vista3d-kernels-")
+    print(f"warning: the kernel cache {folder} cannot be written; compiling into {os.environ['TRITON_CACHE_DIR']} "
+          "for this run only (set TRITON_CACHE_DIR to a writable folder to keep the kernels)", file=sys.stderr)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from monai.utils.triton_support import kernel_cache_dir, unavailable_reason
+
+    from .labels import everything_labels
+    from .pipeline import Vista3DPipeline
+
+    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    embed_dim = _embed_dim(args.embed_dim, 48)
+    sw = 1 if args.sw_batch_size == "auto" else _ints(args.sw_batch_size, what="--sw-batch-size")[0]
+    if not torch.cuda.is_available():
+        reason: str | None = "no CUDA GPU here"
+    else:
+        device = _device(args.device)
+        reason = unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+    if reason is not None:
+        print(f"vista3d prepare: nothing to prepare ({reason}); the fused kernels run on a Hopper GPU with Triton")
+        return 0
+    _usable_kernel_cache()
+    start = time.perf_counter()
+    pipe = Vista3DPipeline(device=device, roi_size=roi, sw_batch_size=sw, warn_random=False,
+                           network_kwargs={"encoder_embed_dim": embed_dim})
+    batches = sorted({1, sw})
+    for batch in batches:  # one forward at each window batch compiles what that batch runs
+        pipe.warm_up(batch, everything_labels())
+    print(f"vista3d prepare: compiled the fused kernels for {roi[0]}x{roi[1]}x{roi[2]} windows at window batches "
+          f"{', '.join(map(str, batches))} into {kernel_cache_dir()} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from .parts import format_summary, merge_summaries
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        raise _UsageError(f"{args.folder!r} is not a folder; give the output folder of the parts")
+    merged = merge_summaries(folder)
+    if not merged["parts"]:
+        print(f"error: no summary in {folder}: no part or run has finished there yet", file=sys.stderr)
+        return 1
+    print(format_summary(merged))
+    if args.json:
+        Path(args.json).write_text(json.dumps(merged, indent=1))
+    totals = merged["totals"]
+    if not totals["complete"]:
+        print(f"error: {totals['inputs'] - totals['done'] - totals['skipped']} of {totals['inputs']} image(s) have no "
+              "output; rerun the parts named above", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _one_line(e: BaseException) -> str:
@@ -402,6 +507,8 @@ def _benchmark(args: argparse.Namespace) -> int:
 
     device = _device(args.device)
     cuda = device.type == "cuda"
+    if cuda:
+        _usable_kernel_cache()
     size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = _floats(args.spacing, 3, "--spacing")
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
@@ -507,8 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_version())
         return 0
     if argv in (["-h"], ["--help"]):
-        _subcommand(parser, "segment").print_help()  # the default command's options are the program's
-        return 0
+        argv = ["segment", "--help"]  # the default command's options are the program's
     if argv and argv[0] not in _COMMANDS:
         argv.insert(0, "segment")  # segment is the default command
     args = parser.parse_args(argv)
@@ -522,6 +628,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "segment":
             return _segment(args)
+        if args.command == "summary":
+            return _summary(args)
+        if args.command == "prepare":
+            return _prepare(args)
         return _benchmark(args)
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -529,6 +639,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError) as e:  # refused before any work
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet too
+        return 0
     except torch.cuda.OutOfMemoryError:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1

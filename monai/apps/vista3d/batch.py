@@ -19,6 +19,9 @@ whose output exists (restartable), isolates failures per image, and has rank 0 w
 from all ranks. Without ``torchrun`` (or with one process) it runs everything locally, with no process group.
 Images that fail before saving leave no file.
 
+``part=(i, N)`` takes one part of a split for a cluster (see :mod:`.parts`); one part or all, each output is
+claimed before its image is read, so processes that share the output folder never write one file twice.
+
 Example::
 
     torchrun --nproc_per_node=2 -m monai.apps.vista3d segment --input-list files.txt --output-dir out
@@ -60,6 +63,17 @@ from .io import (
     output_path,
     save_class_masks,
     save_label_map,
+)
+from .parts import (
+    missing_folders,
+    OutputClaims,
+    OutputTaken,
+    check_part,
+    claim_summary,
+    parse_part,
+    part_keys,
+    part_summary_name,
+    split_parts,
 )
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
@@ -503,15 +517,6 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
     return result, {}
 
 
-def _missing_folders(folder: Path) -> list[Path]:
-    """``folder`` and its parents that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
 def _remove_empty(folders: list[Path]) -> None:
     """Remove the folders a failed save created, deepest first, as long as they are empty."""
     for folder in folders:
@@ -598,15 +603,18 @@ class BatchResult:
     """What :func:`run_batch` did, over every rank.
 
     Attributes:
-        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped" or
-            "failed"), ``error`` (one line, or None), ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage
-            ``stages`` of the images that ran.
+        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped",
+            "failed", or "busy": claimed by another process, which writes it), ``error`` (one line, or None),
+            ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage ``stages`` of the images that ran.
         world_size: processes that shared the work.
         host: the machine of rank 0.
         wall_seconds: the run's wall clock on this rank, from the plan to the last save.
         summary_path: the JSON summary rank 0 wrote (None on the other ranks).
         interrupted: the run was stopped (Ctrl-C, SIGTERM, an error); images it did not finish are
             "interrupted", and under ``torchrun`` the other ranks' images are "unknown".
+        part: ``(i, N)`` of a run of one part, else None.
+        inputs: images of the whole batch (of every part).
+        started: ``time.time()`` when the run began.
     """
 
     records: list[dict[str, Any]]
@@ -615,6 +623,9 @@ class BatchResult:
     wall_seconds: float = 0.0
     summary_path: Path | None = None
     interrupted: bool = False
+    part: tuple[int, int] | None = None
+    inputs: int = 0
+    started: float = 0.0
 
     def count(self, status: str) -> int:
         """Images whose status is ``status``."""
@@ -654,6 +665,11 @@ class BatchResult:
             "host": self.host,
             "wall_seconds": round(self.wall_seconds, 3),
             "volumes_per_minute": self.volumes_per_minute,
+            "busy": self.count("busy"),
+            "part": list(self.part) if self.part else None,
+            "inputs": self.inputs,
+            "started": round(self.started, 3),
+            "finished": round(self.started + self.wall_seconds, 3),
             "per_image": self.records,
         }
 
@@ -676,6 +692,7 @@ def run_batch(
     on_image: Callable[[dict[str, Any]], None] | None = None,
     quiet: bool = True,
     nonfinite: str = "air",
+    part: tuple[int, int] | str | None = None,
 ) -> BatchResult:
     """Segment every image once over all ranks (one process is world size 1); returns what was done.
 
@@ -714,6 +731,11 @@ def run_batch(
         quiet: without ``on_image``, no per-image line on stdout.
         nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
             fails such images.
+        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
+            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
+            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
+            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
+            output folder never write one file twice.
 
     Returns:
         the records of every image and the totals (:class:`BatchResult`; ``exit_code`` is the command line's).
@@ -739,8 +761,16 @@ def run_batch(
         pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
     mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
     summary = Path(summary_path) if summary_path is not None else summary_path_for(output_dir, outs)
+    if part is not None:
+        try:
+            part = parse_part(part) if isinstance(part, str) else check_part(part)
+        except ValueError as e:
+            raise Vista3DInputError(str(e)) from None
+        summary = summary if summary_path is not None else summary.with_name(part_summary_name(part))
     check_summary_path(summary)
     run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
+    began = time.time()  # the clock of file times: outputs written since are another process's
+    claims = OutputClaims(began)
     with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
         dev = resolve_device(device, local_rank)
         if dev.type == "cuda":
@@ -749,7 +779,10 @@ def run_batch(
         sizes = [n for n, _ in info]
         # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
         volumes = [volume_index if four_d else None for _, four_d in info]
-        mine = shard_by_size(sizes, world)[rank]
+        pool = list(range(len(paths)))  # this part's images (every image without a part), sharded over the ranks
+        if part is not None:
+            pool = split_parts(part_keys(outs, output_dir), sizes, part[1])[part[0]]
+        mine = [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
         report = _counted(on_image or (None if quiet else _print_record), len(mine))
         records: dict[int, dict] = {}
         todo: list[int] = []
@@ -766,19 +799,21 @@ def run_batch(
             else:
                 if not overwrite and all(f.exists() for f in files):
                     rec["status"] = "skipped"
+                    claims.sweep(outs[i])  # a lock file left by a writer killed after its save
                 else:
                     todo.append(i)
             if rec["status"] is not None and report is not None:
                 report(rec)
-        jobs = _Jobs(todo, paths, outs, volumes, records)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
         try:
             _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world),
                          report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
-                stopped = _stopped_records(records, paths, outs, sizes)
-                _write_json(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
-                                                 interrupted=True).summary())
+                in_part = set(pool)
+                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
+                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
+                                                    interrupted=True, part=part, inputs=len(paths), started=began))
             raise
         local = [records[i] for i in sorted(records)]
         if world > 1:
@@ -787,11 +822,25 @@ def run_batch(
             every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
         else:
             every = local
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"])
+    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
+                         inputs=len(paths), started=began)
     if rank == 0:
-        _write_json(summary, result.summary())
-        result.summary_path = summary
+        result.summary_path = _write_summary(summary, result)
     return result
+
+
+def _write_summary(path: Path, result: BatchResult) -> Path:
+    """Write ``result``'s summary (rank 0); returns the file written. A part's goes to another name when another
+    process of the same part wrote ``path`` since this run began (see :func:`.parts.claim_summary`)."""
+    held = None
+    if result.part is not None:
+        path, held = claim_summary(path, result.started)
+    try:
+        _write_json(path, result.summary())
+    finally:
+        if held is not None:
+            held.release()
+    return path
 
 
 def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
@@ -844,6 +893,7 @@ class _Jobs:
     volumes: list[int | None]
     records: dict[int, dict]
     started: bool = False
+    claims: OutputClaims | None = None
 
 
 @dataclass
@@ -869,6 +919,8 @@ class _Work:
         else:  # a caller's function gets float32 on the CPU, as documented
             load = functools.partial(_load_for, device=torch.device("cpu"), nonfinite=self.nonfinite)
         items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
+        if jobs.claims is not None:  # each output is claimed before its image is read
+            load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])
         return _Loader(load, items, self.prefetch, load_device)
 
     def segmenter(self, todo: list[int]) -> SegmentFn:
@@ -912,6 +964,8 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         fn = work.segmenter(jobs.todo)
     except BaseException:
         loads.close()
+        if jobs.claims is not None:
+            jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
     jobs.started = True
     lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
@@ -919,8 +973,12 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
     def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
         rec = records[i]
         error = error or (fut.exception() if fut is not None else None)
+        if jobs.claims is not None:
+            jobs.claims.release(outs[i])  # the file is written, or the image failed
         with lock:
-            if error is not None:
+            if isinstance(error, OutputTaken):  # another process's, or written since the plan
+                rec["status"], rec["note"] = error.status, str(error)
+            elif error is not None:
                 _remove_empty(created)
                 rec["status"], rec["error"] = "failed", _reason(error, paths[i])
             else:
@@ -951,7 +1009,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                         rec["sw_batch_size"] = info["sw_batch_size"]
                     rec["stages"] = {"load": rec["load_seconds"],
                                      **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-                    created = _missing_folders(outs[i].parent)
+                    created = missing_folders(outs[i].parent)
                     fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
                 except Exception as e:
                     rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
@@ -964,3 +1022,5 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
             saver.close(raise_errors=False)
     finally:
         loads.close()
+        if jobs.claims is not None:
+            jobs.claims.release_all()

@@ -34,6 +34,17 @@ __all__ = ["logits_to_labels", "NAN_LABEL", "ClassMasks", "logits_to_masks", "pa
 NAN_LABEL = 255
 
 
+def _channels_first(logits: torch.Tensor) -> torch.Tensor:
+    """``[C, *spatial]`` logits of one image (a batch of one is unwrapped)."""
+    if logits.ndim == 5:
+        if logits.shape[0] != 1:
+            raise ValueError(f"expected a batch of one, got logits of shape {tuple(logits.shape)}")
+        logits = logits[0]
+    if logits.ndim < 2:
+        raise ValueError(f"logits must be [C, X, Y, Z] (or [C, *spatial]), got shape {tuple(logits.shape)}")
+    return logits
+
+
 def logits_to_labels(
     logits: torch.Tensor,
     label_ids: Sequence[int] | torch.Tensor | None = None,
@@ -53,12 +64,7 @@ def logits_to_labels(
     Returns:
         ``[X, Y, Z]`` label map of ``dtype`` on ``logits``' device: 0 where no logit is > 0.
     """
-    if logits.ndim == 5:
-        if logits.shape[0] != 1:
-            raise ValueError(f"expected a batch of one, got logits of shape {tuple(logits.shape)}")
-        logits = logits[0]
-    if logits.ndim < 2:
-        raise ValueError(f"logits must be [C, X, Y, Z] (or [C, *spatial]), got shape {tuple(logits.shape)}")
+    logits = _channels_first(logits)
     n = logits.shape[0]
     if label_ids is None:
         lut = torch.arange(1, n + 1, dtype=dtype, device=logits.device)
@@ -180,12 +186,7 @@ def logits_to_masks(logits: torch.Tensor, label_ids: Sequence[int] | torch.Tenso
     Returns:
         the :class:`ClassMasks` on ``logits``' device.
     """
-    if logits.ndim == 5:
-        if logits.shape[0] != 1:
-            raise ValueError(f"expected a batch of one, got logits of shape {tuple(logits.shape)}")
-        logits = logits[0]
-    if logits.ndim < 2:
-        raise ValueError(f"logits must be [C, X, Y, Z] (or [C, *spatial]), got shape {tuple(logits.shape)}")
+    logits = _channels_first(logits)
     n = logits.shape[0]
     ids = list(range(1, n + 1)) if label_ids is None else torch.as_tensor(label_ids).reshape(-1).tolist()
     if len(ids) != n:

@@ -240,5 +240,39 @@ class TestWording(unittest.TestCase):
         self.assertIn("[[-3.0, 4.0, 5.0]] lie outside the image", res.stderr)
 
 
+class TestKernelPreparation(unittest.TestCase):
+    @parameterized.expand([("default", []), ("cuda_asked", ["--device", "cuda"])])
+    def test_prepare_without_a_gpu_says_so(self, _, extra):
+        res = vista3d("prepare", *extra)
+        self.assertEqual(res.returncode, 0, res.stderr)
+        self.assertEqual(res.stderr, "")
+        self.assertEqual(res.stdout.splitlines(), [
+            "vista3d prepare: nothing to prepare (no CUDA GPU here); the fused kernels run on a Hopper GPU with Triton"])
+
+    def test_prepare_checks_its_flags(self):
+        res = vista3d("prepare", "--roi-size", "50")
+        self.assertEqual(res.returncode, 2)
+        self.assertIn("--roi-size must be multiples of 16", res.stderr)
+
+    def test_unwritable_kernel_cache_costs_speed_not_the_run(self):
+        from monai.apps.vista3d.__main__ import _usable_kernel_cache
+
+        with tempfile.TemporaryDirectory() as tmp:
+            blocker = Path(tmp) / "a_file"
+            blocker.write_text("x")
+            for cache, moved in ((str(blocker / "cache"), True), (str(Path(tmp) / "cache"), False)):
+                with mock.patch.dict(os.environ, {"TRITON_CACHE_DIR": cache}), mock.patch("sys.stderr") as err:
+                    _usable_kernel_cache()
+                    now = os.environ["TRITON_CACHE_DIR"]
+                self.assertEqual(now != cache, moved)
+                if moved:  # a fresh writable folder, and one line that says why
+                    self.assertTrue(Path(now).is_dir())
+                    written = "".join(c.args[0] for c in err.write.call_args_list)
+                    self.assertIn(f"the kernel cache {cache} cannot be written; compiling into {now}", written)
+                    Path(now).rmdir()
+                else:
+                    err.write.assert_not_called()
+
+
 if __name__ == "__main__":
     unittest.main()

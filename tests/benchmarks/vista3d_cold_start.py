@@ -1,0 +1,194 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What a user meets: the ``vista3d`` command in fresh processes, timed from the outside, against the bundle.
+
+Every row is one new process, timed from its start to its exit (the label map is written before it exits):
+
+* ``baseline``: ``python -c "import torch; torch.zeros(1).cuda()"`` (on the CPU ``import torch``): what any
+  PyTorch program pays before it does anything;
+* ``cold``: ``vista3d -i ct.nii.gz -o out/ --weights model.pt --timing`` with an empty kernel cache
+  (``TRITON_CACHE_DIR`` a new folder): the first run on a machine;
+* ``warm``, ``no-fuse``, ``auto``: the same command with that cache filled, with ``--no-fuse``, and with
+  ``--sw-batch-size auto``;
+* ``six``: six CTs in one command (warm cache); each CT's share of the wall clock from the second on is the
+  time between the lines the command prints as each label map is written, set against that CT's inference stage;
+* ``bundle``: the VISTA3D bundle's inference (upstream MONAI 1.6.1's transforms and inferer, as
+  ``tests/benchmarks/vista3d_end_to_end.py`` rebuilds them) as a one-shot process, imports included
+  (``--upstream FOLDER``: where ``pip install --target FOLDER monai==1.6.1`` put it).
+
+The weights are random (a ``vista3d132`` state dict written once, the size of the bundle's 872 MB checkpoint);
+speed does not depend on them. The stage table of each fork run is the ``--timing`` output of its image.
+
+    python tests/benchmarks/vista3d_cold_start.py --device cuda --upstream /tmp/up --json cold.json
+    python tests/benchmarks/vista3d_cold_start.py --device cpu     # a small phantom and a tiny network
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+END_TO_END = REPO / "tests" / "benchmarks" / "vista3d_end_to_end.py"
+#: the issue's CT: 512 x 512 x 200 at 0.78 x 0.78 x 2.0 mm (on the CPU a tenth of it, for a tiny network)
+CUDA_CT, CPU_CT = ((512, 512, 200), (0.78, 0.78, 2.0)), ((128, 128, 50), (0.78, 0.78, 2.0))
+_STAGE_ROW = re.compile(r"^(\w[\w /-]*?)\s+([0-9.]+)\s+[0-9.]+%$")
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """Run ``cmd`` in a new process; its wall clock from start to exit and the arrival time of each stdout line."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        lines.append((time.perf_counter() - t0, line.rstrip("\n")))
+    err = proc.stderr.read()  # type: ignore[union-attr]
+    code = proc.wait()
+    wall = time.perf_counter() - t0
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {code}:\n{err}")
+    return {"wall": wall, "lines": lines}
+
+
+def stage_table(lines: list[tuple[float, str]]) -> dict[str, float]:
+    """The first image's ``--timing`` table (stage -> seconds) from the command's stdout."""
+    stages: dict[str, float] = {}
+    for _, text in lines:
+        m = _STAGE_ROW.match(text.strip())
+        if m and m.group(1) not in stages:
+            stages[m.group(1)] = float(m.group(2))
+    return stages
+
+
+def written_times(lines: list[tuple[float, str]]) -> list[float]:
+    """When each image's line (printed as its label map is written) arrived, in seconds from process start."""
+    return [t for t, text in lines if " -> " in text]
+
+
+def inference_times(lines: list[tuple[float, str]]) -> list[float]:
+    """Every image's inference stage from the ``--timing`` tables."""
+    return [float(m.group(2)) for _, text in lines if (m := _STAGE_ROW.match(text.strip())) and m.group(1) == "inference"]
+
+
+def write_inputs(work: Path, tiny: bool, copies: int, seed: int) -> tuple[list[Path], Path]:
+    """``copies`` phantoms of the issue's CT (different seeds) and a random ``vista3d132`` checkpoint."""
+    import torch
+
+    from monai.apps.vista3d.phantom import write_phantom
+    from monai.networks.nets import vista3d132
+
+    shape, spacing = CPU_CT if tiny else CUDA_CT
+    cts = []
+    (work / "cts").mkdir(parents=True, exist_ok=True)
+    for i in range(copies):
+        path = work / "cts" / f"ct{i}.nii.gz"
+        if not path.is_file():
+            write_phantom(path, shape, spacing, seed=seed + i)
+        cts.append(path)
+    weights = work / "model.pt"
+    if not weights.is_file():
+        torch.manual_seed(seed)
+        torch.save(vista3d132(encoder_embed_dim=8 if tiny else 48).state_dict(), weights)
+    return cts, weights
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--upstream", default=None, help="folder with upstream MONAI 1.6.1 (pip install --target PATH)")
+    p.add_argument("--repeats", type=int, default=3, help="warm runs of each kind (the median is reported)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and the phantoms")
+    p.add_argument("--workdir", default=None, help="inputs and outputs go here (default: a temporary folder)")
+    p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    if args.upstream and not (Path(args.upstream) / "monai" / "__init__.py").is_file():
+        p.error(f"--upstream {args.upstream}: no monai package there; install it with "
+                f"'pip install --no-deps --target {args.upstream} monai==1.6.1'")
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tiny = device == "cpu"
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_cold_")).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO))
+    cts, weights = write_inputs(work, tiny, 6, args.seed)
+    cache = work / "triton_cache"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRITON_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1")
+    cli = [sys.executable, "-m", "monai.apps.vista3d", "--weights", str(weights), "--device", device, "--timing",
+           "--overwrite", *(["--embed-dim", "8", "--roi-size", "32"] if tiny else [])]
+    warm_up = "torch.zeros(1).cuda()" if device == "cuda" else "torch.zeros(1)"
+    rows: list[dict[str, Any]] = []
+
+    def record(kind: str, runs: list[dict[str, Any]], **extra: Any) -> None:
+        walls = [r["wall"] for r in runs]
+        row = {"kind": kind, "wall": statistics.median(walls), "walls": walls,
+               "stages": stage_table(runs[-1]["lines"]), **extra}
+        rows.append(row)
+        print(f"{kind:<9} {row['wall']:8.2f} s  {' '.join(f'{w:.2f}' for w in walls)}", file=sys.stderr, flush=True)
+
+    record("baseline", [timed([sys.executable, "-c", f"import torch; {warm_up}"], env, work)
+                        for _ in range(args.repeats)])
+    one = ["-i", str(cts[0]), "-o", str(work / "out")]
+    if cache.exists():
+        raise SystemExit(f"{cache} exists: give a new --workdir for a cold run")
+    record("cold", [timed(cli + one, env, work)])
+    record("warm", [timed(cli + one, env, work) for _ in range(args.repeats)])
+    record("no-fuse", [timed(cli + one + ["--no-fuse"], env, work) for _ in range(args.repeats)])
+    record("auto", [timed(cli + one + ["--sw-batch-size", "auto"], env, work) for _ in range(args.repeats)])
+    six = [timed(cli + ["-i", str(work / "cts"), "-o", str(work / "out6")], env, work) for _ in range(args.repeats)]
+    shares = [b - a for r in six for a, b in zip(written_times(r["lines"])[:-1], written_times(r["lines"])[1:])]
+    infer = [t for r in six for t in inference_times(r["lines"])[1:]]
+    record("six", six, share_per_ct=statistics.median(shares), inference_per_ct=statistics.median(infer),
+           volumes_per_minute=60.0 * len(cts) / statistics.median(r["wall"] for r in six))
+    if args.upstream:
+        up_env = dict(env, PYTHONPATH=str(Path(args.upstream).resolve()))
+        bundle = [sys.executable, str(END_TO_END), "--worker", "upstream", "--device", device, "--repeats", "0",
+                  "--sw-batch-size", "1", "--roi", "32" if tiny else "128", "--classes", "0", "--weights",
+                  str(weights), "--out", str(work), "--output-dtypes", "float32", "--embed-dim", "8" if tiny else "48",
+                  "--inputs", str(cts[0])]
+        record("bundle", [timed(bundle, up_env, work) for _ in range(args.repeats)])
+
+    base = rows[0]["wall"]
+    print(f"\n{'run':<9}{'wall s':>9}{'- baseline':>12}  stages of the image (s)")
+    for r in rows:
+        stages = " ".join(f"{k} {v:.3f}" for k, v in r["stages"].items())
+        print(f"{r['kind']:<9}{r['wall']:>9.2f}{r['wall'] - base:>12.2f}  {stages}")
+    six_row = next(r for r in rows if r["kind"] == "six")
+    print(f"six CTs: {six_row['share_per_ct']:.3f} s of wall clock per CT from the second on, inference "
+          f"{six_row['inference_per_ct']:.3f} s ({six_row['share_per_ct'] / six_row['inference_per_ct']:.2f}x); "
+          f"{six_row['volumes_per_minute']:.1f} volumes/min")
+    warm = next(r for r in rows if r["kind"] == "warm")["wall"]
+    print(f"device {device}; cold / warm {rows[1]['wall'] / warm:.2f}x; warm - baseline {warm - base:.2f} s"
+          + (f"; bundle / warm {next(r for r in rows if r['kind'] == 'bundle')['wall'] / warm:.2f}x"
+             if args.upstream else ""))
+    if args.json:
+        meta = {"device": device, "tiny": tiny, "repeats": args.repeats, "cpus": os.cpu_count(),
+                "torch": torch.__version__,
+                "command": "python tests/benchmarks/vista3d_cold_start.py " + " ".join(
+                    argv if argv is not None else sys.argv[1:])}
+        for r in rows:
+            r.pop("lines", None)
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
