@@ -199,7 +199,7 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         (f"Triton GEMM {cp}x{cp}, 16x16 voxels, 4 warps, 3 stages", lambda: conv3x3x3(x, gemm_padded)[0]),
     ]
     if cp == 64:
-        # (16x32 voxels, 8 warps, one plane, swapped: 523 ms, a register cliff; measured once, docs/benchmarks.md)
+        # (16x32 voxels, 8 warps, one plane, swapped: 523 ms, a register cliff; measured once; docs/CHANGELOG.md)
         launches = [L(16, 16, 4, 3, 1), L(8, 16, 8, 3, 2), L(16, 16, 4, 3, 1, True), L(8, 32, 4, 3, 1, True)]
         launches += [L(8, 16, 4, 3, 2, True), L(8, 16, 8, 3, 2, True), L(16, 16, 8, 3, 2, True)]
         launches += [L(16, 16, 8, 4, 2, True), L(8, 32, 8, 3, 2, True), L(8, 16, 8, 3, 4, True)]

@@ -74,7 +74,7 @@ class ConvLaunch:
 
 
 # the launches the fused forward gives this kernel, by padded output width (48 -> 64, 96 -> 128 channels); widths not
-# listed run on cuDNN (measured on the H200: docs/benchmarks.md, "The Triton convolution on the fused path"). Read-only:
+# listed run on cuDNN (measured on the H200: stage 2 of docs/CHANGELOG.md). Read-only:
 # a different table goes into the fused path's configuration (monai.networks.kernels.dispatch.FusedConfig)
 FUSED_LAUNCHES: Mapping[int, ConvLaunch] = MappingProxyType(
     {

@@ -8,4 +8,4 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Experiments kept for the record: code measured in docs/benchmarks.md that did not pay its way into the package."""
+"""Experiments kept for the record: code measured in docs/CHANGELOG.md that did not pay its way into the package."""

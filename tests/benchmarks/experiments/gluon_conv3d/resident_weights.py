@@ -11,7 +11,7 @@
 """The resident-weight Gluon convolution of :py:mod:`monai.networks.kernels.conv3d_resident`, on the GPU against
 float64 and the Triton kernel, and compiled on the CPU (not on any path).
 
-How it came to be (docs/benchmarks.md, 14 x 48 -> 48 x 128^3 on the H200): a draft with one output plane per tile
+How it came to be (docs/CHANGELOG.md, 14 x 48 -> 48 x 128^3 on the H200): a draft with one output plane per tile
 (12.4 ms) drained its load pipeline at every tile; v2 (9.2 ms) loaded across tile boundaries and fed each patch to
 two output planes, all from one warpgroup; warp specialization (a producer warp, one warpgroup per output plane) took
 it to 8.6 ms, bit for bit the same outputs; loading a 10-row slab per input plane and column shift instead of a patch

@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The Triton 3x3x3 convolution of this folder against cuDNN, fp16, median of 5 (docs/benchmarks.md).
+"""The Triton 3x3x3 convolution of this folder against cuDNN, fp16, median of 5 (docs/CHANGELOG.md).
 
 Run from the repository root on a CUDA machine: ``python3 -m tests.benchmarks.experiments.triton_conv3d.time_triton``.
 """
