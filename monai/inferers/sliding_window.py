@@ -230,7 +230,7 @@ def _window_loop(
 
         plan = plan_sliding_windows(inputs.shape[2:], settings.roi_size, settings.overlap, inputs.shape[0], pad_mode)
         inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
-        stitcher = make_stitcher(plan, weight, device, inputs.dtype)
+        stitcher = make_stitcher(plan=plan, weight=weight, device=device, dtype=inputs.dtype)
         auto = None
         if sw_batch_size == "auto":
             key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)

@@ -96,8 +96,9 @@ class Stitcher(Protocol):
         ...
 
 
-# Builds the stitcher of one pass: (plan, weight of one window, result device, result dtype) -> stitcher.
-StitcherFactory = Callable[[SlidingWindowPlan, torch.Tensor, torch.device, torch.dtype], Stitcher]
+# Builds the stitcher of one pass, called with the keywords plan, weight (of one window), device and dtype (of the
+# result).
+StitcherFactory = Callable[..., Stitcher]
 
 
 class WindowStitcher:

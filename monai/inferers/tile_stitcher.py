@@ -95,12 +95,12 @@ class TileStitcher:
     windows ordered by their start along ``slab_dim``.
 
     Args:
+        reduction: receives each complete tile and gives the result.
         plan: the window plan.
         weight: the weight of one window (``[*roi_size]`` or ``[1, 1, *roi_size]``), in the accumulators' dtype.
         device: device of the result (kept by the reduction; tiles are held where the predictor's outputs are).
         dtype: dtype of the accumulators.
         slab_dim: spatial dimension along which the volume is completed slab by slab (0: the first).
-        reduction: receives each complete tile and gives the result.
 
     Raises:
         ValueError: for a ``slab_dim`` out of range.
@@ -108,20 +108,18 @@ class TileStitcher:
 
     def __init__(
         self,
+        reduction: TileReduction,
         plan: SlidingWindowPlan,
         weight: torch.Tensor,
         device: torch.device,
         dtype: torch.dtype,
         slab_dim: int = 0,
-        reduction: TileReduction | None = None,
     ):
         ndim = len(plan.roi_size)
         if not -ndim <= slab_dim < ndim:
             raise ValueError(
                 f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}."
             )
-        if reduction is None:
-            raise ValueError("TileStitcher needs a reduction to hand the complete tiles to.")
         self.plan, self.device, self.dtype, self.reduction = plan, torch.device(device), dtype, reduction
         while weight.ndim < ndim + 2:
             weight = weight[None]

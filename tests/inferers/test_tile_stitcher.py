@@ -62,8 +62,8 @@ def run_tiles(x, predictor, roi, sw_batch_size, overlap, mode, slab_dim):
     """One pass with a recording tile stitcher; returns ``(result, stitcher)``."""
     made = []
 
-    def factory(*args):
-        made.append(RecordingTileStitcher(*args, slab_dim=slab_dim, reduction=MaxReduction(x)))
+    def factory(**kwargs):
+        made.append(RecordingTileStitcher(MaxReduction(x), slab_dim=slab_dim, **kwargs))
         return made[-1]
 
     settings = SlidingWindowSettings(roi_size=roi, sw_batch_size=sw_batch_size, overlap=overlap, mode=mode)
@@ -132,8 +132,6 @@ class TestTileStitcher(unittest.TestCase):
             factory = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=MaxReduction(x))
             with self.assertRaisesRegex(ValueError, "slab_dim"):
                 run_sliding_window(x, predictor, settings, stitcher=factory)
-        with self.assertRaisesRegex(ValueError, "reduction"):
-            run_sliding_window(x, predictor, settings, stitcher=TileStitcher)
         factory = functools.partial(TileStitcher, reduction=MaxReduction(x))
         with self.assertRaisesRegex(ValueError, r"\[n, C, \*roi_size\]"):
             run_sliding_window(x, lambda w: {"a": predictor(w)}, settings, stitcher=factory)
