@@ -61,6 +61,20 @@ class TestDependencies(unittest.TestCase):
                     bad.append(f"{path.relative_to(ROOT.parent)} imports {name}")
         self.assertEqual(bad, [])
 
+    def test_inferers_name_no_app(self):
+        """Not even in a docstring: the window loop serves the apps without knowing them."""
+        named = [p.name for p in sorted((ROOT / "inferers").rglob("*.py")) if "apps" in p.read_text()]
+        self.assertEqual(named, [])
+
+    def test_apps_use_public_inferer_names(self):
+        private = [
+            f"{path.relative_to(ROOT.parent)} imports {name}"
+            for path in sorted((ROOT / "apps").rglob("*.py"))
+            for name in _imports(path)
+            if name.startswith("monai.inferers.") and name.rsplit(".", 1)[-1].startswith("_")
+        ]
+        self.assertEqual(private, [])
+
     def test_cli_uses_public_names(self):
         tree = ast.parse((ROOT / "apps" / "vista3d" / "__main__.py").read_text())
         private = [

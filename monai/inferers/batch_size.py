@@ -10,8 +10,9 @@
 # limitations under the License.
 """``sw_batch_size="auto"``: how many windows go into one predictor call.
 
-This is the one definition of ``"auto"``, the same for :func:`~monai.inferers.sliding_window_inference`, the
-inferers and the streamed label maps of :func:`~monai.apps.vista3d.sliding_window_label_inference`:
+This is the one definition of ``"auto"``, used by the one window loop
+(:func:`~monai.inferers.sliding_window.run_sliding_window`) whatever the stitcher, so the same for
+:func:`~monai.inferers.sliding_window_inference`, the inferers and tile-by-tile stitching:
 
 - on CUDA, the first batch is a one-window probe: the growth of ``torch.cuda.max_memory_allocated`` during
   that forward call, times ``SAFETY_FACTOR``, is the per-window cost (kept in a cache across calls, keyed by

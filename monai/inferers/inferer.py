@@ -146,22 +146,7 @@ class SlidingWindowInferer(Inferer):
 
     def _settings(self) -> SlidingWindowSettings:
         """This inferer's current settings as one object (the attributes may be changed between calls)."""
-        return SlidingWindowSettings(
-            roi_size=self.roi_size,
-            sw_batch_size=self.sw_batch_size,
-            overlap=self.overlap,
-            mode=self.mode,
-            sigma_scale=self.sigma_scale,
-            padding_mode=self.padding_mode,
-            cval=self.cval,
-            sw_device=self.sw_device,
-            device=self.device,
-            progress=self.progress,
-            roi_weight_map=self.roi_weight_map,
-            buffer_steps=self.buffer_steps,
-            buffer_dim=self.buffer_dim,
-            with_coord=self.with_coord,
-        )
+        return SlidingWindowSettings.from_values(vars(self))
 
     def __call__(
         self,

@@ -21,25 +21,25 @@ The loop has four timed stages:
 
 from __future__ import annotations
 
-import math
+import functools
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
-from monai.inferers.stitcher import WindowStitcher, flatten_outputs, pack_outputs
+from monai.inferers.stitcher import StitcherFactory, WindowStitcher
 from monai.inferers.windows import (
     SlidingWindowPlan,
-    buffered_bands,
     compute_importance_map,
     plan_sliding_windows,
     schedule_batches,
 )
-from monai.utils import BlendMode, PytorchPadMode, ensure_tuple, look_up_option, optional_import
+from monai.utils import BlendMode, PytorchPadMode, look_up_option, optional_import
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 
 tqdm, has_tqdm = optional_import("tqdm", name="tqdm")
@@ -87,6 +87,18 @@ class SlidingWindowSettings:
     buffer_steps: int | None = None
     buffer_dim: int = -1
     with_coord: bool = False
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SlidingWindowSettings:
+        """The settings named in ``values`` (e.g. a caller's arguments or an inferer's attributes), defaults for
+        the fields it lacks; other entries are ignored."""
+        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+
+    @classmethod
+    def split(cls, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``values`` as ``(the entries named like a field, the others)``."""
+        names = {f.name for f in fields(cls)}
+        return {k: v for k, v in values.items() if k in names}, {k: v for k, v in values.items() if k not in names}
 
     def window_device(self, inputs: torch.Tensor) -> torch.device:
         """Where the predictor runs: ``sw_device``, else the input's device."""
@@ -153,6 +165,7 @@ def run_sliding_window(
     kwargs: dict[str, Any] | None = None,
     timer: StageTimer | None = None,
     auto_cache: dict | None = None,
+    stitcher: StitcherFactory | None = None,
 ) -> Any:
     """One sliding-window pass of ``predictor`` over ``inputs`` with ``settings``.
 
@@ -167,13 +180,25 @@ def run_sliding_window(
             unaccounted rest as ``other``, and the counts ``windows`` and ``batches`` (default: NVTX ranges only).
         auto_cache: keeps the measured per-window memory of ``sw_batch_size="auto"`` across calls (see
             :class:`~monai.inferers.batch_size.AutoBatchSize`).
+        stitcher: builds the way to stitch (see :class:`~monai.inferers.stitcher.Stitcher`); default: the full
+            blended outputs of :class:`~monai.inferers.stitcher.WindowStitcher` with the settings' buffering
+            and ``process_fn``.
 
     Returns:
-        what :func:`monai.inferers.sliding_window_inference` returns.
+        what the stitcher's ``finish`` returns; by default what :func:`monai.inferers.sliding_window_inference`
+        returns.
     """
     timer = timer or StageTimer(enabled=False)
+    if stitcher is None:
+        stitcher = functools.partial(
+            WindowStitcher,
+            buffer_steps=settings.buffer_steps,
+            buffer_dim=settings.buffer_dim,
+            process_fn=settings.process_fn,
+        )
     with timer.stage("total"):
-        result = _window_loop(inputs, predictor, settings, tuple(args), dict(kwargs or {}), timer, auto_cache)
+        extra = (tuple(args), dict(kwargs or {}))
+        result = _window_loop(inputs, predictor, settings, extra, timer, auto_cache, stitcher)
     if timer.enabled:
         t = timer.timings
         t["other"] = max(t["total"] - sum(t.get(k, 0.0) for k in WINDOW_STAGES), 0.0)
@@ -184,11 +209,12 @@ def _window_loop(
     inputs: Any,
     predictor: Callable,
     settings: SlidingWindowSettings,
-    args: tuple,
-    kwargs: dict,
+    extra: tuple[tuple, dict],
     timer: StageTimer,
     auto_cache: dict | None,
+    make_stitcher: StitcherFactory,
 ) -> Any:
+    args, kwargs = extra
     with timer.stage("prepare"):
         if not isinstance(inputs, torch.Tensor):
             inputs = torch.as_tensor(inputs)
@@ -196,48 +222,29 @@ def _window_loop(
             raise ValueError(
                 f"inputs must be [N, C, *spatial] with at least one spatial dimension, got {tuple(inputs.shape)}."
             )
-        ndim = inputs.ndim - 2
         sw_batch_size = check_sw_batch_size(settings.sw_batch_size)
         look_up_option(settings.mode, BlendMode)  # an unknown mode fails before any work
         pad_mode = look_up_option(settings.padding_mode, PytorchPadMode)
-        buffer_steps, buffer_dim = settings.buffer_steps, settings.buffer_dim
-        buffered = buffer_steps is not None and buffer_steps > 0
-        if buffered:
-            if not -ndim <= buffer_dim < ndim:
-                raise ValueError(
-                    f"buffer_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {buffer_dim}."
-                )
-            buffer_dim = buffer_dim % ndim
         device, sw_device = settings.result_device(inputs), settings.window_device(inputs)
-        dtype = inputs.dtype
         condition = kwargs.pop("condition", None)
 
         plan = plan_sliding_windows(inputs.shape[2:], settings.roi_size, settings.overlap, inputs.shape[0], pad_mode)
         inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
-
-        if buffered:
-            segments = [(b, b.first, b.stop) for b in buffered_bands(plan, int(buffer_steps), buffer_dim)]
-        else:
-            segments = [(None, 0, plan.total_windows)]
-        process_fn = settings.process_fn
-        stitcher = WindowStitcher(
-            plan, weight, device, dtype, buffer_dim if buffered else None, per_window_weights=process_fn is not None
-        )
+        stitcher = make_stitcher(plan=plan, weight=weight, device=device, dtype=inputs.dtype)
         auto = None
         if sw_batch_size == "auto":
-            voxels = plan.batch_size * math.prod(plan.padded_size)
             key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
-            auto = AutoBatchSize(sw_device, auto_cache, key, voxels, stitch_on_device=device == sw_device)
-            steps: Any = schedule_batches(segments, auto.next)
+            on_device = stitcher.stitches_on(sw_device)
+            auto = AutoBatchSize(sw_device, auto_cache, key, stitcher.result_voxels, stitch_on_device=on_device)
+            steps: Any = schedule_batches(stitcher.segments(), auto.next)
         else:
             bs = int(sw_batch_size)
-            steps = list(schedule_batches(segments, lambda remaining: bs))
+            steps = list(schedule_batches(stitcher.segments(), lambda remaining: bs))
         timer.count("windows", plan.total_windows)
         timer.set("sw_batch_size", sw_batch_size)
 
-    keys = None
     with timer.range("loop"):
-        for band, batch, last_of_band in _progress(steps, settings.progress):
+        for segment, batch, last_of_segment in _progress(steps, settings.progress):
             with timer.stage("prepare"):
                 coords = [plan.coords(i) for i in batch]
                 windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
@@ -254,16 +261,11 @@ def _window_loop(
                     auto.after_forward()
                 timer.count("batches")
             with timer.stage("stitch"):
-                keys, outs = flatten_outputs(out)
-                w = None
-                if process_fn is not None:
-                    outs, w = process_fn(outs, windows, weight)
-                    outs = ensure_tuple(outs)
-                if band is not None:
-                    stitcher.begin_band(band)
-                stitcher.add(outs, coords, w)
-                if last_of_band:
-                    stitcher.end_band()
+                stitcher.begin_segment(segment)
+                stitcher.add(out, batch, coords, windows)
+                del out  # a streaming stitcher frees what it is done with; the output must not outlive it
+                if last_of_segment:
+                    stitcher.end_segment()
                 if auto is not None:
                     auto.after_stitch(stitcher.result_bytes(sw_device))
 
@@ -271,6 +273,4 @@ def _window_loop(
         timer.set("sw_batch_size", "auto")
         timer.set("auto_batch", dict(auto.info))
     with timer.stage("finalize"):
-        results = stitcher.finalize()
-        results = [r.to(device=device, dtype=dtype) for r in results]
-        return pack_outputs(results, keys)
+        return stitcher.finish()

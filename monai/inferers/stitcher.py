@@ -10,22 +10,29 @@
 # limitations under the License.
 """Stitching: blending the outputs of overlapping windows into full-size results.
 
-:class:`WindowStitcher` adds each batch of weighted window outputs into the result (directly, or band by band
-on the predictor's device for buffered stitching) and divides by the summed weights at the end.
+The window loop (:func:`monai.inferers.sliding_window.run_sliding_window`) drives a :class:`Stitcher`: it runs the
+stitcher's segments of windows in order, batch by batch, hands it each batch's predictor output and returns
+what :meth:`Stitcher.finish` returns. :class:`WindowStitcher` adds each batch of weighted window outputs into the
+result (directly, or band by band on the predictor's device for buffered stitching) and divides by the summed
+weights at the end; :class:`~monai.inferers.tile_stitcher.TileStitcher` hands each part of the volume to a
+reduction as soon as its windows are in, never holding the whole result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.windows import Band, SlidingWindowPlan
+from monai.utils import ensure_tuple
+
+from monai.inferers.windows import Band, SlidingWindowPlan, buffered_bands
 from monai.inferers.window_add import add_window, add_window_supported
 
-__all__ = ["WindowStitcher", "flatten_outputs", "pack_outputs"]
+__all__ = ["Stitcher", "StitcherFactory", "WindowStitcher", "flatten_outputs", "pack_outputs"]
 
 # Nearest-neighbour mode used to resize the importance map to outputs at another scale than the input.
 _NEAREST_MODE = "nearest-exact"
@@ -49,6 +56,51 @@ def pack_outputs(outs: list[torch.Tensor], keys: list | None) -> Any:
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+class Stitcher(Protocol):
+    """What the window loop needs of a way to stitch window outputs.
+
+    Attributes:
+        result_voxels: voxels per channel of what the stitcher holds at most (keys the batch size kept for a
+            volume size by ``sw_batch_size="auto"``, and sizes the room it reserves when :meth:`stitches_on`).
+    """
+
+    result_voxels: int
+
+    def segments(self) -> list[tuple[Any, Sequence[int]]]:
+        """``(key, window indices)`` in the order to run them; a forward batch never spans two segments."""
+        ...
+
+    def stitches_on(self, device: torch.device) -> bool:
+        """Whether the stitched result is held in ``device`` memory (room is then reserved for it)."""
+        ...
+
+    def begin_segment(self, key: Any) -> None:
+        """Before the first batch of the segment ``key``."""
+        ...
+
+    def add(self, out: Any, batch: Sequence[int], coords: Sequence[Sequence[slice]], windows: torch.Tensor) -> None:
+        """Add the predictor output ``out`` of the windows ``batch`` (indices over the input batch, ``coords`` their
+        ``plan.coords``, ``windows`` the predictor's input)."""
+        ...
+
+    def end_segment(self) -> None:
+        """After the last batch of the current segment."""
+        ...
+
+    def result_bytes(self, device: torch.device) -> int:
+        """Bytes held on ``device`` so far."""
+        ...
+
+    def finish(self) -> Any:
+        """The result of the pass."""
+        ...
+
+
+# Builds the stitcher of one pass, called with the keywords plan, weight (of one window), device and dtype (of the
+# result).
+StitcherFactory = Callable[..., Stitcher]
+
+
 class WindowStitcher:
     """Accumulates weighted window outputs into full-size results, one per predictor output.
 
@@ -57,12 +109,17 @@ class WindowStitcher:
     change per window) it is accumulated window by window.
 
     Args:
-        plan: the window plan.
+        plan: the window plan (buffered stitching reorders its windows along ``buffer_dim``).
         weight: importance map ``[1, 1, *roi_size]`` (or ``[*roi_size]``).
         device: device of the stitched results.
         dtype: dtype of the results.
-        buffer_dim: spatial dimension of the bands when stitching is buffered, else ``None``.
-        per_window_weights: accumulate the weight sum per window (needed with a ``process_fn``).
+        buffer_steps: buffered stitching in bands of this many window positions (``None`` / non-positive: off).
+        buffer_dim: spatial dimension of the bands.
+        process_fn: ``process_fn(outputs, windows, weight) -> (outputs, weight)`` applied to each batch before it is
+            added; the weight sum is then accumulated window by window.
+
+    Raises:
+        ValueError: for a ``buffer_dim`` out of range when buffered.
     """
 
     def __init__(
@@ -71,22 +128,45 @@ class WindowStitcher:
         weight: torch.Tensor,
         device: torch.device,
         dtype: torch.dtype,
-        buffer_dim: int | None = None,
-        per_window_weights: bool = False,
+        buffer_steps: int | None = None,
+        buffer_dim: int = -1,
+        process_fn: Callable | None = None,
     ):
         self.plan = plan
         self.ndim = len(plan.roi_size)
+        self.window_weight = weight  # as given, for process_fn
         self.weight = _as_5d_weight(weight, self.ndim)
         self.device = torch.device(device)
         self.dtype = dtype
-        self.buffer_dim = buffer_dim
-        self.per_window_weights = per_window_weights
+        self.process_fn = process_fn
+        self.per_window_weights = process_fn is not None
+        self.result_voxels = plan.batch_size * math.prod(plan.padded_size)
         self.outputs: list[torch.Tensor] = []
         self.counts: list[torch.Tensor] = []
         self.zooms: list[tuple[float, ...]] = []
+        self.keys: list | None = None  # the sorted keys of a dict output
         self._weights: dict = {}  # (output index, device) -> resized weight map
         self._buffers: list[torch.Tensor] | None = None
         self._band: Band | None = None
+        self.buffer_dim: int | None = None
+        self._segments: list[tuple[Any, Sequence[int]]] = [(None, range(plan.total_windows))]
+        if buffer_steps is not None and buffer_steps > 0:
+            if not -self.ndim <= buffer_dim < self.ndim:
+                raise ValueError(
+                    f"buffer_dim must be in [{-self.ndim}, {self.ndim - 1}] for {self.ndim} spatial dimensions, "
+                    f"got {buffer_dim}."
+                )
+            self.buffer_dim = buffer_dim % self.ndim
+            bands = buffered_bands(plan, int(buffer_steps), self.buffer_dim)
+            self._segments = [(b, range(b.first, b.stop)) for b in bands]
+
+    def segments(self) -> list[tuple[Any, Sequence[int]]]:
+        """One segment over the whole batch, or one per buffered band."""
+        return self._segments
+
+    def stitches_on(self, device: torch.device) -> bool:
+        """Whether the results are stitched on ``device``."""
+        return self.device == torch.device(device)
 
     # -- geometry -----------------------------------------------------------------------------------------------------
     def _out_slice(self, k: int, sl: slice, d: int) -> slice:
@@ -140,14 +220,25 @@ class WindowStitcher:
                 self.counts.append(count)
 
     # -- accumulation --------------------------------------------------------------------------------------------------
-    def begin_band(self, band: Band) -> None:
-        """Start a buffered band (buffered stitching only); nothing happens when ``band`` is already the current one."""
-        if self._band is band:
+    def begin_segment(self, key: Band | None) -> None:
+        """Start the buffered band ``key`` (``None``: unbuffered); nothing happens when it is the current one."""
+        if self._band is key:
             return
-        self._band = band
+        self._band = key
         self._buffers = None
 
-    def add(self, outs: Sequence[torch.Tensor], coords: Sequence[Sequence[slice]], weight: torch.Tensor | None = None):
+    def add(self, out: Any, batch: Sequence[int], coords: Sequence[Sequence[slice]], windows: torch.Tensor) -> None:
+        """Add the predictor output of one batch of windows (a tensor, a tuple/list or a dict of tensors)."""
+        self.keys, outs = flatten_outputs(out)
+        w = None
+        if self.process_fn is not None:
+            outs, w = self.process_fn(outs, windows, self.window_weight)
+            outs = ensure_tuple(outs)
+        self.add_outputs(outs, coords, w)
+
+    def add_outputs(
+        self, outs: Sequence[torch.Tensor], coords: Sequence[Sequence[slice]], weight: torch.Tensor | None = None
+    ) -> None:
         """Add the outputs of one batch of windows.
 
         Args:
@@ -209,8 +300,8 @@ class WindowStitcher:
             idx[2 + d] = slice(s.start - band.start, s.stop - band.start)
         return tuple(idx)
 
-    def end_band(self) -> None:
-        """Write the finished band into the results on ``device``."""
+    def end_segment(self) -> None:
+        """Write the finished band (if buffered) into the results on ``device``."""
         if self._band is None or self._buffers is None:
             self._band = None
             return
@@ -232,6 +323,11 @@ class WindowStitcher:
         return total
 
     # -- finalize -----------------------------------------------------------------------------------------------------
+    def finish(self) -> Any:
+        """The stitched results on ``device`` in ``dtype``, shaped as the predictor output (tensor, tuple or dict)."""
+        results = [r.to(device=self.device, dtype=self.dtype) for r in self.finalize()]
+        return pack_outputs(results, self.keys)
+
     def finalize(self) -> list[torch.Tensor]:
         """Normalise by the weight sums and crop the padding; returns one tensor per predictor output."""
         results = []

@@ -117,21 +117,5 @@ def sliding_window_inference(
         ValueError: for arguments that do not fit the input (see :func:`plan_sliding_windows`), a non-positive
             ``sw_batch_size``, an unknown ``mode`` or ``padding_mode``, or a ``buffer_dim`` out of range.
     """
-    settings = SlidingWindowSettings(
-        roi_size=roi_size,
-        sw_batch_size=sw_batch_size,
-        overlap=overlap,
-        mode=mode,
-        sigma_scale=sigma_scale,
-        padding_mode=padding_mode,
-        cval=cval,
-        sw_device=sw_device,
-        device=device,
-        progress=progress,
-        roi_weight_map=roi_weight_map,
-        process_fn=process_fn,
-        buffer_steps=buffer_steps,
-        buffer_dim=buffer_dim,
-        with_coord=with_coord,
-    )
+    settings = SlidingWindowSettings.from_values(locals())  # the arguments named like a settings field
     return run_sliding_window(inputs, predictor, settings, args, kwargs)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -337,17 +338,16 @@ def buffered_bands(plan: SlidingWindowPlan, buffer_steps: int, buffer_dim: int) 
     return bands
 
 
-def schedule_batches(segments: Sequence[tuple[Band | None, int, int]], next_size: Callable[[int], int]):
-    """Yield ``(band, window indices, last of band)`` per forward batch; batches never cross a segment.
+def schedule_batches(segments: Sequence[tuple[Any, Sequence[int]]], next_size: Callable[[int], int]):
+    """Yield ``(segment key, window indices, last of segment)`` per forward batch; batches never cross a segment.
 
     Args:
-        segments: ``(band or None, first, stop)`` window index ranges (one unbuffered segment spans every image).
+        segments: ``(key, window indices)`` in running order (e.g. one segment over every image, or one per band).
         next_size: windows of the next batch given the windows left in the segment.
     """
-    for band, lo, hi in segments:
-        i = lo
-        while i < hi:
-            n = max(1, min(int(next_size(hi - i)), hi - i))
-            yield band, range(i, i + n), band is not None and i + n >= hi
+    for key, indices in segments:
+        i, total = 0, len(indices)
+        while i < total:
+            n = max(1, min(int(next_size(total - i)), total - i))
+            yield key, indices[i : i + n], i + n >= total
             i += n
-

@@ -42,12 +42,12 @@ from vista3d_everything import build_net, everything_labels, label_map, measure,
 
 def held_tile_voxels(size: tuple[int, ...], roi: int, overlap: float = 0.25) -> int:
     """Most voxels of tiles held at once by the streamed path (``slab_dim=0``), replaying its window order."""
-    from monai.apps.vista3d.streaming import _Tiling
+    from monai.inferers.tile_stitcher import Tiling
     from monai.inferers.utils import plan_sliding_windows
 
     plan = plan_sliding_windows(size, (roi,) * len(size), overlap)
     order = sorted(range(len(plan.slices)), key=lambda i: (plan.slices[i][0].start, i))
-    tiling = _Tiling(plan.slices, plan.padded_size, order)
+    tiling = Tiling(plan.slices, plan.padded_size, order)
     held: set[tuple[int, ...]] = set()
     peak = 0
     for w in order:

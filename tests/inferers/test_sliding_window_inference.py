@@ -314,3 +314,33 @@ class TestSlidingWindowErrors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TestSlidingWindowSettings(unittest.TestCase):
+    """The one argument list: every caller builds its settings from the names of the fields."""
+
+    def test_from_values_and_split(self):
+        values = {"roi_size": (8, 8), "overlap": 0.5, "inputs": None, "progress": True, "transpose": True}
+        settings = swi.SlidingWindowSettings.from_values(values)
+        self.assertEqual((settings.roi_size, settings.overlap, settings.progress), ((8, 8), 0.5, True))
+        self.assertEqual(settings.sw_batch_size, 1)  # a field not given keeps its default
+        fields, rest = swi.SlidingWindowSettings.split(values)
+        self.assertEqual(set(fields), {"roi_size", "overlap", "progress"})
+        self.assertEqual(set(rest), {"inputs", "transpose"})
+
+    def test_every_argument_reaches_the_loop(self):
+        """sliding_window_inference's window arguments are exactly the settings' fields, and all are passed on."""
+        import dataclasses
+        import inspect
+
+        params = set(inspect.signature(sliding_window_inference).parameters) - {"inputs", "predictor", "args", "kwargs"}
+        self.assertEqual(params, {f.name for f in dataclasses.fields(swi.SlidingWindowSettings)})
+        with mock.patch("monai.inferers.utils.run_sliding_window") as run:
+            sliding_window_inference(torch.zeros(1, 1, 4, 4), (2, 2), 3, None, 0.5, "gaussian", 0.2, "reflect", 1.5,
+                                     "cpu", "cpu", True, None, None, 2, 0, True)
+        got = run.call_args.args[2]
+        self.assertEqual(
+            (got.sw_batch_size, got.overlap, got.mode, got.sigma_scale, got.padding_mode, got.cval, got.progress),
+            (3, 0.5, "gaussian", 0.2, "reflect", 1.5, True),
+        )
+        self.assertEqual((got.buffer_steps, got.buffer_dim, got.with_coord), (2, 0, True))

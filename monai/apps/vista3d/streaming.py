@@ -11,18 +11,11 @@
 """Sliding-window inference that streams a label map instead of holding the logits of every class.
 
 :func:`sliding_window_inference` followed by the VISTA3D post-transform keeps ``C`` full-size float channels
-(117 x 512^3 x 4 bytes = 63 GB for "everything") only to reduce them to one label per voxel. Here the volume is
-cut into *tiles* at every window border; a tile's blended logits are accumulated while windows arrive and turned
-into labels as soon as its last window has been added, then freed. Windows are visited slab by slab along
-``slab_dim``, so only the tiles of the slabs still receiving windows are held.
-
-Exactness: for every voxel the weighted window outputs are summed in the same order, with the same operations
-and dtype as :func:`monai.inferers.sliding_window_inference`, and divided by the same weight sum, so the labels
-equal those of the full blended logits bit for bit (as long as the predictor's output for a window does not
-depend on the other windows of its batch). With ``slab_dim=0`` the visiting order is the reference order and
-every tile is accumulated directly. For another ``slab_dim`` a voxel covered by windows of two slabs would be
-summed in another order, so such tiles keep the weighted-out parts of their windows and sum them in the
-reference order when complete (more memory for those overlap tiles, still bounded by the slab size).
+(117 x 512^3 x 4 bytes = 63 GB for "everything") only to reduce them to one label per voxel. Here the shared
+window loop (:func:`monai.inferers.sliding_window.run_sliding_window`) stitches tile by tile
+(:class:`~monai.inferers.tile_stitcher.TileStitcher`): each tile of blended logits is turned into labels by
+:class:`LabelMapReduction` as soon as its last window has been added, then freed, slab by slab along ``slab_dim``.
+The labels equal those of the full blended logits bit for bit (see :mod:`monai.inferers.tile_stitcher`).
 
 Accumulators take the dtype of ``inputs``, as in :func:`sliding_window_inference`: pass a float32 image for the
 exact labels, a float16 one to halve the held tiles (sums rounded to fp16, so labels can flip where two classes
@@ -46,20 +39,21 @@ window for ``vista3d132`` in fp16). 512^3 with all 117 classes peaks at 7.6 GiB 
 
 from __future__ import annotations
 
-import itertools
-import math
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
-from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight
-from monai.inferers.windows import plan_sliding_windows
-from monai.utils import BlendMode, PytorchPadMode
+from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
+from monai.inferers.tile_stitcher import TileStitcher
+from monai.utils import BlendMode
 from .postprocess import logits_to_labels, pack_masks, packed_channels
 
-__all__ = ["sliding_window_label_inference", "logits_to_labels"]  # the post-transform is re-exported
+__all__ = ["sliding_window_label_inference", "LabelMapReduction", "logits_to_labels"]  # post-transform re-exported
+
+# Settings of the full blended outputs that tile-by-tile stitching has no use for.
+_NOT_STREAMED = ("process_fn", "buffer_steps", "buffer_dim")
 
 
 def _label_dtype(max_id: int) -> torch.dtype:
@@ -70,32 +64,70 @@ def _label_dtype(max_id: int) -> torch.dtype:
     return torch.int32
 
 
-class _Tiling:
-    """Tiles of the padded volume cut at every window border, and which windows cover each tile."""
+class LabelMapReduction:
+    """VISTA3D's post-transform of each complete tile: the label map, and on request the highest class probability
+    and the bit-packed per-class masks (a :class:`~monai.inferers.tile_stitcher.TileReduction`).
 
-    def __init__(self, slices: Sequence[tuple[slice, ...]], size: Sequence[int], order: Sequence[int]):
-        ndim = len(size)
-        self.bounds = []
-        for d in range(ndim):
-            cuts = {0, int(size[d])} | {s[d].start for s in slices} | {s[d].stop for s in slices}
-            self.bounds.append(sorted(cuts))
-        position = {w: p for p, w in enumerate(order)}
-        # per window: the range of tile indices it covers along each axis
-        self.window_tiles: list[list[tuple[int, ...]]] = []
-        cover: dict[tuple[int, ...], list[int]] = {}
-        for w, sl in enumerate(slices):
-            ranges = [range(self.bounds[d].index(sl[d].start), self.bounds[d].index(sl[d].stop)) for d in range(ndim)]
-            tiles = list(itertools.product(*ranges))
-            self.window_tiles.append(tiles)
-            for t in tiles:
-                cover.setdefault(t, []).append(w)
-        # a tile is complete after the last of its windows in the visiting order
-        self.last = {t: max(ws, key=position.__getitem__) for t, ws in cover.items()}
-        # direct accumulation is exact where the visiting order of a tile's windows is the reference (plan) order
-        self.direct = {t: sorted(ws, key=position.__getitem__) == sorted(ws) for t, ws in cover.items()}
+    Args:
+        inputs: the ``[N, C_in, *spatial]`` input (its batch size, spatial size and dtype size the results).
+        device: device of the results.
+        label_ids: label of each output channel (default ``1..C``); 0 is background.
+        max_prob: also keep the per-voxel highest logit (its sigmoid is returned).
+        masks: also keep one mask per class (logit > 0), packed 8 classes a byte.
+    """
 
-    def box(self, t: tuple[int, ...]) -> list[tuple[int, int]]:
-        return [(self.bounds[d][i], self.bounds[d][i + 1]) for d, i in enumerate(t)]
+    def __init__(
+        self,
+        inputs: torch.Tensor,
+        device: torch.device,
+        label_ids: Sequence[int] | torch.Tensor | None = None,
+        max_prob: bool = False,
+        masks: bool = False,
+    ):
+        self.shape = (inputs.shape[0], 1, *inputs.shape[2:])
+        self.device, self.dtype = torch.device(device), inputs.dtype
+        self.ids = None if label_ids is None else torch.as_tensor(label_ids, dtype=torch.int64).reshape(-1)
+        self.want_max_prob, self.want_masks = max_prob, masks
+        self.labels: torch.Tensor | None = None
+        self.max_prob: torch.Tensor | None = None
+        self.masks: torch.Tensor | None = None
+
+    def _allocate(self, channels: int, logits_device: torch.device) -> None:
+        """First tile: check the label ids against the channels and allocate the results."""
+        ids = torch.arange(1, channels + 1) if self.ids is None else self.ids
+        if ids.numel() != channels:
+            raise ValueError(f"label_ids has {ids.numel()} entries but the predictor returns {channels} channels.")
+        lab_dtype = _label_dtype(int(ids.max()) if ids.numel() else 0)
+        self.labels = torch.zeros(self.shape, dtype=lab_dtype, device=self.device)
+        if self.want_max_prob:
+            self.max_prob = torch.zeros(self.shape, dtype=self.dtype, device=self.device)
+        if self.want_masks:
+            shape = (self.shape[0], packed_channels(channels), *self.shape[2:])
+            self.masks = torch.zeros(shape, dtype=torch.uint8, device=self.device)
+        self.ids = ids.to(logits_device)
+
+    def add(self, image: int, region: tuple[slice, ...], outputs: torch.Tensor) -> None:
+        """Write the labels (and highest logit, packed masks) of one complete tile of ``[C, *tile]`` logits."""
+        if self.labels is None:
+            self._allocate(outputs.shape[0], outputs.device)
+        labels = logits_to_labels(outputs, self.ids, dtype=torch.int64)
+        self.labels[(image, 0, *region)] = labels.to(device=self.device, dtype=self.labels.dtype)
+        if self.max_prob is not None:
+            self.max_prob[(image, 0, *region)] = outputs.max(0).values.to(self.device)
+        if self.masks is not None:
+            self.masks[(image, slice(None), *region)] = pack_masks(outputs).to(self.device)
+
+    def finish(self) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """The labels, or a tuple of the labels, then the probabilities and the packed masks where asked for."""
+        if self.max_prob is None and self.masks is None:
+            return self.labels
+        extra: list[torch.Tensor] = []
+        if self.max_prob is not None:
+            # sigmoid once over the whole map: per-tile calls could round differently (vectorised vs scalar tails)
+            extra.append(self.max_prob.sigmoid_())
+        if self.masks is not None:
+            extra.append(self.masks)
+        return (self.labels, *extra)
 
 
 def sliding_window_label_inference(
@@ -105,25 +137,18 @@ def sliding_window_label_inference(
     predictor: Callable[..., torch.Tensor],
     overlap: Sequence[float] | float = 0.25,
     mode: BlendMode | str = BlendMode.CONSTANT,
-    sigma_scale: Sequence[float] | float = 0.125,
-    padding_mode: PytorchPadMode | str = PytorchPadMode.CONSTANT,
-    cval: float = 0.0,
-    sw_device: torch.device | str | None = None,
-    device: torch.device | str | None = None,
-    roi_weight_map: torch.Tensor | None = None,
-    with_coord: bool = False,
+    *args: Any,
     slab_dim: int = 0,
     label_ids: Sequence[int] | torch.Tensor | None = None,
     return_max_prob: bool = False,
-    *args: Any,
-    auto_cache: dict | None = None,
     return_masks: bool = False,
+    auto_cache: dict | None = None,
     **kwargs: Any,
 ) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Sliding-window inference straight to a label map, holding only the slabs that still receive windows.
 
     The labels equal ``logits_to_labels`` of ``sliding_window_inference(inputs, roi_size, sw_batch_size,
-    predictor, overlap, mode, sigma_scale, padding_mode, cval, ...)`` on every voxel (see the module notes).
+    predictor, overlap, mode, ...)`` with the same settings on every voxel (see the module notes).
 
     Args:
         inputs: ``[N, C_in, *spatial]`` image (2D or 3D spatial).
@@ -133,25 +158,19 @@ def sliding_window_label_inference(
             **kwargs)`` with ``with_coord``), returning ``[n, C, *roi_size]`` logits for ``n`` windows.
         overlap: overlap fraction of neighbouring windows, one value or one per dimension, in ``[0, 1)``.
         mode: ``"constant"`` or ``"gaussian"`` blending.
-        sigma_scale: Gaussian sigma as a fraction of the window size (``mode="gaussian"``).
-        padding_mode: padding of inputs smaller than the window (``"constant"``, ``"reflect"``, ``"replicate"``,
-            ``"circular"``).
-        cval: fill value of constant padding.
-        sw_device: device of the windows and of the tile accumulators (default: that of ``inputs``).
-        device: device of the returned maps (default: that of ``inputs``).
-        roi_weight_map: precomputed ``[*roi_size]`` window weights instead of ``mode`` / ``sigma_scale``.
-        with_coord: pass the window coordinates (``[slice(b, b + 1), slice(None), *spatial]`` per window, in the
-            padded input) to the predictor, as VISTA3D needs.
+        args: extra positional arguments of the predictor.
         slab_dim: spatial dimension along which the volume is completed slab by slab (0: first spatial one).
             Choose the longest one to hold the least; 0 needs the least extra bookkeeping.
         label_ids: label of each output channel (default ``1..C``); 0 is background.
         return_max_prob: also return the per-voxel maximum class probability (sigmoid of the highest logit).
-        args: extra positional arguments of the predictor.
-        auto_cache: keeps the measured per-window memory of ``sw_batch_size="auto"`` across calls.
         return_masks: also return one mask per class, each class thresholded on its own (logit > 0), bit-packed
-            along the class axis (see the module notes); ``ClassMasks(masks[b], label_ids)`` reads image ``b``'s.
-        kwargs: extra keyword arguments of the predictor (a ``condition`` tensor shaped like ``inputs`` is
-            windowed with it).
+            along the class axis (see :mod:`~monai.apps.vista3d.postprocess`); ``ClassMasks(masks[b], label_ids)``
+            reads image ``b``'s.
+        auto_cache: keeps the measured per-window memory of ``sw_batch_size="auto"`` across calls.
+        kwargs: the other :class:`~monai.inferers.sliding_window.SlidingWindowSettings` by name (``sigma_scale``,
+            ``padding_mode``, ``cval``, ``sw_device``, ``device`` of the returned maps, ``progress``,
+            ``roi_weight_map``, ``with_coord``); the rest are keyword arguments of the predictor (a ``condition``
+            tensor shaped like ``inputs`` is windowed with it).
 
     Returns:
         ``[N, 1, *spatial]`` labels on ``device`` (uint8 when every label id fits, else int16 / int32); with
@@ -160,158 +179,19 @@ def sliding_window_label_inference(
         masks (class ``i`` in bit ``i % 8`` of channel ``i // 8``) if asked for.
 
     Raises:
-        ValueError: for arguments that do not fit the input, a ``slab_dim`` out of range, or a predictor output
-            that is not one ``[n, C, *roi_size]`` tensor.
+        ValueError: for arguments that do not fit the input, a ``slab_dim`` out of range, settings of the full
+            blended outputs (``process_fn``, ``buffer_steps``, ``buffer_dim``), or a predictor output that is not
+            one ``[n, C, *roi_size]`` tensor.
     """
     if not isinstance(inputs, torch.Tensor) or inputs.ndim < 3:
         raise ValueError(f"inputs must be a [N, C, *spatial] tensor, got {getattr(inputs, 'shape', type(inputs))}.")
-    sw_batch_size = check_sw_batch_size(sw_batch_size)
-    ndim = inputs.ndim - 2
-    if not -ndim <= slab_dim < ndim:
-        raise ValueError(f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}.")
-    slab_dim %= ndim
+    window, kwargs = SlidingWindowSettings.split(kwargs)
+    unused = [k for k in _NOT_STREAMED if k in window]
+    if unused:
+        raise ValueError(f"{unused} apply to the full blended outputs, not to the streamed label map.")
     settings = SlidingWindowSettings(
-        roi_size=roi_size,
-        sw_batch_size=sw_batch_size,
-        overlap=overlap,
-        mode=mode,
-        sigma_scale=sigma_scale,
-        padding_mode=padding_mode,
-        cval=cval,
-        sw_device=sw_device,
-        device=device,
-        roi_weight_map=roi_weight_map,
-        with_coord=with_coord,
+        roi_size=roi_size, sw_batch_size=sw_batch_size, overlap=overlap, mode=mode, **window
     )
-    device, sw_device = settings.result_device(inputs), settings.window_device(inputs)
-    dtype = inputs.dtype
-    kwargs = dict(kwargs)
-    condition = kwargs.pop("condition", None)
-
-    plan = plan_sliding_windows(inputs.shape[2:], roi_size, overlap, 1, padding_mode)
-    inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
-    while weight.ndim < ndim + 2:
-        weight = weight[None]
-
-    slices = plan.slices
-    order = sorted(range(len(slices)), key=lambda i: (slices[i][slab_dim].start, i))
-    tiling = _Tiling(slices, plan.padded_size, order)
-    pad_lo = [plan.pad_before(d) for d in range(ndim)]
-    ids = None if label_ids is None else torch.as_tensor(label_ids, dtype=torch.int64).reshape(-1)
-    n_img = inputs.shape[0]
-    labels: torch.Tensor | None = None
-    max_prob: torch.Tensor | None = None
-    masks: torch.Tensor | None = None
-
-    auto = None
-    if sw_batch_size == "auto":  # tiles are small: no room reserved for a result on the device
-        key = auto_cache_key(predictor, plan.roi_size, inputs, sw_device, args, kwargs)
-        # the volume's size only keys the batch kept per size (see AutoBatchSize): nothing is reserved for it
-        auto = AutoBatchSize(sw_device, auto_cache, key, math.prod(plan.padded_size), stitch_on_device=False)
-
-    for b in range(n_img):
-        acc: dict[tuple[int, ...], torch.Tensor] = {}
-        cnt: dict[tuple[int, ...], torch.Tensor] = {}
-        parts: dict[tuple[int, ...], list[tuple[int, torch.Tensor, torch.Tensor]]] = {}
-        first = 0
-        while first < len(order):
-            left = len(order) - first
-            n = max(1, min(auto.next(left), left)) if auto is not None else sw_batch_size
-            batch = order[first : first + n]
-            first += len(batch)
-            coords = [[slice(b, b + 1), slice(None), *slices[w]] for w in batch]
-            windows = torch.cat([inputs[tuple(c)] for c in coords]).to(sw_device)
-            if condition is not None:
-                kwargs["condition"] = torch.cat([condition[tuple(c)] for c in coords]).to(sw_device)
-            if auto is not None:
-                auto.before_forward(len(batch))
-            out = predictor(windows, coords, *args, **kwargs) if with_coord else predictor(windows, *args, **kwargs)
-            if auto is not None:
-                auto.after_forward()
-            if not isinstance(out, torch.Tensor) or out.shape[0] != len(batch) or tuple(out.shape[2:]) != plan.roi_size:
-                raise ValueError(
-                    "streaming label inference needs the predictor to return one [n, C, *roi_size] tensor for n "
-                    f"windows; got {type(out).__name__} {tuple(getattr(out, 'shape', ()))} for {len(batch)} windows "
-                    f"of size {plan.roi_size}. Use monai.inferers.sliding_window_inference for other outputs."
-                )
-            if labels is None:
-                n_cls = out.shape[1]
-                if ids is None:
-                    ids = torch.arange(1, n_cls + 1)
-                if ids.numel() != n_cls:
-                    raise ValueError(f"label_ids has {ids.numel()} entries but the predictor returns {n_cls} channels.")
-                lab_dtype = _label_dtype(int(ids.max()) if ids.numel() else 0)
-                labels = torch.zeros((n_img, 1, *plan.image_size), dtype=lab_dtype, device=device)
-                if return_max_prob:
-                    max_prob = torch.zeros((n_img, 1, *plan.image_size), dtype=dtype, device=device)
-                if return_masks:
-                    shape = (n_img, packed_channels(n_cls), *plan.image_size)
-                    masks = torch.zeros(shape, dtype=torch.uint8, device=device)
-                ids = ids.to(sw_device)
-            w_dev = weight.to(out.device)
-            for j, w in enumerate(batch):
-                p = out[j : j + 1]
-                for t in tiling.window_tiles[w]:
-                    box = tiling.box(t)
-                    within = (slice(a - s.start, e - s.start) for (a, e), s in zip(box, slices[w]))
-                    local = (slice(None), slice(None), *within)
-                    if tiling.direct[t]:
-                        if t not in acc:
-                            shape = [e - a for a, e in box]
-                            acc[t] = torch.zeros((1, p.shape[1], *shape), dtype=dtype, device=p.device)
-                            cnt[t] = torch.zeros((1, 1, *shape), dtype=dtype, device=p.device)
-                        acc[t].addcmul_(p[local], w_dev[local])
-                        cnt[t].add_(w_dev[local])
-                    else:
-                        parts.setdefault(t, []).append((w, p[local].clone(), w_dev[local]))
-                    if tiling.last[t] == w:
-                        if t in parts:  # replay the window parts in the reference order
-                            shape = [e - a for a, e in box]
-                            acc[t] = torch.zeros((1, p.shape[1], *shape), dtype=dtype, device=p.device)
-                            cnt[t] = torch.zeros((1, 1, *shape), dtype=dtype, device=p.device)
-                            for _, pp, ww in sorted(parts.pop(t), key=lambda x: x[0]):
-                                acc[t].addcmul_(pp, ww)
-                                cnt[t].add_(ww)
-                        _emit(
-                            acc.pop(t)[0] / cnt.pop(t)[0], box, pad_lo, plan.image_size, b, ids, labels, max_prob, masks
-                        )
-            del out, p
-            if auto is not None:
-                auto.after_stitch()
-    assert labels is not None
-    if max_prob is None and masks is None:
-        return labels
-    extra: list[torch.Tensor] = []
-    if max_prob is not None:
-        # sigmoid once over the whole map: per-tile calls could round differently (vectorised vs scalar tails)
-        extra.append(max_prob.sigmoid_())
-    if masks is not None:
-        extra.append(masks)
-    return (labels, *extra)
-
-
-def _emit(
-    logits: torch.Tensor,
-    box: list[tuple[int, int]],
-    pad_lo: list[int],
-    image_size: Sequence[int],
-    b: int,
-    ids: torch.Tensor,
-    labels: torch.Tensor,
-    max_prob: torch.Tensor | None,
-    masks: torch.Tensor | None = None,
-) -> None:
-    """Write the labels (and highest logit, packed masks) of one complete tile, cropped to the unpadded image."""
-    src, dst = [], []
-    for (a, e), lo, n in zip(box, pad_lo, image_size):
-        start, stop = max(a - lo, 0), min(e - lo, n)
-        if start >= stop:
-            return  # the tile lies in the padding
-        src.append(slice(start + lo - a, stop + lo - a))
-        dst.append(slice(start, stop))
-    logits = logits[(slice(None), *src)]
-    labels[(b, 0, *dst)] = logits_to_labels(logits, ids, dtype=torch.int64).to(device=labels.device, dtype=labels.dtype)
-    if max_prob is not None:
-        max_prob[(b, 0, *dst)] = logits.max(0).values.to(max_prob.device)
-    if masks is not None:
-        masks[(b, slice(None), *dst)] = pack_masks(logits).to(masks.device)
+    reduction = LabelMapReduction(inputs, settings.result_device(inputs), label_ids, return_max_prob, return_masks)
+    stitcher = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=reduction)
+    return run_sliding_window(inputs, predictor, settings, args, kwargs, auto_cache=auto_cache, stitcher=stitcher)

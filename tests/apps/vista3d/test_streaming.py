@@ -183,6 +183,8 @@ class TestStreamingLabels(unittest.TestCase):
             sliding_window_label_inference(x, 16, 1, net, label_ids=[1, 2, 3])
         with self.assertRaisesRegex(ValueError, "sw_batch_size"):
             sliding_window_label_inference(x, 16, 0, net)
+        with self.assertRaisesRegex(ValueError, "buffer_steps"):  # a setting of the full logits only
+            sliding_window_label_inference(x, 16, 1, net, buffer_steps=2)
 
 
 MASK_CASES = [
