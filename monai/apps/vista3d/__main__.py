@@ -336,7 +336,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .batch import plan_outputs, run_batch
+    from .batch import TorchrunEnv, plan_outputs, run_batch
     from .io import check_output
     from .prompts import parse_prompt
 
@@ -369,7 +369,8 @@ def _segment(args: argparse.Namespace) -> int:
         raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
     embed_dim = _embed_dim(args.embed_dim, 48)
-    device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
+    env = TorchrunEnv.read()
+    device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
     if device.type == "cuda":
         _usable_kernel_cache()
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
@@ -378,8 +379,7 @@ def _segment(args: argparse.Namespace) -> int:
                           "liver")
     if args.per_class and output is not None:
         raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank_tag = f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
+    rank_tag = f"[rank {env.rank}] " if env.world_size > 1 else ""
     kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
                               streaming=args.streaming)
 
@@ -413,7 +413,7 @@ def _segment(args: argparse.Namespace) -> int:
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
                   f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
     else:
-        mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
+        mine = sum(r["status"] == "failed" and r["rank"] == env.rank for r in result.records)
         if mine:
             print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
     return result.exit_code

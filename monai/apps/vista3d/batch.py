@@ -92,6 +92,7 @@ __all__ = [
     "output_path",
     "resolve_device",
     "dist_context",
+    "TorchrunEnv",
     "check_summary_path",
     "summary_path_for",
 ]
@@ -336,6 +337,33 @@ def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
     return [sorted(p) for p in plan]
 
 
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What ``torchrun`` tells this process (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); one process without it.
+
+    Attributes:
+        world_size: processes of the run.
+        rank: this process among them.
+        local_rank: this process on its machine (its GPU), or None where ``LOCAL_RANK`` is not set.
+    """
+
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int | None = None
+
+    @classmethod
+    def read(cls) -> TorchrunEnv:
+        """The variables of this process's environment: the one place they are read."""
+        local = os.environ.get("LOCAL_RANK")
+        return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
+                   None if local is None else int(local))
+
+    @property
+    def gpu(self) -> int:
+        """This process's GPU index on its machine (0 without ``torchrun``)."""
+        return self.local_rank or 0
+
+
 class dist_context:
     """``(rank, world_size, local_rank)``; starts a process group from torchrun's variables if none exists.
 
@@ -347,18 +375,19 @@ class dist_context:
         self.backend, self.owned = backend, False
 
     def __enter__(self) -> tuple[int, int, int]:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if dist.is_available() and not dist.is_initialized() and world > 1:
+        env = TorchrunEnv.read()
+        if dist.is_available() and not dist.is_initialized() and env.world_size > 1:
             backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
             if backend == "nccl":
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(env.gpu)
             dist.init_process_group(backend=backend)
             self.owned = True
         if dist.is_available() and dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
         else:
             rank, world = 0, 1
-        return rank, world, int(os.environ.get("LOCAL_RANK", str(rank if world > 1 else 0)))
+        local = env.local_rank if env.local_rank is not None else (rank if world > 1 else 0)
+        return rank, world, local
 
     def __exit__(self, *exc: Any) -> None:
         if self.owned and dist.is_initialized():

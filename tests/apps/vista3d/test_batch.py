@@ -32,6 +32,7 @@ from parameterized import parameterized
 from monai.apps.vista3d import batch
 from monai.apps.vista3d.batch import (
     AsyncSaver,
+    TorchrunEnv,
     collect_inputs,
     output_path,
     plan_outputs,
@@ -109,6 +110,14 @@ class TestShard(unittest.TestCase):
         with mock.patch("torch.cuda.is_available", lambda: True):
             self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
         self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
+    @parameterized.expand([({}, (1, 0, None, 0)), ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (4, 3, 1, 1))])
+    def test_torchrun_env(self, env, expected):
+        with mock.patch.dict(os.environ, env, clear=False):
+            for k in {"WORLD_SIZE", "RANK", "LOCAL_RANK"} - set(env):
+                os.environ.pop(k, None)
+            got = TorchrunEnv.read()
+            self.assertEqual((got.world_size, got.rank, got.local_rank, got.gpu), expected)
 
     @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
     def test_unsupported_device(self, device):
