@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ from .prompts import Prompt, parse_prompt
 
 __all__ = [
     "run_batch",
+    "BatchOptions",
     "BatchResult",
     "PipelineSegmenter",
     "pipeline_segment_fn",
@@ -703,6 +705,47 @@ class BatchResult:
         }
 
 
+@dataclass(frozen=True)
+class BatchOptions:
+    """How :func:`run_batch` reads, segments and writes; every field is also a keyword of :func:`run_batch`.
+
+    Attributes:
+        outputs: one output file per input instead of the ``output_dir`` naming.
+        volume_index: the volume of each 4D input; 3D inputs are read as they are.
+        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
+            else uint8.
+        postfix: output name postfix.
+        prefetch: images loaded ahead of the one being segmented.
+        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
+            ``pipeline_kwargs["device"]`` may give it instead.
+        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
+        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
+        on_image: called on this process's main thread with each image's record once its file is written (or
+            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
+        quiet: without ``on_image``, no per-image line on stdout.
+        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
+            fails such images.
+        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
+            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
+            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
+            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
+            output folder never write one file twice.
+    """
+
+    outputs: Sequence[str | os.PathLike] | None = None
+    volume_index: int | None = None
+    output_dtype: str | None = None
+    postfix: str = "trans"
+    prefetch: int = 1
+    device: str | torch.device | None = None
+    backend: str | None = None
+    pipeline_kwargs: dict | None = None
+    on_image: Callable[[dict[str, Any]], None] | None = None
+    quiet: bool = True
+    nonfinite: str = "air"
+    part: tuple[int, int] | str | None = None
+
+
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
@@ -710,18 +753,8 @@ def run_batch(
     overwrite: bool = False,
     summary_path: str | os.PathLike | None = None,
     *,
-    outputs: Sequence[str | os.PathLike] | None = None,
-    volume_index: int | None = None,
-    output_dtype: str | None = None,
-    postfix: str = "trans",
-    prefetch: int = 1,
-    device: str | torch.device | None = None,
-    backend: str | None = None,
-    pipeline_kwargs: dict | None = None,
-    on_image: Callable[[dict[str, Any]], None] | None = None,
-    quiet: bool = True,
-    nonfinite: str = "air",
-    part: tuple[int, int] | str | None = None,
+    options: BatchOptions | None = None,
+    **settings: Any,
 ) -> BatchResult:
     """Segment every image once over all ranks (one process is world size 1); returns what was done.
 
@@ -745,26 +778,9 @@ def run_batch(
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
-        outputs: one output file per input instead of the ``output_dir`` naming.
-        volume_index: the volume of each 4D input; 3D inputs are read as they are.
-        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
-            else uint8.
-        postfix: output name postfix.
-        prefetch: images loaded ahead of the one being segmented.
-        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
-            ``pipeline_kwargs["device"]`` may give it instead.
-        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
-        on_image: called on this process's main thread with each image's record once its file is written (or
-            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
-        quiet: without ``on_image``, no per-image line on stdout.
-        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
-            fails such images.
-        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
-            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
-            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
-            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
-            output folder never write one file twice.
+        options: the settings of the run (:class:`BatchOptions`).
+        settings: any field of :class:`BatchOptions` as a keyword (``device="cpu"``, ``part=(0, 2)``, ...); it
+            replaces that field of ``options``.
 
     Returns:
         the records of every image and the totals (:class:`BatchResult`; ``exit_code`` is the command line's).
@@ -772,23 +788,75 @@ def run_batch(
     Raises:
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
+        TypeError: a keyword that is no field of :class:`BatchOptions`.
     """
-    if outputs is not None:
+    opts = dataclasses.replace(options or BatchOptions(), **settings)
+    paths, outs = _planned_outputs(inputs, output_dir, opts)
+    if opts.nonfinite not in ("air", "error"):
+        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
+    device = _batch_device(opts.device, opts.pipeline_kwargs)
+    pipeline_kwargs = opts.pipeline_kwargs
+    if opts.output_dtype is not None and segment_fn is None:
+        pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}
+    work = functools.partial(_Work, segment_fn, pipeline_kwargs, opts.output_dtype, opts.nonfinite, opts.prefetch)
+    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
+    part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
+    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
+    began = time.time()  # the clock of file times: outputs written since are another process's
+    claims = OutputClaims(began)
+    with run_timer.stage("wall"), dist_context(opts.backend) as (rank, world, local_rank):
+        dev = resolve_device(device, local_rank)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        info = [_header_info(p) for p in paths]
+        sizes = [n for n, _ in info]
+        # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
+        volumes = [opts.volume_index if four_d else None for _, four_d in info]
+        pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
+        report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
+        records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
+        todo = _triage(records, mask_ids, overwrite, claims, report)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+        try:
+            _segment_all(jobs, work(dev, world), report)
+        except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
+            if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
+                in_part = set(pool)
+                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
+                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
+                                                    interrupted=True, part=part, inputs=len(paths), started=began))
+            raise
+        every = _gathered([records[i] for i in sorted(records)], world)
+    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
+                         inputs=len(paths), started=began)
+    if rank == 0:
+        result.summary_path = _write_summary(summary, result)
+    return result
+
+
+def _planned_outputs(
+    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike | None, opts: BatchOptions
+) -> tuple[list[Path], list[Path]]:
+    """Every input image and its output file, checked before any work: one output per image, each unique."""
+    if opts.outputs is not None:
         paths = collect_inputs(inputs)
-        outs = [Path(o) for o in outputs]
+        outs = [Path(o) for o in opts.outputs]
         if len(outs) != len(paths):
             raise Vista3DInputError(f"{len(outs)} outputs for {len(paths)} images; give one output per image.")
-    elif output_dir is None:
+        return paths, outs
+    if output_dir is None:
         raise Vista3DInputError("give output_dir, or one output file per image with outputs=")
-    else:
-        plan = plan_outputs(inputs, output_dir, postfix)  # before any work: every output unique
-        paths, outs = [p for p, _ in plan], [o for _, o in plan]
-    if nonfinite not in ("air", "error"):
-        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
-    device = _batch_device(device, pipeline_kwargs)
-    if output_dtype is not None and segment_fn is None:
-        pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
-    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
+    plan = plan_outputs(inputs, output_dir, opts.postfix)
+    return [p for p, _ in plan], [o for _, o in plan]
+
+
+def _part_and_summary(
+    part: tuple[int, int] | str | None,
+    summary_path: str | os.PathLike | None,
+    output_dir: str | os.PathLike | None,
+    outs: list[Path],
+) -> tuple[tuple[int, int] | None, Path]:
+    """The checked part (or None) and the summary file of the run (a part's own name unless one is given)."""
     summary = Path(summary_path) if summary_path is not None else summary_path_for(output_dir, outs)
     if part is not None:
         try:
@@ -797,65 +865,60 @@ def run_batch(
             raise Vista3DInputError(str(e)) from None
         summary = summary if summary_path is not None else summary.with_name(part_summary_name(part))
     check_summary_path(summary)
-    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
-    began = time.time()  # the clock of file times: outputs written since are another process's
-    claims = OutputClaims(began)
-    with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
-        dev = resolve_device(device, local_rank)
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-        info = [_header_info(p) for p in paths]
-        sizes = [n for n, _ in info]
-        # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
-        volumes = [volume_index if four_d else None for _, four_d in info]
-        pool = list(range(len(paths)))  # this part's images (every image without a part), sharded over the ranks
-        if part is not None:
-            pool = split_parts(part_keys(outs, output_dir), sizes, part[1])[part[0]]
-        mine = [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
-        report = _counted(on_image or (None if quiet else _print_record), len(mine))
-        records: dict[int, dict] = {}
-        todo: list[int] = []
-        for i in mine:
-            rec = {"index": i, "image": str(paths[i]), "output": str(outs[i]), "rank": rank, "voxels": sizes[i],
-                   "status": None, "error": None, "seconds": 0.0, "windows": None}
-            records[i] = rec
-            files = [outs[i], *(class_mask_paths(outs[i].parent, mask_ids).values() if mask_ids else ())]
-            try:
-                for f in files:
-                    check_output(paths[i], f, overwrite=True)
-            except Vista3DInputError as e:
-                rec["status"], rec["error"] = "failed", _reason(e, paths[i])
-            else:
-                if not overwrite and all(f.exists() for f in files):
-                    rec["status"] = "skipped"
-                    claims.sweep(outs[i])  # a lock file left by a writer killed after its save
-                else:
-                    todo.append(i)
-            if rec["status"] is not None and report is not None:
-                report(rec)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+    return part, summary
+
+
+def _my_images(
+    sizes: list[int], keys: list[str], part: tuple[int, int] | None, rank: int, world: int
+) -> tuple[list[int], list[int]]:
+    """The images of this part (every image without a part) and the share of them this rank segments."""
+    pool = list(range(len(sizes)))
+    if part is not None:
+        pool = split_parts(keys, sizes, part[1])[part[0]]
+    return pool, [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
+
+
+def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
+    """The record of image ``i`` before anything was done with it."""
+    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
+            "status": None, "error": None, "seconds": 0.0, "windows": None}
+
+
+def _triage(
+    records: dict[int, dict],
+    mask_ids: list[int] | None,
+    overwrite: bool,
+    claims: OutputClaims,
+    report: Callable[[dict[str, Any]], None] | None,
+) -> list[int]:
+    """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
+    todo: list[int] = []
+    for i, rec in records.items():
+        image, out = Path(rec["image"]), Path(rec["output"])
+        files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
         try:
-            _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world),
-                         report)
-        except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
-            if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
-                in_part = set(pool)
-                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
-                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
-                                                    interrupted=True, part=part, inputs=len(paths), started=began))
-            raise
-        local = [records[i] for i in sorted(records)]
-        if world > 1:
-            gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, local)
-            every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
+            for f in files:
+                check_output(image, f, overwrite=True)
+        except Vista3DInputError as e:
+            rec["status"], rec["error"] = "failed", _reason(e, image)
         else:
-            every = local
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
-                         inputs=len(paths), started=began)
-    if rank == 0:
-        result.summary_path = _write_summary(summary, result)
-    return result
+            if not overwrite and all(f.exists() for f in files):
+                rec["status"] = "skipped"
+                claims.sweep(out)  # a lock file left by a writer killed after its save
+            else:
+                todo.append(i)
+        if rec["status"] is not None and report is not None:
+            report(rec)
+    return todo
+
+
+def _gathered(local: list[dict], world: int) -> list[dict]:
+    """Every rank's records in input order (``local`` itself on one process)."""
+    if world == 1:
+        return local
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, local)
+    return sorted((r for records in gathered for r in records), key=lambda r: r["index"])
 
 
 def _write_summary(path: Path, result: BatchResult) -> Path:
@@ -903,9 +966,8 @@ def _stopped_records(records: dict[int, dict], paths: list[Path], outs: list[Pat
     for i, (path, out) in enumerate(zip(paths, outs)):
         rec = records.get(i)
         if rec is None:
-            rec = {"index": i, "image": str(path), "output": str(out), "rank": None, "voxels": sizes[i],
-                   "status": "unknown", "error": "on another rank, which was stopped too", "seconds": 0.0,
-                   "windows": None}
+            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
+                       error="on another rank, which was stopped too")
         elif rec["status"] is None:
             rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
         every.append(rec)

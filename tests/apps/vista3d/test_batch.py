@@ -32,6 +32,7 @@ from parameterized import parameterized
 from monai.apps.vista3d import batch
 from monai.apps.vista3d.batch import (
     AsyncSaver,
+    BatchOptions,
     TorchrunEnv,
     collect_inputs,
     output_path,
@@ -205,6 +206,22 @@ class TestBatchSingleProcess(unittest.TestCase):
 
     def tearDown(self):
         self._tmp.cleanup()
+
+    def test_options_object_and_keywords_agree(self):
+        good = [p for p in self.inputs if "broken" not in p.name][:2]
+        opts = BatchOptions(postfix="seg", volume_index=None)
+        by_object = run_batch(good, self.tmp / "a", tiny_segment, options=opts)
+        by_keyword = run_batch(good, self.tmp / "b", tiny_segment, postfix="seg")
+        self.assertEqual([r["status"] for r in by_object.records], ["done", "done"])
+        self.assertEqual([pathlib.Path(r["output"]).name for r in by_object.records],
+                         [pathlib.Path(r["output"]).name for r in by_keyword.records])
+        self.assertTrue(all(r["output"].endswith("_seg.nii.gz") for r in by_object.records))
+        # a keyword overrides the object's field; an unknown keyword is refused before any work
+        again = run_batch(good, self.tmp / "a", tiny_segment, options=opts, postfix="trans")
+        self.assertEqual(again.done, 2)
+        with self.assertRaises(TypeError):
+            run_batch(good, self.tmp / "c", tiny_segment, no_such_setting=1)
+        self.assertFalse((self.tmp / "c").exists())
 
     def test_failure_isolated_and_restart(self):
         out = self.tmp / "out"
