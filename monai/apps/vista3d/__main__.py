@@ -446,7 +446,8 @@ def _usable_kernel_cache() -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from monai.utils.triton_support import kernel_cache_dir, unavailable_reason
+    from monai.networks.nets import VISTA3D
+    from monai.utils.triton_support import kernel_cache_dir
 
     from .labels import everything_labels
     from .pipeline import Vista3DPipeline
@@ -458,7 +459,7 @@ def _prepare(args: argparse.Namespace) -> int:
         reason: str | None = "no CUDA GPU here"
     else:
         device = _device(args.device)
-        reason = unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+        reason = VISTA3D.fused_unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
     if reason is not None:
         print(f"vista3d prepare: nothing to prepare ({reason}); the fused kernels run on a Hopper GPU with Triton")
         return 0

@@ -48,7 +48,6 @@ import numpy as np
 import torch
 
 from monai.inferers.windows import plan_sliding_windows
-from monai.utils.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
@@ -304,6 +303,8 @@ class Vista3DPipeline:
         nonfinite: str = "air",
         per_class: bool = False,
     ) -> None:
+        from monai.networks.nets import VISTA3D
+
         self.device = resolve_device(device)
         self.random_weights = False
         if network is None:
@@ -316,15 +317,13 @@ class Vista3DPipeline:
             load_checkpoint(network, weights)
         if isinstance(network, torch.nn.Module):
             network = network.to(self.device).eval()
-            if fuse and hasattr(network, "fuse") and self.device.type == "cuda" and unavailable_reason(self.device) is None:
+            if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(self.device) is None:
                 network.fuse()
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
         self.network = network
         self.resample_dtype = resample_dtype
         self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
-        from monai.networks.nets import VISTA3D
-
         self._roi_multiple = ROI_MULTIPLE if isinstance(network, VISTA3D) else 1
         self._configure(
             roi_size=roi_size, overlap=overlap, sw_batch_size=sw_batch_size, amp=amp, progress=progress,

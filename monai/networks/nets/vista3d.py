@@ -167,6 +167,21 @@ class VISTA3D(nn.Module):
         self._fused_reasons_logged = set()
         return self
 
+    @staticmethod
+    def fused_unavailable_reason(device: torch.device | str) -> str | None:
+        """Why :py:meth:`fuse` would not run the fused kernels on ``device``; ``None`` where it would.
+
+        The one answer to "can the fused path run here": the kernels need a CUDA GPU of compute capability 9.x
+        with Triton (:py:func:`monai.utils.triton_support.unavailable_reason`). Callers ask it before calling
+        :py:meth:`fuse`; each forward then asks its fused branch about that call (eval mode, no autograd).
+        """
+        device = torch.device(device)
+        if device.type != "cuda":
+            return f"the fused kernels run on CUDA GPUs, not on {device.type}"
+        from monai.utils.triton_support import unavailable_reason
+
+        return unavailable_reason(device)
+
     @property
     def fused_config(self) -> FusedConfig | None:
         """The configuration :py:meth:`fuse` resolved, ``None`` on the module path."""
