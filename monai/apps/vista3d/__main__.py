@@ -118,26 +118,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary}")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-        p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                       help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
-        p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
-        p.add_argument("--no-fuse", dest="fuse", action="store_false",
-                       help="run the network's module path instead of the fused channels-last kernels (which run by "
-                            "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
-        p.add_argument("--classes", default="everything",
-                       help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
-        p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
-        p.add_argument("--roi-size", default=None,
-                       help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
-        p.add_argument("--embed-dim", type=int, default=None,
-                       help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
-        p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
-                       help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
-                            "fit; float32 writes the bundle's files, 4x the bytes)")
-        p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
+    _add_segment(sub, prog, usage)
+    _add_benchmark(sub, prog)
+    _add_summary(sub, prog)
+    _add_prepare(sub, prog)
+    return parser
 
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """The options ``segment`` and ``benchmark`` share."""
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
+    p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
+    p.add_argument("--no-fuse", dest="fuse", action="store_false",
+                   help="run the network's module path instead of the fused channels-last kernels (which run by "
+                        "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
+    p.add_argument("--classes", default="everything",
+                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
+    p.add_argument("--roi-size", default=None,
+                   help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
+    p.add_argument("--embed-dim", type=int, default=None,
+                   help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
+    p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
+                   help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
+                        "fit; float32 writes the bundle's files, 4x the bytes)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
+
+
+def _add_segment(sub: Any, prog: str, usage: str) -> None:
+    """The ``segment`` command (the default one)."""
     seg = sub.add_parser(
         "segment", help="segment NIfTI CT images (the default command)", usage=usage, prog=prog,
         description="Segment NIfTI CT images with VISTA3D (the default command: 'segment' may be left out). "
@@ -183,8 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
-    common(seg)
+    _add_common(seg)
 
+
+def _add_benchmark(sub: Any, prog: str) -> None:
+    """The ``benchmark`` command."""
     bench = sub.add_parser("benchmark", help="time the pipeline on a synthetic CT phantom (random weights)",
                            usage=f"{prog} benchmark [options]", prog=f"{prog} benchmark",
                            description="Write a CT-like phantom, segment it with random weights, print "
@@ -196,8 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="timed runs per sw_batch_size (best is kept)")
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
-    common(bench)
+    _add_common(bench)
 
+
+def _add_summary(sub: Any, prog: str) -> None:
+    """The ``summary`` command."""
     merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
                             usage=f"{prog} summary OUTPUT [--json FILE]",
                             description="Merge the summaries of the parts (--part I/N) and runs written to one output "
@@ -206,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     merged.add_argument("folder", help="the output folder of the parts")
     merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
 
+
+def _add_prepare(sub: Any, prog: str) -> None:
+    """The ``prepare`` command."""
     prep = sub.add_parser(
         "prepare", help="compile the GPU kernels once, ahead of the first CT (run once after installing)",
         usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda]",
@@ -217,7 +237,6 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--embed-dim", type=int, default=None, help="vista3d132 width, as given to segment (default 48)")
     prep.add_argument("--sw-batch-size", default="1",
                       help="windows per network call, as given to segment (default 1; 'auto': the one-window probe)")
-    return parser
 
 
 def _version() -> str:
