@@ -31,15 +31,18 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError
+
+if TYPE_CHECKING:
+    from .batch import BatchResult
 
 __all__ = ["main", "build_parser"]
 
@@ -355,32 +358,13 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .batch import TorchrunEnv, plan_outputs, run_batch
-    from .io import check_output
+    from .batch import TorchrunEnv, run_batch
     from .prompts import parse_prompt
 
     if args.list_classes:
         return _list_classes()
     items = _collect_images(args)
-    output, output_dir = args.output, args.output_dir
-    if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
-        if output_dir is not None:
-            raise _UsageError("give one output folder: -o FOLDER or --output-dir FOLDER")
-        output, output_dir = None, output
-    if output is None and output_dir is None:
-        raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
-    part = _part(args.part, output_dir)
-    if output is not None:
-        if output_dir is not None:
-            raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
-        if len(items) != 1 or Path(items[0]).is_dir():
-            raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
-        outputs = [output]
-        check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
-    else:
-        outputs = None
-        if not plan_outputs(items, output_dir):  # every output unique, before any work
-            raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+    output, output_dir, part = _segment_outputs(args, items)
     sw = args.sw_batch_size
     if sw != "auto":
         sw = _ints(sw, what="--sw-batch-size")[0]
@@ -398,9 +382,50 @@ def _segment(args: argparse.Namespace) -> int:
                           "liver")
     if args.per_class and output is not None:
         raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
-    rank_tag = f"[rank {env.rank}] " if env.world_size > 1 else ""
     kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
                               streaming=args.streaming)
+    start = time.perf_counter()
+    result = run_batch(
+        items, output_dir, overwrite=args.overwrite, outputs=None if output is None else [output],
+        volume_index=args.volume_index, device=device,
+        pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class},
+        on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1 else ""),
+        nonfinite="error" if args.strict else "air", part=part,
+    )
+    _say_totals(result, args.quiet, time.perf_counter() - start, env.rank)
+    return result.exit_code
+
+
+def _segment_outputs(
+    args: argparse.Namespace, items: list[Any]
+) -> tuple[str | None, str | None, tuple[int, int] | None]:
+    """``(output file, output folder, part)``: the file or the folder (the other None) from ``-o`` and
+    ``--output-dir``, and ``--part``; checked before any work (an output name the disk refuses, two images with one
+    output, a folder without images)."""
+    from .batch import plan_outputs
+    from .io import check_output
+
+    output, output_dir = args.output, args.output_dir
+    if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
+        if output_dir is not None:
+            raise _UsageError("give one output folder: -o FOLDER or --output-dir FOLDER")
+        output, output_dir = None, output
+    if output is None and output_dir is None:
+        raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+    part = _part(args.part, output_dir)
+    if output is not None:
+        if output_dir is not None:
+            raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
+        if len(items) != 1 or Path(items[0]).is_dir():
+            raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
+        check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
+    elif not plan_outputs(items, output_dir):  # every output unique, before any work
+        raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+    return output, output_dir, part
+
+
+def _image_reporter(args: argparse.Namespace, rank_tag: str) -> Callable[[dict[str, Any]], None]:
+    """What ``segment`` prints as each image is done, skipped, busy or failed (failures even with ``--quiet``)."""
 
     def report(rec: dict[str, Any]) -> None:
         k, n = rec["progress"]
@@ -418,24 +443,22 @@ def _segment(args: argparse.Namespace) -> int:
             if args.timing:
                 print(_stage_table(rec.get("stages", {})), flush=True)
 
-    start = time.perf_counter()
-    result = run_batch(
-        items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
-        device=device, pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class}, on_image=report,
-        nonfinite="error" if args.strict else "air", part=part,
-    )
-    if result.summary_path is not None:  # rank 0 speaks for every rank
+    return report
+
+
+def _say_totals(result: BatchResult, quiet: bool, seconds: float, rank: int) -> None:
+    """The run's last lines: rank 0 speaks for every rank, another rank only of its own failures."""
+    if result.summary_path is not None:
         if result.failed:
             print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
-        if not args.quiet:
+        if not quiet:
             busy = f", {result.count('busy')} left to other processes" if result.count("busy") else ""
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
-                  f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
-    else:
-        mine = sum(r["status"] == "failed" and r["rank"] == env.rank for r in result.records)
-        if mine:
-            print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
-    return result.exit_code
+                  f"failed{busy} in {seconds:.1f} s; summary in {result.summary_path}")
+        return
+    mine = sum(r["status"] == "failed" and r["rank"] == rank for r in result.records)
+    if mine:
+        print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
 
 
 def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
