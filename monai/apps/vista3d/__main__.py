@@ -22,6 +22,7 @@ failures print one line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -32,6 +33,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -543,15 +545,35 @@ def _one_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _benchmark(args: argparse.Namespace) -> int:
-    from .phantom import write_phantom
-    from .pipeline import STAGES
+@dataclass(frozen=True)
+class _BenchSetup:
+    """What ``benchmark`` runs: the phantom, the window settings and the batch sizes swept, on ``device``."""
+
+    device: torch.device
+    size: tuple[int, ...]
+    spacing: tuple[float, ...]
+    sws: tuple[Any, ...]
+    roi: tuple[int, ...]
+    embed_dim: int
+    amp: bool
+    n_classes: int
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def reduced(self) -> bool:
+        """Smaller than the bundle's network or window (the CPU default)."""
+        return self.roi != (128, 128, 128) or self.embed_dim != 48
+
+
+def _bench_setup(args: argparse.Namespace) -> _BenchSetup:
+    """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
     from .prompts import parse_prompt
 
     device = _device(args.device)
     cuda = device.type == "cuda"
-    if cuda:
-        _usable_kernel_cache()
     size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = _floats(args.spacing, 3, "--spacing")
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
@@ -562,53 +584,83 @@ def _benchmark(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48 if cuda else 8)
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
-    n_classes = len(parse_prompt(args.classes).label_ids)
-    reduced = roi != (128, 128, 128) or embed_dim != 48
     amp = (cuda if args.amp is None else args.amp) and cuda
-    print(f"VISTA3D pipeline benchmark on {device} ({torch.get_num_threads()} CPU threads, torch {torch.__version__},"
-          f" {platform.machine()})")
-    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {spacing} mm; {n_classes} classes; "
-          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {args.overlap}, amp {'on' if amp else 'off'}")
-    if reduced:
-        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={embed_dim}), roi {roi[0]}^3) so that the CPU "
-              "default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
-    progress = not args.quiet and sys.stderr.isatty()
+    return _BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from .phantom import write_phantom
+    from .prompts import parse_prompt
+
+    setup = _bench_setup(args)
+    if setup.cuda:
+        _usable_kernel_cache()
+    _print_bench_header(setup, args.overlap)
     # the full-logits path, whose inferer reports the latency study's sliding-window stages; the streamed
     # path (segment's default) is timed once after the sweep
-    base = _pipeline(args, device, roi, embed_dim, sws[0], progress, streaming=False)
+    base = _pipeline(args, setup.device, setup.roi, setup.embed_dim, setup.sws[0],
+                     not args.quiet and sys.stderr.isatty(), streaming=False)
     prompt = parse_prompt(args.classes)
-    runs = []
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
-        src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=size, spacing=spacing, seed=args.seed)
-        out_dir = Path(tmp) / "out"
-        if cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
-            base.segment_file(src, out_dir, prompt, overwrite=True)
-        for sw in sws:
+        src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=setup.size, spacing=setup.spacing, seed=args.seed)
+        segment = functools.partial(_bench_segment, src=src, out_dir=Path(tmp) / "out", prompt=prompt, setup=setup)
+        if setup.cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
+            segment(base)
+        runs = []
+        for sw in setup.sws:
             pipe = base.replace(sw_batch_size=sw)
             pipe.warm_up(1 if sw == "auto" else sw, prompt.label_ids)
-            best, peak = None, None
-            for _ in range(args.repeats):
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(device)
-                result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
-                t = dict(result.timings, total=sum(result.timings.get(s, 0.0) for s in STAGES))
-                if best is None or t["total"] < best["total"]:
-                    best = t
-                if cuda:
-                    peak = torch.cuda.max_memory_allocated(device) / 2**30
-            runs.append({"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows,
-                         "timings": best, "peak_gpu_gib": peak})
+            runs.append(_best_of(segment, pipe, args.repeats, sw))
             if not args.quiet:
-                print(f"  sw_batch_size {sw}: {best['total']:.2f} s", file=sys.stderr)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-        result = base.replace(streaming=True, sw_batch_size=runs[-1]["used"]).segment_file(
-            src, out_dir, prompt, overwrite=True
-        )
+                print(f"  sw_batch_size {sw}: {runs[-1]['timings']['total']:.2f} s", file=sys.stderr)
+        result, peak = segment(base.replace(streaming=True, sw_batch_size=runs[-1]["used"]))
         streamed = {"sw_batch_size": result.sw_batch_size, "timings": dict(result.timings),
-                    "total": sum(result.timings.get(s, 0.0) for s in STAGES),
-                    "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+                    "total": _total(result.timings), "peak_gpu_gib": peak}
         shape_pre = tuple(result.record.final_shape)
+    _print_bench_tables(runs, streamed, shape_pre, setup.cuda)
+    if args.json:
+        _write_bench_json(args, setup, shape_pre, runs, streamed)
+    return 0
+
+
+def _total(timings: dict[str, float]) -> float:
+    from .pipeline import STAGES
+
+    return sum(timings.get(s, 0.0) for s in STAGES)
+
+
+def _bench_segment(pipe: Any, src: Path, out_dir: Path, prompt: Any, setup: _BenchSetup) -> tuple[Any, float | None]:
+    """One timed ``segment_file`` of the phantom: its result and the peak GPU memory in GiB (None on the CPU)."""
+    if setup.cuda:
+        torch.cuda.reset_peak_memory_stats(setup.device)
+    result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
+    return result, torch.cuda.max_memory_allocated(setup.device) / 2**30 if setup.cuda else None
+
+
+def _best_of(segment: Callable, pipe: Any, repeats: int, sw: Any) -> dict[str, Any]:
+    """The fastest of ``repeats`` runs at window batch ``sw``: its stage times, windows and peak memory."""
+    best: dict[str, float] | None = None
+    for _ in range(repeats):
+        result, peak = segment(pipe)
+        t = dict(result.timings, total=_total(result.timings))
+        if best is None or t["total"] < best["total"]:
+            best = t
+    return {"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows, "timings": best,
+            "peak_gpu_gib": peak}
+
+
+def _print_bench_header(setup: _BenchSetup, overlap: float) -> None:
+    size, roi = setup.size, setup.roi
+    print(f"VISTA3D pipeline benchmark on {setup.device} ({torch.get_num_threads()} CPU threads, torch "
+          f"{torch.__version__}, {platform.machine()})")
+    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {setup.spacing} mm; {setup.n_classes} classes; "
+          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {overlap}, amp {'on' if setup.amp else 'off'}")
+    if setup.reduced:
+        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={setup.embed_dim}), roi {roi[0]}^3) so that the "
+              "CPU default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
+
+
+def _print_bench_tables(runs: list[dict], streamed: dict[str, Any], shape_pre: tuple[int, ...], cuda: bool) -> None:
     print(f"network input after preprocessing: {shape_pre[0]}x{shape_pre[1]}x{shape_pre[2]} voxels, "
           f"{runs[0]['windows']} windows")
     print()
@@ -628,17 +680,20 @@ def _benchmark(args: argparse.Namespace) -> int:
     peak_text = f", peak {streamed['peak_gpu_gib']:.2f} GiB" if cuda else ""
     print(f"streamed label map (segment's default), sw_batch_size {streamed['sw_batch_size']}: total "
           f"{streamed['total']:.3f} s, inference {streamed['timings']['inference']:.3f} s{peak_text}")
-    if args.json:
-        result = {
-            "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "phantom_shape": size, "spacing": spacing, "roi_size": roi, "encoder_embed_dim": embed_dim,
-            "overlap": args.overlap, "amp": amp, "n_classes": n_classes, "network_input_shape": shape_pre,
-            "reduced": reduced, "runs": runs, "streamed": streamed,
-        }
-        Path(args.json).write_text(json.dumps(result, indent=2))
-        if not args.quiet:
-            print(f"wrote {args.json}")
-    return 0
+
+
+def _write_bench_json(args: argparse.Namespace, setup: _BenchSetup, shape_pre: tuple[int, ...], runs: list[dict],
+                      streamed: dict[str, Any]) -> None:
+    result = {
+        "device": str(setup.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "phantom_shape": setup.size, "spacing": setup.spacing, "roi_size": setup.roi,
+        "encoder_embed_dim": setup.embed_dim, "overlap": args.overlap, "amp": setup.amp,
+        "n_classes": setup.n_classes, "network_input_shape": shape_pre, "reduced": setup.reduced, "runs": runs,
+        "streamed": streamed,
+    }
+    Path(args.json).write_text(json.dumps(result, indent=2))
+    if not args.quiet:
+        print(f"wrote {args.json}")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
