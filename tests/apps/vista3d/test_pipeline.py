@@ -449,7 +449,8 @@ class TestPromptsAndOptions(unittest.TestCase):
     def test_options_object_and_keywords_agree(self):
         opts = PipelineOptions(roi_size=32, overlap=0.5, sw_batch_size=2, output_dtype="int16", per_class=True)
         by_object = _pipe(StubVista(HU), options=opts)
-        by_keyword = _pipe(StubVista(HU), roi_size=32, overlap=0.5, sw_batch_size=2, output_dtype="int16", per_class=True)
+        by_keyword = _pipe(StubVista(HU), roi_size=32, overlap=0.5, sw_batch_size=2, output_dtype="int16",
+                           per_class=True)
         for name in ("roi_size", "overlap", "sw_batch_size", "output_dtype", "per_class", "amp", "streaming"):
             self.assertEqual(getattr(by_object, name), getattr(by_keyword, name), name)
         self.assertEqual(by_object.roi_size, (32, 32, 32))
