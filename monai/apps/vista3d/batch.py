@@ -805,9 +805,9 @@ def run_batch(
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
     with run_timer.stage("wall"), dist_context(opts.backend) as (rank, world, local_rank):
-        dev = resolve_device(device, local_rank)
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
+        dev = _rank_device(device, local_rank)
+        result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
+                                      inputs=len(paths), started=began)
         info = [_header_info(p) for p in paths]
         sizes = [n for n, _ in info]
         # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
@@ -821,17 +821,22 @@ def run_batch(
             _segment_all(jobs, work(dev, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
-                in_part = set(pool)
-                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
-                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
-                                                    interrupted=True, part=part, inputs=len(paths), started=began))
+                stopped = _stopped_records(records, paths, outs, sizes, pool)
+                _write_summary(summary, result_of(stopped, wall_seconds=time.perf_counter() - started, interrupted=True))
             raise
         every = _gathered([records[i] for i in sorted(records)], world)
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
-                         inputs=len(paths), started=began)
+    result = result_of(every, wall_seconds=run_timer.timings["wall"])
     if rank == 0:
         result.summary_path = _write_summary(summary, result)
     return result
+
+
+def _rank_device(device: str | torch.device | None, local_rank: int) -> torch.device:
+    """This rank's device (see :func:`~.pipeline.resolve_device`), made the current CUDA device when it is one."""
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    return dev
 
 
 def _planned_outputs(
@@ -960,10 +965,14 @@ def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Pat
     return first.with_name(f"{stem}.summary.json")
 
 
-def _stopped_records(records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int]) -> list[dict]:
-    """Every image's record when the run was stopped: this rank's as far as they got, the others' unknown."""
+def _stopped_records(
+    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
+) -> list[dict]:
+    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
+    got, the others' unknown."""
     every = []
-    for i, (path, out) in enumerate(zip(paths, outs)):
+    for i in sorted(pool):
+        path, out = paths[i], outs[i]
         rec = records.get(i)
         if rec is None:
             rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
