@@ -1056,6 +1056,47 @@ def _image_label(fn: SegmentFn, k: int, n: int, path: Path, rank: int, world: in
         pipe.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
 
 
+def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
+    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
+    fields: dict[str, Any] = {
+        "segment_seconds": round(t_segment, 4),
+        "seconds": round(t_load + t_segment, 4),
+        "windows": info.get("windows"),
+    }
+    if info.get("sw_batch_size") is not None:
+        fields["sw_batch_size"] = info["sw_batch_size"]
+    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+    return fields
+
+
+class _Finisher:
+    """Gives an image's record its final status once its file is written (on the saver's thread) or it failed (on
+    the main one), releases its output's claim and reports it; one report at a time."""
+
+    def __init__(self, jobs: _Jobs, report: Callable[[dict[str, Any]], None] | None):
+        self.jobs, self.report = jobs, report
+        self.lock = threading.Lock()
+
+    def __call__(self, i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
+        rec = self.jobs.records[i]
+        error = error or (fut.exception() if fut is not None else None)
+        if self.jobs.claims is not None:
+            self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
+        with self.lock:
+            if isinstance(error, OutputTaken):  # another process's, or written since the plan
+                rec["status"], rec["note"] = error.status, str(error)
+            elif error is not None:
+                _remove_empty(created)
+                rec["status"], rec["error"] = "failed", _reason(error, self.jobs.paths[i])
+            else:
+                _, seconds = fut.result()  # type: ignore[union-attr]
+                rec["status"] = "done"
+                rec["stages"]["save"] = round(seconds, 4)
+                rec["seconds"] = round(rec["seconds"] + seconds, 4)
+            if self.report is not None:
+                self.report(rec)
+
+
 def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
     records, paths, outs = jobs.records, jobs.paths, jobs.outs
@@ -1068,27 +1109,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
             jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
     jobs.started = True
-    lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
-
-    def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
-        rec = records[i]
-        error = error or (fut.exception() if fut is not None else None)
-        if jobs.claims is not None:
-            jobs.claims.release(outs[i])  # the file is written, or the image failed
-        with lock:
-            if isinstance(error, OutputTaken):  # another process's, or written since the plan
-                rec["status"], rec["note"] = error.status, str(error)
-            elif error is not None:
-                _remove_empty(created)
-                rec["status"], rec["error"] = "failed", _reason(error, paths[i])
-            else:
-                _, seconds = fut.result()  # type: ignore[union-attr]
-                rec["status"] = "done"
-                rec["stages"]["save"] = round(seconds, 4)
-                rec["seconds"] = round(rec["seconds"] + seconds, 4)
-            if report is not None:
-                report(rec)
-
+    finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
     try:
         with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.dtype(fn)) as saver:
@@ -1102,13 +1123,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                     _image_label(fn, k, len(jobs.todo), paths[i], rank, work.world)
                     with timer.stage("segment"):
                         labels, info = _labels_and_info(fn(image, geom))
-                    rec["segment_seconds"] = round(timer.timings["segment"], 4)
-                    rec["seconds"] = round(t_load + timer.timings["segment"], 4)
-                    rec["windows"] = info.get("windows")
-                    if info.get("sw_batch_size") is not None:
-                        rec["sw_batch_size"] = info["sw_batch_size"]
-                    rec["stages"] = {"load": rec["load_seconds"],
-                                     **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+                    rec.update(_segmented_fields(t_load, timer.timings["segment"], info))
                     created = missing_folders(outs[i].parent)
                     fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
                 except Exception as e:
