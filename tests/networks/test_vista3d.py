@@ -170,6 +170,19 @@ class TestVista3dKeepCache(unittest.TestCase):
         self.assertIs(self.model.image_embeddings, cached)
 
 
+class TestVista3dFusedDecision(unittest.TestCase):
+    def test_cpu_never_fused(self):
+        # even where the Triton interpreter would run the kernels on CPU tensors, the network is not fused there
+        with mock.patch("monai.utils.triton_support.interpreting", lambda: True):
+            self.assertIn("CUDA GPUs, not on cpu", VISTA3D.fused_unavailable_reason("cpu"))
+
+    def test_cuda_asks_the_kernels(self):
+        with mock.patch("monai.utils.triton_support.unavailable_reason", lambda device: f"asked for {device}"):
+            self.assertEqual(VISTA3D.fused_unavailable_reason("cuda:1"), "asked for cuda:1")
+        with mock.patch("monai.utils.triton_support.unavailable_reason", lambda device: None):
+            self.assertIsNone(VISTA3D.fused_unavailable_reason(torch.device("cuda", 0)))
+
+
 class TestVista3dAutoGrad(unittest.TestCase):
     def setUp(self):
         self.model = build_tiny_vista3d(feature_size=8, blocks_down=(1, 1))

@@ -22,6 +22,7 @@ failures print one line.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -31,15 +32,19 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError
+
+if TYPE_CHECKING:
+    from .batch import BatchResult
 
 __all__ = ["main", "build_parser"]
 
@@ -118,26 +123,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary}")
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-        p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                       help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
-        p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
-        p.add_argument("--no-fuse", dest="fuse", action="store_false",
-                       help="run the network's module path instead of the fused channels-last kernels (which run by "
-                            "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
-        p.add_argument("--classes", default="everything",
-                       help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
-        p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
-        p.add_argument("--roi-size", default=None,
-                       help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
-        p.add_argument("--embed-dim", type=int, default=None,
-                       help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
-        p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
-                       help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
-                            "fit; float32 writes the bundle's files, 4x the bytes)")
-        p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
+    _add_segment(sub, prog, usage)
+    _add_benchmark(sub, prog)
+    _add_summary(sub, prog)
+    _add_prepare(sub, prog)
+    return parser
 
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """The options ``segment`` and ``benchmark`` share."""
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
+    p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
+    p.add_argument("--no-fuse", dest="fuse", action="store_false",
+                   help="run the network's module path instead of the fused channels-last kernels (which run by "
+                        "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
+    p.add_argument("--classes", default="everything",
+                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
+    p.add_argument("--roi-size", default=None,
+                   help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
+    p.add_argument("--embed-dim", type=int, default=None,
+                   help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
+    p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
+                   help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
+                        "fit; float32 writes the bundle's files, 4x the bytes)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
+
+
+def _add_segment(sub: Any, prog: str, usage: str) -> None:
+    """The ``segment`` command (the default one)."""
     seg = sub.add_parser(
         "segment", help="segment NIfTI CT images (the default command)", usage=usage, prog=prog,
         description="Segment NIfTI CT images with VISTA3D (the default command: 'segment' may be left out). "
@@ -183,8 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
-    common(seg)
+    _add_common(seg)
 
+
+def _add_benchmark(sub: Any, prog: str) -> None:
+    """The ``benchmark`` command."""
     bench = sub.add_parser("benchmark", help="time the pipeline on a synthetic CT phantom (random weights)",
                            usage=f"{prog} benchmark [options]", prog=f"{prog} benchmark",
                            description="Write a CT-like phantom, segment it with random weights, print "
@@ -196,8 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="timed runs per sw_batch_size (best is kept)")
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
     bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
-    common(bench)
+    _add_common(bench)
 
+
+def _add_summary(sub: Any, prog: str) -> None:
+    """The ``summary`` command."""
     merged = sub.add_parser("summary", help="one table of the summaries of the parts written to an output folder",
                             usage=f"{prog} summary OUTPUT [--json FILE]",
                             description="Merge the summaries of the parts (--part I/N) and runs written to one output "
@@ -206,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     merged.add_argument("folder", help="the output folder of the parts")
     merged.add_argument("--json", default=None, help="also write the merged summary to this JSON file")
 
+
+def _add_prepare(sub: Any, prog: str) -> None:
+    """The ``prepare`` command."""
     prep = sub.add_parser(
         "prepare", help="compile the GPU kernels once, ahead of the first CT (run once after installing)",
         usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda]",
@@ -217,7 +242,6 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--embed-dim", type=int, default=None, help="vista3d132 width, as given to segment (default 48)")
     prep.add_argument("--sw-batch-size", default="1",
                       help="windows per network call, as given to segment (default 1; 'auto': the one-window probe)")
-    return parser
 
 
 def _version() -> str:
@@ -336,13 +360,53 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from .batch import plan_outputs, run_batch
-    from .io import check_output
+    from .batch import TorchrunEnv, run_batch
     from .prompts import parse_prompt
 
     if args.list_classes:
         return _list_classes()
     items = _collect_images(args)
+    output, output_dir, part = _segment_outputs(args, items)
+    sw = args.sw_batch_size
+    if sw != "auto":
+        sw = _ints(sw, what="--sw-batch-size")[0]
+    if not 0.0 <= args.overlap < 1.0:
+        raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
+    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    embed_dim = _embed_dim(args.embed_dim, 48)
+    env = TorchrunEnv.read()
+    device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
+    if device.type == "cuda":
+        _usable_kernel_cache()
+    prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
+    if args.per_class and not prompt.label_ids:
+        raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
+                          "liver")
+    if args.per_class and output is not None:
+        raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
+    kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
+                              streaming=args.streaming)
+    start = time.perf_counter()
+    result = run_batch(
+        items, output_dir, overwrite=args.overwrite, outputs=None if output is None else [output],
+        volume_index=args.volume_index, device=device,
+        pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class},
+        on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1 else ""),
+        nonfinite="error" if args.strict else "air", part=part,
+    )
+    _say_totals(result, args.quiet, time.perf_counter() - start, env.rank)
+    return result.exit_code
+
+
+def _segment_outputs(
+    args: argparse.Namespace, items: list[Any]
+) -> tuple[str | None, str | None, tuple[int, int] | None]:
+    """``(output file, output folder, part)``: the file or the folder (the other None) from ``-o`` and
+    ``--output-dir``, and ``--part``; checked before any work (an output name the disk refuses, two images with one
+    output, a folder without images)."""
+    from .batch import plan_outputs
+    from .io import check_output
+
     output, output_dir = args.output, args.output_dir
     if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
         if output_dir is not None:
@@ -356,32 +420,14 @@ def _segment(args: argparse.Namespace) -> int:
             raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
         if len(items) != 1 or Path(items[0]).is_dir():
             raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
-        outputs = [output]
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
-    else:
-        outputs = None
-        if not plan_outputs(items, output_dir):  # every output unique, before any work
-            raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
-    sw = args.sw_batch_size
-    if sw != "auto":
-        sw = _ints(sw, what="--sw-batch-size")[0]
-    if not 0.0 <= args.overlap < 1.0:
-        raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
-    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
-    embed_dim = _embed_dim(args.embed_dim, 48)
-    device = _device(args.device, int(os.environ.get("LOCAL_RANK", "0")))  # under torchrun: this rank's GPU
-    if device.type == "cuda":
-        _usable_kernel_cache()
-    prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
-    if args.per_class and not prompt.label_ids:
-        raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
-                          "liver")
-    if args.per_class and output is not None:
-        raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank_tag = f"[rank {os.environ.get('RANK', '0')}] " if world > 1 else ""
-    kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
-                              streaming=args.streaming)
+    elif not plan_outputs(items, output_dir):  # every output unique, before any work
+        raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+    return output, output_dir, part
+
+
+def _image_reporter(args: argparse.Namespace, rank_tag: str) -> Callable[[dict[str, Any]], None]:
+    """What ``segment`` prints as each image is done, skipped, busy or failed (failures even with ``--quiet``)."""
 
     def report(rec: dict[str, Any]) -> None:
         k, n = rec["progress"]
@@ -399,24 +445,22 @@ def _segment(args: argparse.Namespace) -> int:
             if args.timing:
                 print(_stage_table(rec.get("stages", {})), flush=True)
 
-    start = time.perf_counter()
-    result = run_batch(
-        items, output_dir, overwrite=args.overwrite, outputs=outputs, volume_index=args.volume_index,
-        device=device, pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class}, on_image=report,
-        nonfinite="error" if args.strict else "air", part=part,
-    )
-    if result.summary_path is not None:  # rank 0 speaks for every rank
+    return report
+
+
+def _say_totals(result: BatchResult, quiet: bool, seconds: float, rank: int) -> None:
+    """The run's last lines: rank 0 speaks for every rank, another rank only of its own failures."""
+    if result.summary_path is not None:
         if result.failed:
             print(f"error: {result.failed} of {len(result.records)} image(s) failed", file=sys.stderr)
-        if not args.quiet:
+        if not quiet:
             busy = f", {result.count('busy')} left to other processes" if result.count("busy") else ""
             print(f"{len(result.records)} image(s): {result.done} done, {result.skipped} skipped, {result.failed} "
-                  f"failed{busy} in {time.perf_counter() - start:.1f} s; summary in {result.summary_path}")
-    else:
-        mine = sum(r["status"] == "failed" and r["rank"] == int(os.environ.get("RANK", "0")) for r in result.records)
-        if mine:
-            print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
-    return result.exit_code
+                  f"failed{busy} in {seconds:.1f} s; summary in {result.summary_path}")
+        return
+    mine = sum(r["status"] == "failed" and r["rank"] == rank for r in result.records)
+    if mine:
+        print(f"error: {mine} image(s) failed on this rank", file=sys.stderr)
 
 
 def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
@@ -446,7 +490,8 @@ def _usable_kernel_cache() -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from monai.utils.triton_support import kernel_cache_dir, unavailable_reason
+    from monai.networks.nets import VISTA3D
+    from monai.utils.triton_support import kernel_cache_dir
 
     from .labels import everything_labels
     from .pipeline import Vista3DPipeline
@@ -458,7 +503,7 @@ def _prepare(args: argparse.Namespace) -> int:
         reason: str | None = "no CUDA GPU here"
     else:
         device = _device(args.device)
-        reason = unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+        reason = VISTA3D.fused_unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
     if reason is not None:
         print(f"vista3d prepare: nothing to prepare ({reason}); the fused kernels run on a Hopper GPU with Triton")
         return 0
@@ -500,15 +545,35 @@ def _one_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def _benchmark(args: argparse.Namespace) -> int:
-    from .phantom import write_phantom
-    from .pipeline import STAGES
+@dataclass(frozen=True)
+class _BenchSetup:
+    """What ``benchmark`` runs: the phantom, the window settings and the batch sizes swept, on ``device``."""
+
+    device: torch.device
+    size: tuple[int, ...]
+    spacing: tuple[float, ...]
+    sws: tuple[Any, ...]
+    roi: tuple[int, ...]
+    embed_dim: int
+    amp: bool
+    n_classes: int
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def reduced(self) -> bool:
+        """Smaller than the bundle's network or window (the CPU default)."""
+        return self.roi != (128, 128, 128) or self.embed_dim != 48
+
+
+def _bench_setup(args: argparse.Namespace) -> _BenchSetup:
+    """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
     from .prompts import parse_prompt
 
     device = _device(args.device)
     cuda = device.type == "cuda"
-    if cuda:
-        _usable_kernel_cache()
     size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = _floats(args.spacing, 3, "--spacing")
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
@@ -519,53 +584,83 @@ def _benchmark(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48 if cuda else 8)
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
-    n_classes = len(parse_prompt(args.classes).label_ids)
-    reduced = roi != (128, 128, 128) or embed_dim != 48
     amp = (cuda if args.amp is None else args.amp) and cuda
-    print(f"VISTA3D pipeline benchmark on {device} ({torch.get_num_threads()} CPU threads, torch {torch.__version__},"
-          f" {platform.machine()})")
-    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {spacing} mm; {n_classes} classes; "
-          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {args.overlap}, amp {'on' if amp else 'off'}")
-    if reduced:
-        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={embed_dim}), roi {roi[0]}^3) so that the CPU "
-              "default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
-    progress = not args.quiet and sys.stderr.isatty()
+    return _BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
+
+
+def _benchmark(args: argparse.Namespace) -> int:
+    from .phantom import write_phantom
+    from .prompts import parse_prompt
+
+    setup = _bench_setup(args)
+    if setup.cuda:
+        _usable_kernel_cache()
+    _print_bench_header(setup, args.overlap)
     # the full-logits path, whose inferer reports the latency study's sliding-window stages; the streamed
     # path (segment's default) is timed once after the sweep
-    base = _pipeline(args, device, roi, embed_dim, sws[0], progress, streaming=False)
+    base = _pipeline(args, setup.device, setup.roi, setup.embed_dim, setup.sws[0],
+                     not args.quiet and sys.stderr.isatty(), streaming=False)
     prompt = parse_prompt(args.classes)
-    runs = []
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
-        src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=size, spacing=spacing, seed=args.seed)
-        out_dir = Path(tmp) / "out"
-        if cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
-            base.segment_file(src, out_dir, prompt, overwrite=True)
-        for sw in sws:
+        src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=setup.size, spacing=setup.spacing, seed=args.seed)
+        segment = functools.partial(_bench_segment, src=src, out_dir=Path(tmp) / "out", prompt=prompt, setup=setup)
+        if setup.cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
+            segment(base)
+        runs = []
+        for sw in setup.sws:
             pipe = base.replace(sw_batch_size=sw)
             pipe.warm_up(1 if sw == "auto" else sw, prompt.label_ids)
-            best, peak = None, None
-            for _ in range(args.repeats):
-                if cuda:
-                    torch.cuda.reset_peak_memory_stats(device)
-                result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
-                t = dict(result.timings, total=sum(result.timings.get(s, 0.0) for s in STAGES))
-                if best is None or t["total"] < best["total"]:
-                    best = t
-                if cuda:
-                    peak = torch.cuda.max_memory_allocated(device) / 2**30
-            runs.append({"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows,
-                         "timings": best, "peak_gpu_gib": peak})
+            runs.append(_best_of(segment, pipe, args.repeats, sw))
             if not args.quiet:
-                print(f"  sw_batch_size {sw}: {best['total']:.2f} s", file=sys.stderr)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-        result = base.replace(streaming=True, sw_batch_size=runs[-1]["used"]).segment_file(
-            src, out_dir, prompt, overwrite=True
-        )
+                print(f"  sw_batch_size {sw}: {runs[-1]['timings']['total']:.2f} s", file=sys.stderr)
+        result, peak = segment(base.replace(streaming=True, sw_batch_size=runs[-1]["used"]))
         streamed = {"sw_batch_size": result.sw_batch_size, "timings": dict(result.timings),
-                    "total": sum(result.timings.get(s, 0.0) for s in STAGES),
-                    "peak_gpu_gib": torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None}
+                    "total": _total(result.timings), "peak_gpu_gib": peak}
         shape_pre = tuple(result.record.final_shape)
+    _print_bench_tables(runs, streamed, shape_pre, setup.cuda)
+    if args.json:
+        _write_bench_json(args, setup, shape_pre, runs, streamed)
+    return 0
+
+
+def _total(timings: dict[str, float]) -> float:
+    from .pipeline import STAGES
+
+    return sum(timings.get(s, 0.0) for s in STAGES)
+
+
+def _bench_segment(pipe: Any, src: Path, out_dir: Path, prompt: Any, setup: _BenchSetup) -> tuple[Any, float | None]:
+    """One timed ``segment_file`` of the phantom: its result and the peak GPU memory in GiB (None on the CPU)."""
+    if setup.cuda:
+        torch.cuda.reset_peak_memory_stats(setup.device)
+    result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
+    return result, torch.cuda.max_memory_allocated(setup.device) / 2**30 if setup.cuda else None
+
+
+def _best_of(segment: Callable, pipe: Any, repeats: int, sw: Any) -> dict[str, Any]:
+    """The fastest of ``repeats`` runs at window batch ``sw``: its stage times, windows and peak memory."""
+    best: dict[str, float] | None = None
+    for _ in range(repeats):
+        result, peak = segment(pipe)
+        t = dict(result.timings, total=_total(result.timings))
+        if best is None or t["total"] < best["total"]:
+            best = t
+    return {"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows, "timings": best,
+            "peak_gpu_gib": peak}
+
+
+def _print_bench_header(setup: _BenchSetup, overlap: float) -> None:
+    size, roi = setup.size, setup.roi
+    print(f"VISTA3D pipeline benchmark on {setup.device} ({torch.get_num_threads()} CPU threads, torch "
+          f"{torch.__version__}, {platform.machine()})")
+    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {setup.spacing} mm; {setup.n_classes} classes; "
+          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {overlap}, amp {'on' if setup.amp else 'off'}")
+    if setup.reduced:
+        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={setup.embed_dim}), roi {roi[0]}^3) so that the "
+              "CPU default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
+
+
+def _print_bench_tables(runs: list[dict], streamed: dict[str, Any], shape_pre: tuple[int, ...], cuda: bool) -> None:
     print(f"network input after preprocessing: {shape_pre[0]}x{shape_pre[1]}x{shape_pre[2]} voxels, "
           f"{runs[0]['windows']} windows")
     print()
@@ -585,17 +680,20 @@ def _benchmark(args: argparse.Namespace) -> int:
     peak_text = f", peak {streamed['peak_gpu_gib']:.2f} GiB" if cuda else ""
     print(f"streamed label map (segment's default), sw_batch_size {streamed['sw_batch_size']}: total "
           f"{streamed['total']:.3f} s, inference {streamed['timings']['inference']:.3f} s{peak_text}")
-    if args.json:
-        result = {
-            "device": str(device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "phantom_shape": size, "spacing": spacing, "roi_size": roi, "encoder_embed_dim": embed_dim,
-            "overlap": args.overlap, "amp": amp, "n_classes": n_classes, "network_input_shape": shape_pre,
-            "reduced": reduced, "runs": runs, "streamed": streamed,
-        }
-        Path(args.json).write_text(json.dumps(result, indent=2))
-        if not args.quiet:
-            print(f"wrote {args.json}")
-    return 0
+
+
+def _write_bench_json(args: argparse.Namespace, setup: _BenchSetup, shape_pre: tuple[int, ...], runs: list[dict],
+                      streamed: dict[str, Any]) -> None:
+    result = {
+        "device": str(setup.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "phantom_shape": setup.size, "spacing": setup.spacing, "roi_size": setup.roi,
+        "encoder_embed_dim": setup.embed_dim, "overlap": args.overlap, "amp": setup.amp,
+        "n_classes": setup.n_classes, "network_input_shape": shape_pre, "reduced": setup.reduced, "runs": runs,
+        "streamed": streamed,
+    }
+    Path(args.json).write_text(json.dumps(result, indent=2))
+    if not args.quiet:
+        print(f"wrote {args.json}")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

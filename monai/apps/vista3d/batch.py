@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ from .prompts import Prompt, parse_prompt
 
 __all__ = [
     "run_batch",
+    "BatchOptions",
     "BatchResult",
     "PipelineSegmenter",
     "pipeline_segment_fn",
@@ -92,6 +94,7 @@ __all__ = [
     "output_path",
     "resolve_device",
     "dist_context",
+    "TorchrunEnv",
     "check_summary_path",
     "summary_path_for",
 ]
@@ -336,6 +339,33 @@ def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
     return [sorted(p) for p in plan]
 
 
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What ``torchrun`` tells this process (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); one process without it.
+
+    Attributes:
+        world_size: processes of the run.
+        rank: this process among them.
+        local_rank: this process on its machine (its GPU), or None where ``LOCAL_RANK`` is not set.
+    """
+
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int | None = None
+
+    @classmethod
+    def read(cls) -> TorchrunEnv:
+        """The variables of this process's environment: the one place they are read."""
+        local = os.environ.get("LOCAL_RANK")
+        return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
+                   None if local is None else int(local))
+
+    @property
+    def gpu(self) -> int:
+        """This process's GPU index on its machine (0 without ``torchrun``)."""
+        return self.local_rank or 0
+
+
 class dist_context:
     """``(rank, world_size, local_rank)``; starts a process group from torchrun's variables if none exists.
 
@@ -347,18 +377,19 @@ class dist_context:
         self.backend, self.owned = backend, False
 
     def __enter__(self) -> tuple[int, int, int]:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        if dist.is_available() and not dist.is_initialized() and world > 1:
+        env = TorchrunEnv.read()
+        if dist.is_available() and not dist.is_initialized() and env.world_size > 1:
             backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
             if backend == "nccl":
-                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+                torch.cuda.set_device(env.gpu)
             dist.init_process_group(backend=backend)
             self.owned = True
         if dist.is_available() and dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
         else:
             rank, world = 0, 1
-        return rank, world, int(os.environ.get("LOCAL_RANK", str(rank if world > 1 else 0)))
+        local = env.local_rank if env.local_rank is not None else (rank if world > 1 else 0)
+        return rank, world, local
 
     def __exit__(self, *exc: Any) -> None:
         if self.owned and dist.is_initialized():
@@ -674,6 +705,47 @@ class BatchResult:
         }
 
 
+@dataclass(frozen=True)
+class BatchOptions:
+    """How :func:`run_batch` reads, segments and writes; every field is also a keyword of :func:`run_batch`.
+
+    Attributes:
+        outputs: one output file per input instead of the ``output_dir`` naming.
+        volume_index: the volume of each 4D input; 3D inputs are read as they are.
+        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
+            else uint8.
+        postfix: output name postfix.
+        prefetch: images loaded ahead of the one being segmented.
+        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
+            ``pipeline_kwargs["device"]`` may give it instead.
+        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
+        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
+        on_image: called on this process's main thread with each image's record once its file is written (or
+            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
+        quiet: without ``on_image``, no per-image line on stdout.
+        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
+            fails such images.
+        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
+            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
+            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
+            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
+            output folder never write one file twice.
+    """
+
+    outputs: Sequence[str | os.PathLike] | None = None
+    volume_index: int | None = None
+    output_dtype: str | None = None
+    postfix: str = "trans"
+    prefetch: int = 1
+    device: str | torch.device | None = None
+    backend: str | None = None
+    pipeline_kwargs: dict | None = None
+    on_image: Callable[[dict[str, Any]], None] | None = None
+    quiet: bool = True
+    nonfinite: str = "air"
+    part: tuple[int, int] | str | None = None
+
+
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
@@ -681,18 +753,8 @@ def run_batch(
     overwrite: bool = False,
     summary_path: str | os.PathLike | None = None,
     *,
-    outputs: Sequence[str | os.PathLike] | None = None,
-    volume_index: int | None = None,
-    output_dtype: str | None = None,
-    postfix: str = "trans",
-    prefetch: int = 1,
-    device: str | torch.device | None = None,
-    backend: str | None = None,
-    pipeline_kwargs: dict | None = None,
-    on_image: Callable[[dict[str, Any]], None] | None = None,
-    quiet: bool = True,
-    nonfinite: str = "air",
-    part: tuple[int, int] | str | None = None,
+    options: BatchOptions | None = None,
+    **settings: Any,
 ) -> BatchResult:
     """Segment every image once over all ranks (one process is world size 1); returns what was done.
 
@@ -716,26 +778,9 @@ def run_batch(
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
-        outputs: one output file per input instead of the ``output_dir`` naming.
-        volume_index: the volume of each 4D input; 3D inputs are read as they are.
-        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
-            else uint8.
-        postfix: output name postfix.
-        prefetch: images loaded ahead of the one being segmented.
-        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
-            ``pipeline_kwargs["device"]`` may give it instead.
-        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
-        on_image: called on this process's main thread with each image's record once its file is written (or
-            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
-        quiet: without ``on_image``, no per-image line on stdout.
-        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
-            fails such images.
-        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
-            by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
-            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
-            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
-            output folder never write one file twice.
+        options: the settings of the run (:class:`BatchOptions`).
+        settings: any field of :class:`BatchOptions` as a keyword (``device="cpu"``, ``part=(0, 2)``, ...); it
+            replaces that field of ``options``.
 
     Returns:
         the records of every image and the totals (:class:`BatchResult`; ``exit_code`` is the command line's).
@@ -743,23 +788,80 @@ def run_batch(
     Raises:
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
+        TypeError: a keyword that is no field of :class:`BatchOptions`.
     """
-    if outputs is not None:
+    opts = dataclasses.replace(options or BatchOptions(), **settings)
+    paths, outs = _planned_outputs(inputs, output_dir, opts)
+    if opts.nonfinite not in ("air", "error"):
+        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
+    device = _batch_device(opts.device, opts.pipeline_kwargs)
+    pipeline_kwargs = opts.pipeline_kwargs
+    if opts.output_dtype is not None and segment_fn is None:
+        pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}
+    work = functools.partial(_Work, segment_fn, pipeline_kwargs, opts.output_dtype, opts.nonfinite, opts.prefetch)
+    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
+    part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
+    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
+    began = time.time()  # the clock of file times: outputs written since are another process's
+    claims = OutputClaims(began)
+    with run_timer.stage("wall"), dist_context(opts.backend) as (rank, world, local_rank):
+        dev = _rank_device(device, local_rank)
+        result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
+                                      inputs=len(paths), started=began)
+        info = [_header_info(p) for p in paths]
+        sizes = [n for n, _ in info]
+        # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
+        volumes = [opts.volume_index if four_d else None for _, four_d in info]
+        pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
+        report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
+        records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
+        todo = _triage(records, mask_ids, overwrite, claims, report)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+        try:
+            _segment_all(jobs, work(dev, world), report)
+        except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
+            if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
+                stopped = _stopped_records(records, paths, outs, sizes, pool)
+                _write_summary(summary, result_of(stopped, wall_seconds=time.perf_counter() - started, interrupted=True))
+            raise
+        every = _gathered([records[i] for i in sorted(records)], world)
+    result = result_of(every, wall_seconds=run_timer.timings["wall"])
+    if rank == 0:
+        result.summary_path = _write_summary(summary, result)
+    return result
+
+
+def _rank_device(device: str | torch.device | None, local_rank: int) -> torch.device:
+    """This rank's device (see :func:`~.pipeline.resolve_device`), made the current CUDA device when it is one."""
+    dev = resolve_device(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def _planned_outputs(
+    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike | None, opts: BatchOptions
+) -> tuple[list[Path], list[Path]]:
+    """Every input image and its output file, checked before any work: one output per image, each unique."""
+    if opts.outputs is not None:
         paths = collect_inputs(inputs)
-        outs = [Path(o) for o in outputs]
+        outs = [Path(o) for o in opts.outputs]
         if len(outs) != len(paths):
             raise Vista3DInputError(f"{len(outs)} outputs for {len(paths)} images; give one output per image.")
-    elif output_dir is None:
+        return paths, outs
+    if output_dir is None:
         raise Vista3DInputError("give output_dir, or one output file per image with outputs=")
-    else:
-        plan = plan_outputs(inputs, output_dir, postfix)  # before any work: every output unique
-        paths, outs = [p for p, _ in plan], [o for _, o in plan]
-    if nonfinite not in ("air", "error"):
-        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
-    device = _batch_device(device, pipeline_kwargs)
-    if output_dtype is not None and segment_fn is None:
-        pipeline_kwargs = {"output_dtype": output_dtype, **(pipeline_kwargs or {})}
-    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
+    plan = plan_outputs(inputs, output_dir, opts.postfix)
+    return [p for p, _ in plan], [o for _, o in plan]
+
+
+def _part_and_summary(
+    part: tuple[int, int] | str | None,
+    summary_path: str | os.PathLike | None,
+    output_dir: str | os.PathLike | None,
+    outs: list[Path],
+) -> tuple[tuple[int, int] | None, Path]:
+    """The checked part (or None) and the summary file of the run (a part's own name unless one is given)."""
     summary = Path(summary_path) if summary_path is not None else summary_path_for(output_dir, outs)
     if part is not None:
         try:
@@ -768,65 +870,60 @@ def run_batch(
             raise Vista3DInputError(str(e)) from None
         summary = summary if summary_path is not None else summary.with_name(part_summary_name(part))
     check_summary_path(summary)
-    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
-    began = time.time()  # the clock of file times: outputs written since are another process's
-    claims = OutputClaims(began)
-    with run_timer.stage("wall"), dist_context(backend) as (rank, world, local_rank):
-        dev = resolve_device(device, local_rank)
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-        info = [_header_info(p) for p in paths]
-        sizes = [n for n, _ in info]
-        # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
-        volumes = [volume_index if four_d else None for _, four_d in info]
-        pool = list(range(len(paths)))  # this part's images (every image without a part), sharded over the ranks
-        if part is not None:
-            pool = split_parts(part_keys(outs, output_dir), sizes, part[1])[part[0]]
-        mine = [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
-        report = _counted(on_image or (None if quiet else _print_record), len(mine))
-        records: dict[int, dict] = {}
-        todo: list[int] = []
-        for i in mine:
-            rec = {"index": i, "image": str(paths[i]), "output": str(outs[i]), "rank": rank, "voxels": sizes[i],
-                   "status": None, "error": None, "seconds": 0.0, "windows": None}
-            records[i] = rec
-            files = [outs[i], *(class_mask_paths(outs[i].parent, mask_ids).values() if mask_ids else ())]
-            try:
-                for f in files:
-                    check_output(paths[i], f, overwrite=True)
-            except Vista3DInputError as e:
-                rec["status"], rec["error"] = "failed", _reason(e, paths[i])
-            else:
-                if not overwrite and all(f.exists() for f in files):
-                    rec["status"] = "skipped"
-                    claims.sweep(outs[i])  # a lock file left by a writer killed after its save
-                else:
-                    todo.append(i)
-            if rec["status"] is not None and report is not None:
-                report(rec)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+    return part, summary
+
+
+def _my_images(
+    sizes: list[int], keys: list[str], part: tuple[int, int] | None, rank: int, world: int
+) -> tuple[list[int], list[int]]:
+    """The images of this part (every image without a part) and the share of them this rank segments."""
+    pool = list(range(len(sizes)))
+    if part is not None:
+        pool = split_parts(keys, sizes, part[1])[part[0]]
+    return pool, [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
+
+
+def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
+    """The record of image ``i`` before anything was done with it."""
+    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
+            "status": None, "error": None, "seconds": 0.0, "windows": None}
+
+
+def _triage(
+    records: dict[int, dict],
+    mask_ids: list[int] | None,
+    overwrite: bool,
+    claims: OutputClaims,
+    report: Callable[[dict[str, Any]], None] | None,
+) -> list[int]:
+    """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
+    todo: list[int] = []
+    for i, rec in records.items():
+        image, out = Path(rec["image"]), Path(rec["output"])
+        files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
         try:
-            _segment_all(jobs, _Work(segment_fn, pipeline_kwargs, output_dtype, nonfinite, prefetch, dev, world),
-                         report)
-        except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
-            if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
-                in_part = set(pool)
-                stopped = [r for r in _stopped_records(records, paths, outs, sizes) if r["index"] in in_part]
-                _write_summary(summary, BatchResult(stopped, world, socket.gethostname(), time.perf_counter() - started,
-                                                    interrupted=True, part=part, inputs=len(paths), started=began))
-            raise
-        local = [records[i] for i in sorted(records)]
-        if world > 1:
-            gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, local)
-            every = sorted((r for part in gathered for r in part), key=lambda r: r["index"])
+            for f in files:
+                check_output(image, f, overwrite=True)
+        except Vista3DInputError as e:
+            rec["status"], rec["error"] = "failed", _reason(e, image)
         else:
-            every = local
-    result = BatchResult(every, world, socket.gethostname(), run_timer.timings["wall"], part=part,
-                         inputs=len(paths), started=began)
-    if rank == 0:
-        result.summary_path = _write_summary(summary, result)
-    return result
+            if not overwrite and all(f.exists() for f in files):
+                rec["status"] = "skipped"
+                claims.sweep(out)  # a lock file left by a writer killed after its save
+            else:
+                todo.append(i)
+        if rec["status"] is not None and report is not None:
+            report(rec)
+    return todo
+
+
+def _gathered(local: list[dict], world: int) -> list[dict]:
+    """Every rank's records in input order (``local`` itself on one process)."""
+    if world == 1:
+        return local
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, local)
+    return sorted((r for records in gathered for r in records), key=lambda r: r["index"])
 
 
 def _write_summary(path: Path, result: BatchResult) -> Path:
@@ -868,15 +965,18 @@ def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Pat
     return first.with_name(f"{stem}.summary.json")
 
 
-def _stopped_records(records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int]) -> list[dict]:
-    """Every image's record when the run was stopped: this rank's as far as they got, the others' unknown."""
+def _stopped_records(
+    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
+) -> list[dict]:
+    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
+    got, the others' unknown."""
     every = []
-    for i, (path, out) in enumerate(zip(paths, outs)):
+    for i in sorted(pool):
+        path, out = paths[i], outs[i]
         rec = records.get(i)
         if rec is None:
-            rec = {"index": i, "image": str(path), "output": str(out), "rank": None, "voxels": sizes[i],
-                   "status": "unknown", "error": "on another rank, which was stopped too", "seconds": 0.0,
-                   "windows": None}
+            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
+                       error="on another rank, which was stopped too")
         elif rec["status"] is None:
             rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
         every.append(rec)
@@ -956,6 +1056,47 @@ def _image_label(fn: SegmentFn, k: int, n: int, path: Path, rank: int, world: in
         pipe.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
 
 
+def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
+    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
+    fields: dict[str, Any] = {
+        "segment_seconds": round(t_segment, 4),
+        "seconds": round(t_load + t_segment, 4),
+        "windows": info.get("windows"),
+    }
+    if info.get("sw_batch_size") is not None:
+        fields["sw_batch_size"] = info["sw_batch_size"]
+    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+    return fields
+
+
+class _Finisher:
+    """Gives an image's record its final status once its file is written (on the saver's thread) or it failed (on
+    the main one), releases its output's claim and reports it; one report at a time."""
+
+    def __init__(self, jobs: _Jobs, report: Callable[[dict[str, Any]], None] | None):
+        self.jobs, self.report = jobs, report
+        self.lock = threading.Lock()
+
+    def __call__(self, i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
+        rec = self.jobs.records[i]
+        error = error or (fut.exception() if fut is not None else None)
+        if self.jobs.claims is not None:
+            self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
+        with self.lock:
+            if isinstance(error, OutputTaken):  # another process's, or written since the plan
+                rec["status"], rec["note"] = error.status, str(error)
+            elif error is not None:
+                _remove_empty(created)
+                rec["status"], rec["error"] = "failed", _reason(error, self.jobs.paths[i])
+            else:
+                _, seconds = fut.result()  # type: ignore[union-attr]
+                rec["status"] = "done"
+                rec["stages"]["save"] = round(seconds, 4)
+                rec["seconds"] = round(rec["seconds"] + seconds, 4)
+            if self.report is not None:
+                self.report(rec)
+
+
 def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
     records, paths, outs = jobs.records, jobs.paths, jobs.outs
@@ -968,27 +1109,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
             jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
     jobs.started = True
-    lock = threading.Lock()  # saves finish on the saver's thread, failures on this one: one report at a time
-
-    def finish(i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
-        rec = records[i]
-        error = error or (fut.exception() if fut is not None else None)
-        if jobs.claims is not None:
-            jobs.claims.release(outs[i])  # the file is written, or the image failed
-        with lock:
-            if isinstance(error, OutputTaken):  # another process's, or written since the plan
-                rec["status"], rec["note"] = error.status, str(error)
-            elif error is not None:
-                _remove_empty(created)
-                rec["status"], rec["error"] = "failed", _reason(error, paths[i])
-            else:
-                _, seconds = fut.result()  # type: ignore[union-attr]
-                rec["status"] = "done"
-                rec["stages"]["save"] = round(seconds, 4)
-                rec["seconds"] = round(rec["seconds"] + seconds, 4)
-            if report is not None:
-                report(rec)
-
+    finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
     try:
         with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.dtype(fn)) as saver:
@@ -1002,13 +1123,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                     _image_label(fn, k, len(jobs.todo), paths[i], rank, work.world)
                     with timer.stage("segment"):
                         labels, info = _labels_and_info(fn(image, geom))
-                    rec["segment_seconds"] = round(timer.timings["segment"], 4)
-                    rec["seconds"] = round(t_load + timer.timings["segment"], 4)
-                    rec["windows"] = info.get("windows")
-                    if info.get("sw_batch_size") is not None:
-                        rec["sw_batch_size"] = info["sw_batch_size"]
-                    rec["stages"] = {"load": rec["load_seconds"],
-                                     **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+                    rec.update(_segmented_fields(t_load, timer.timings["segment"], info))
                     created = missing_folders(outs[i].parent)
                     fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
                 except Exception as e:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -104,15 +104,7 @@ def point_based_window_inferer(
     Returns:
         ``[1, B, H, W, D]`` float logits on the CPU.
     """
-    if point_coords.shape[0] != 1:
-        raise ValueError(
-            f"point_based_window_inferer segments one object at a time: point_coords must be [1, N, 3], "
-            f"got {tuple(point_coords.shape)}. Call it once per object."
-        )
-    if inputs.ndim != 5:
-        raise ValueError(f"inputs must be a 5D [1, C, H, W, D] tensor, got shape {tuple(inputs.shape)}.")
-    if len(roi_size) != 3:
-        raise ValueError(f"roi_size must have 3 entries (h, w, d), got {roi_size}.")
+    _check_inputs(inputs, roi_size, point_coords)
     roi = [int(r) for r in roi_size]
     image, pad = _pad_to_roi(inputs, roi)
     # pad is [d_lo, d_hi, w_lo, w_hi, h_lo, h_hi]; points are (h, w, d)
@@ -122,30 +114,58 @@ def point_based_window_inferer(
 
     stitched: torch.Tensor | None = None
     covered = torch.zeros(size, dtype=torch.bool)
-    for p in point_coords[0, point_start:].tolist():
-        per_axis = [_window_starts_stops(p[a], roi[a], size[a], center_only, margin) for a in range(3)]
-        for (lx, rx), (ly, ry), (lz, rz) in itertools.product(*per_axis):
-            window = (slice(None), slice(None), slice(lx, rx), slice(ly, ry), slice(lz, rz))
-            output = predictor(
-                image[window],
-                point_coords=point_coords,
-                point_labels=point_labels,
-                class_vector=class_vector,
-                prompt_class=prompt_class,
-                patch_coords=[window],
-                prev_mask=padded_prev,
-                **kwargs,
-            )
-            if stitched is None:
-                stitched = torch.zeros([1, output.shape[1], *size])
-            stitched[window] += output.to("cpu")
-            covered[window[2:]] = True
+    for window in _point_windows(point_coords[0, point_start:].tolist(), roi, size, center_only, margin):
+        output = predictor(
+            image[window],
+            point_coords=point_coords,
+            point_labels=point_labels,
+            class_vector=class_vector,
+            prompt_class=prompt_class,
+            patch_coords=[window],
+            prev_mask=padded_prev,
+            **kwargs,
+        )
+        if stitched is None:
+            stitched = torch.zeros([1, output.shape[1], *size])
+        stitched[window] += output.to("cpu")
+        covered[window[2:]] = True
     if stitched is None:
         raise ValueError(
             f"No window was placed: point_coords[0, {point_start}:] is empty. Give at least one point at or "
             "after point_start."
         )
+    return _cropped_and_filled(stitched, covered, pad, padded_prev)
 
+
+def _check_inputs(inputs: torch.Tensor, roi_size: Sequence[int], point_coords: torch.Tensor) -> None:
+    """Refuse what :func:`point_based_window_inferer` cannot run on, with the shape it needs."""
+    if point_coords.shape[0] != 1:
+        raise ValueError(
+            f"point_based_window_inferer segments one object at a time: point_coords must be [1, N, 3], "
+            f"got {tuple(point_coords.shape)}. Call it once per object."
+        )
+    if inputs.ndim != 5:
+        raise ValueError(f"inputs must be a 5D [1, C, H, W, D] tensor, got shape {tuple(inputs.shape)}.")
+    if len(roi_size) != 3:
+        raise ValueError(f"roi_size must have 3 entries (h, w, d), got {roi_size}.")
+
+
+def _point_windows(
+    points: list[list[float]], roi: list[int], size: Sequence[int], center_only: bool, margin: int
+) -> Iterator[tuple[slice, ...]]:
+    """The ``[:, :, h, w, d]`` slices of every window placed around each of ``points`` (see
+    :func:`_window_starts_stops`), point by point."""
+    for p in points:
+        per_axis = [_window_starts_stops(p[a], roi[a], size[a], center_only, margin) for a in range(3)]
+        for (lx, rx), (ly, ry), (lz, rz) in itertools.product(*per_axis):
+            yield (slice(None), slice(None), slice(lx, rx), slice(ly, ry), slice(lz, rz))
+
+
+def _cropped_and_filled(
+    stitched: torch.Tensor, covered: torch.Tensor, pad: list[int], padded_prev: torch.Tensor | None
+) -> torch.Tensor:
+    """``stitched`` without the padding to ``roi_size``; voxels no window covered are ``prev_mask``, else NaN."""
+    size = stitched.shape[-3:]
     crop = tuple(slice(lo, s - hi) for lo, hi, s in zip(pad[4::-2], pad[5::-2], size))
     stitched, covered = stitched[(slice(None), slice(None), *crop)], covered[crop]
     if padded_prev is not None:

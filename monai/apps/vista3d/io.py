@@ -138,14 +138,7 @@ def load_image(
         raise ValueError(f"dtype must be a floating type or None (the stored type), got {dtype}")
     dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
-    if not p.exists():
-        if p.is_symlink():
-            raise Vista3DInputError(f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link.")
-        raise Vista3DInputError(f"{p}: no such file; check the path.")
-    if p.is_dir():
-        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
-    if not p.is_file():
-        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
+    _check_is_file(p)
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     try:
@@ -165,28 +158,47 @@ def load_image(
     if contiguous:
         image = image.contiguous()
     if disk_dtype.kind == "f":  # integers times nibabel's (finite) slope cannot be NaN/Inf
-        # A finite sum proves every voxel finite in one fast pass; count only when it is not.
-        n_bad = 0
-        if not math.isfinite(float(image.sum(dtype=torch.float64 if image.dtype == torch.float64 else None))):
-            n_bad = image.numel() - int(torch.isfinite(image).sum())
-        if n_bad:
-            n_nan = int(torch.isnan(image).sum())
-            if nonfinite == "air":
-                image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
-                warnings.warn(
-                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
-                    f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.",
-                    stacklevel=2,
-                )
-            else:
-                raise Vista3DInputError(
-                    f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
-                    "replace them (e.g. with the background value) before segmenting."
-                )
+        _handle_nonfinite(image, p, nonfinite)
     geometry = ImageGeometry(
         affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype)
     )
     return image[None], geometry
+
+
+def _check_is_file(p: pathlib.Path) -> None:
+    """Refuse a missing path, a broken link, a folder or anything else that is not a regular file."""
+    if not p.exists():
+        if p.is_symlink():
+            raise Vista3DInputError(f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link.")
+        raise Vista3DInputError(f"{p}: no such file; check the path.")
+    if p.is_dir():
+        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
+    if not p.is_file():
+        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
+
+
+def _handle_nonfinite(image: torch.Tensor, p: pathlib.Path, nonfinite: str) -> None:
+    """NaN/Inf voxels of ``image`` (read from ``p``) become :data:`AIR_HU` in place with a warning that counts
+    them (``nonfinite="air"``), or are refused (``"error"``)."""
+    # A finite sum proves every voxel finite in one fast pass; count only when it is not.
+    if math.isfinite(float(image.sum(dtype=torch.float64 if image.dtype == torch.float64 else None))):
+        return
+    n_bad = image.numel() - int(torch.isfinite(image).sum())
+    if not n_bad:
+        return
+    n_nan = int(torch.isnan(image).sum())
+    if nonfinite == "air":
+        image.nan_to_num_(nan=AIR_HU, posinf=AIR_HU, neginf=AIR_HU)
+        warnings.warn(
+            f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); read as air "
+            f"({AIR_HU:g} HU). Use nonfinite='error' to refuse such images.",
+            stacklevel=3,  # the caller of load_image
+        )
+    else:
+        raise Vista3DInputError(
+            f"{p}: {n_bad} voxel(s) are not finite ({n_nan} NaN, {n_bad - n_nan} Inf); "
+            "replace them (e.g. with the background value) before segmenting."
+        )
 
 
 # ------------------------------------------------------------------------------------------------ save

@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -48,7 +49,6 @@ import numpy as np
 import torch
 
 from monai.inferers.windows import plan_sliding_windows
-from monai.utils.triton_support import unavailable_reason
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
@@ -71,6 +71,7 @@ from .prompts import ClassSpec, Prompt, parse_prompt
 
 __all__ = [
     "Vista3DPipeline",
+    "PipelineOptions",
     "SegmentationResult",
     "WindowPass",
     "STAGES",
@@ -248,6 +249,68 @@ def load_input(
     return load_image(path, volume_index=volume_index, device=device, nonfinite=nonfinite, **load_options(device))
 
 
+def _ready_network(
+    network: torch.nn.Module | Callable | None,
+    weights: str | os.PathLike | None,
+    network_kwargs: dict | None,
+    device: torch.device,
+    fuse: bool,
+) -> torch.nn.Module | Callable:
+    """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
+    and fused where the network says its fused path can run there."""
+    from monai.networks.nets import VISTA3D
+
+    if network is None:
+        check_network_kwargs(network_kwargs)
+        network = build_network(network_kwargs)
+    if weights is not None:
+        if not isinstance(network, torch.nn.Module):
+            raise ValueError("weights can only be loaded into a torch.nn.Module network")
+        load_checkpoint(network, weights)
+    if isinstance(network, torch.nn.Module):
+        network = network.to(device).eval()
+        if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
+            network.fuse()
+    return network
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """The per-run options of a :class:`Vista3DPipeline` (what :meth:`Vista3DPipeline.replace` changes); every field
+    is also a keyword of :class:`Vista3DPipeline`.
+
+    Attributes:
+        roi_size: sliding-window size, one int for a cube or three (the bundle's 128³); multiples of 16.
+        overlap: window overlap (the bundle's 0.25).
+        sw_batch_size: windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
+        amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
+        progress: a progress bar over the windows.
+        timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
+        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
+            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
+        streaming: class prompts go through the streamed label-map path (:meth:`~Vista3DPipeline.infer_labels`),
+            which never holds all classes' logits for the whole volume; False keeps upstream's full-logits path
+            with its out-of-memory fallback (``infer`` + ``postprocess``). Point prompts always use the latter.
+        nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
+            or ``"error"`` (refused).
+        per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
+            them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
+            path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
+            prompt (with points: the clicked object's class).
+    """
+
+    roi_size: int | Sequence[int] = (128, 128, 128)
+    overlap: float = 0.25
+    sw_batch_size: int | str = 1
+    amp: bool | None = None
+    progress: bool = False
+    timing: bool = True
+    output_dtype: str = DEFAULT_OUTPUT_DTYPE
+    streaming: bool = True
+    nonfinite: str = "air"
+    per_class: bool = False
+
+
 class Vista3DPipeline:
     """The VISTA3D bundle's inference, stage by stage, on plain tensors.
 
@@ -257,28 +320,15 @@ class Vista3DPipeline:
         weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
             built network keeps random weights and a warning says so.
         device: where to compute (see :func:`resolve_device`); None picks CUDA when available.
-        roi_size: sliding-window size, one int for a cube or three (the bundle's 128³); multiples of 16.
-        overlap: window overlap (the bundle's 0.25).
-        sw_batch_size: windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
-        amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
-        progress: a progress bar over the windows.
-        timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
+        options: the per-run options (:class:`PipelineOptions`: window size, overlap, batch, amp, output type, ...).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
-        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
-            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
         warn_random: warn when the network has random weights.
-        streaming: class prompts go through the streamed label-map path (:meth:`infer_labels`), which never
-            holds all classes' logits for the whole volume; False keeps upstream's full-logits path with its
-            out-of-memory fallback (:meth:`infer` + :meth:`postprocess`). Point prompts always use the latter.
         fuse: run the network's fused channels-last path (``VISTA3D.fuse()``: class prompts, and the encoder of
-            clicks) where its kernels run (a Hopper GPU with Triton); elsewhere, or with False, the module path runs.
-        nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
-            or ``"error"`` (refused).
-        per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
-            them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
-            path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
-            prompt (with points: the clicked object's class).
+            clicks) where its kernels run (see ``VISTA3D.fused_unavailable_reason``: a Hopper GPU with Triton);
+            elsewhere, or with False, the module path runs.
+        settings: any field of :class:`PipelineOptions` as a keyword (``roi_size=96``, ``sw_batch_size=4``, ...);
+            it replaces that field of ``options``.
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
@@ -289,47 +339,26 @@ class Vista3DPipeline:
         network: torch.nn.Module | Callable | None = None,
         weights: str | os.PathLike | None = None,
         device: str | torch.device | None = None,
-        roi_size: int | Sequence[int] = (128, 128, 128),
-        overlap: float = 0.25,
-        sw_batch_size: int | str = 1,
-        amp: bool | None = None,
-        progress: bool = False,
-        timing: bool = True,
+        *,
+        options: PipelineOptions | None = None,
         network_kwargs: dict | None = None,
         resample_dtype: torch.dtype = torch.float32,
-        output_dtype: str = DEFAULT_OUTPUT_DTYPE,
         warn_random: bool = True,
-        streaming: bool = True,
         fuse: bool = True,
-        nonfinite: str = "air",
-        per_class: bool = False,
+        **settings: Any,
     ) -> None:
-        self.device = resolve_device(device)
-        self.random_weights = False
-        if network is None:
-            check_network_kwargs(network_kwargs)
-            network = build_network(network_kwargs)
-            self.random_weights = weights is None
-        if weights is not None:
-            if not isinstance(network, torch.nn.Module):
-                raise ValueError("weights can only be loaded into a torch.nn.Module network")
-            load_checkpoint(network, weights)
-        if isinstance(network, torch.nn.Module):
-            network = network.to(self.device).eval()
-            if fuse and hasattr(network, "fuse") and self.device.type == "cuda" and unavailable_reason(self.device) is None:
-                network.fuse()
-        if self.random_weights and warn_random:
-            warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
-        self.network = network
-        self.resample_dtype = resample_dtype
-        self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
         from monai.networks.nets import VISTA3D
 
-        self._roi_multiple = ROI_MULTIPLE if isinstance(network, VISTA3D) else 1
-        self._configure(
-            roi_size=roi_size, overlap=overlap, sw_batch_size=sw_batch_size, amp=amp, progress=progress,
-            timing=timing, output_dtype=output_dtype, streaming=streaming, nonfinite=nonfinite, per_class=per_class,
-        )
+        opts = dataclasses.replace(options or PipelineOptions(), **settings)
+        self.device = resolve_device(device)
+        self.random_weights = network is None and weights is None
+        self.network = _ready_network(network, weights, network_kwargs, self.device, fuse)
+        if self.random_weights and warn_random:
+            warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
+        self.resample_dtype = resample_dtype
+        self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
+        self._roi_multiple = ROI_MULTIPLE if isinstance(self.network, VISTA3D) else 1
+        self._configure(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)})
 
     def _configure(self, **options: Any) -> None:
         """Check and set the per-run options (the network and device stay)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -87,6 +88,23 @@ def _as_long_tensor(value: Any, device: torch.device, name: str) -> torch.Tensor
     return value.to(device)
 
 
+@dataclass(frozen=True)
+class _Clicks:
+    """The click prompts of the rows that have clicks.
+
+    Attributes:
+        coords: ``[B1, N, 3]`` clicks in window coordinates.
+        labels: ``[B1, N]`` their labels.
+        prompt_class: ``[B1, 1]`` class of each row, or None.
+        mapping_index: ``[B]`` bool, the rows of the output these are.
+    """
+
+    coords: torch.Tensor
+    labels: torch.Tensor
+    prompt_class: torch.Tensor | None
+    mapping_index: torch.Tensor
+
+
 class VISTA3D(nn.Module):
     """VISTA3D (https://arxiv.org/abs/2406.05285): automatic (class prompt) and interactive (point prompt) 3D
     segmentation with one image encoder.
@@ -148,6 +166,21 @@ class VISTA3D(nn.Module):
         self._fused = FusedClassBranch(self, config)
         self._fused_reasons_logged = set()
         return self
+
+    @staticmethod
+    def fused_unavailable_reason(device: torch.device | str) -> str | None:
+        """Why :py:meth:`fuse` would not run the fused kernels on ``device``; ``None`` where it would.
+
+        The one answer to "can the fused path run here": the kernels need a CUDA GPU of compute capability 9.x
+        with Triton (:py:func:`monai.utils.triton_support.unavailable_reason`). Callers ask it before calling
+        :py:meth:`fuse`; each forward then asks its fused branch about that call (eval mode, no autograd).
+        """
+        device = torch.device(device)
+        if device.type != "cuda":
+            return f"the fused kernels run on CUDA GPUs, not on {device.type}"
+        from monai.utils.triton_support import unavailable_reason
+
+        return unavailable_reason(device)
 
     @property
     def fused_config(self) -> FusedConfig | None:
@@ -510,15 +543,9 @@ class VISTA3D(nn.Module):
             logits ``[B, B_img, H, W, D]`` (``[B_img, B, H, W, D]`` with ``transpose``).
         """
         device = input_images.device
-        point_coords = _as_long_tensor(point_coords, device, "point_coords")
-        point_labels = _as_long_tensor(point_labels, device, "point_labels")
-        class_vector = _as_long_tensor(class_vector, device, "class_vector")
-        prompt_class = _as_long_tensor(prompt_class, device, "prompt_class")
-        if class_vector is not None and class_vector.ndim == 1:
-            class_vector = class_vector[:, None]
-        if prompt_class is not None and prompt_class.ndim == 1:
-            prompt_class = prompt_class[:, None]
-        self._check_prompts(point_coords, point_labels, class_vector, prompt_class)
+        point_coords, point_labels, class_vector, prompt_class = self._prompt_tensors(
+            device, point_coords, point_labels, class_vector, prompt_class
+        )
         sample_from_labels = patch_coords is not None and labels is not None and label_set is not None
         if point_coords is None and class_vector is None and not sample_from_labels:
             raise ValueError(
@@ -534,86 +561,134 @@ class VISTA3D(nn.Module):
 
         if sample_from_labels:
             sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
-            point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
-            if prompt_class[0].item() == 0:  # background: no clicks
-                point_labels[0] = -1
+            point_coords, point_labels, prompt_class = self._sampled_clicks(sampler, labels, patch_coords, label_set)
             labels, prev_mask = None, None
         # the number of output rows is fixed by the prompts given, before clicks outside the window are dropped
         bs = self.get_foreground_class_count(class_vector, point_coords)
         if patch_coords is not None and not sample_from_labels and point_coords is not None:
             point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
+        clicks = self._prompted_rows(
+            point_coords, point_labels, prompt_class, keep_padding=class_vector is None and patch_coords is None
+        )
 
-        mapping_index = None
-        if point_coords is not None and point_labels is not None:
-            # rows that are padding only carry no prompt
-            mapping_index = (point_labels != -1).any(1)
-            if mapping_index.any():
-                point_coords = point_coords[mapping_index]
-                point_labels = point_labels[mapping_index]
-                if prompt_class is not None:
-                    prompt_class = prompt_class[mapping_index]
-            elif self.auto_freeze or (class_vector is None and patch_coords is None):
-                # keep the (padding) clicks so that the point branch runs, e.g. to have a loss when training
-                mapping_index.fill_(True)
-            else:
-                point_coords, point_labels = None, None
-
-        if point_coords is None and class_vector is None:
+        if clicks is None and class_vector is None:
             logits = self.NINF_VALUE + torch.zeros([bs, 1, *image_size], device=device)
             return logits.transpose(1, 0) if transpose else logits
 
-        if class_vector is not None and point_coords is None and self._use_fused(input_images):
+        if class_vector is not None and clicks is None and self._use_fused(input_images):
             logits = self._fused(input_images, class_vector)
             return logits.transpose(1, 0) if transpose else logits
 
-        # the point features (the cached ones of this window, or those of the encoder's point decoder) and, with a
-        # class prompt, the class logits
-        if self.image_embeddings is not None and keep_cache and class_vector is None:
-            out, logits = self.image_embeddings, None
-        elif self._use_fused(input_images):
-            if class_vector is None:
-                out, logits = self._fused.point(input_images), None
-            else:
-                logits, out = self._fused.class_and_point(input_images, class_vector)
-        else:
-            out, out_auto = self.image_encoder(
-                input_images, with_point=point_coords is not None, with_label=class_vector is not None
-            )
-            logits = None if class_vector is None else self.class_head(out_auto, class_vector)[0]
-            out_auto = None
+        out, logits = self._features(input_images, clicks is not None, class_vector, keep_cache)
         input_images = None  # type: ignore[assignment]
         if self.release_cached_memory:
             torch.cuda.empty_cache()
-
-        if class_vector is not None:
-            if point_coords is not None:
-                point_logits = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
-                if patch_coords is None:
-                    logits = self.gaussian_combine(
-                        logits, point_logits, point_coords, point_labels, mapping_index, radius
-                    )
-                else:  # sliding-window inference: keep the click regions connected to the clicks
-                    logits = self.connected_components_combine(
-                        logits, point_logits, point_coords, point_labels, mapping_index
-                    )
-        else:
-            point_logits = self.point_head(out, point_coords, point_labels, class_vector=prompt_class)
-            point_logits = point_logits.to(out.dtype)
-            if prev_mask is not None and patch_coords is not None:
-                # the clicks edit the previous result; a copy, because MONAI 1.6.1 edited the caller's prev_mask
-                # in place, which changes the input of later overlapping windows
-                logits = self.connected_components_combine(
-                    prev_mask[patch_coords[0]].transpose(1, 0).to(point_logits.device, copy=True),
-                    point_logits,
-                    point_coords,
-                    point_labels,
-                    mapping_index,
-                )
-            else:
-                logits = self._scatter_point_logits(point_logits, mapping_index, bs)
+        if clicks is not None:
+            logits = self._with_clicks(out, logits, clicks, prompt_class_given=class_vector is not None,
+                                       patch_coords=patch_coords, prev_mask=prev_mask, radius=radius, bs=bs)
         if keep_cache and class_vector is None:
             self.image_embeddings = out.detach()
         return logits.transpose(1, 0) if transpose else logits
+
+    @staticmethod
+    def _sampled_clicks(
+        sampler: Callable, labels: torch.Tensor, patch_coords: list[Sequence[slice]], label_set: Sequence[int]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Clicks sampled from ``labels`` in the first window (validation); the background class gets none."""
+        point_coords, point_labels, prompt_class = sampler(labels, patch_coords[0], label_set)
+        if prompt_class[0].item() == 0:  # background: no clicks
+            point_labels[0] = -1
+        return point_coords, point_labels, prompt_class
+
+    @classmethod
+    def _prompt_tensors(
+        cls,
+        device: torch.device,
+        point_coords: torch.Tensor | None,
+        point_labels: torch.Tensor | None,
+        class_vector: torch.Tensor | None,
+        prompt_class: torch.Tensor | None,
+    ) -> tuple[torch.Tensor | None, ...]:
+        """The prompts as checked long tensors on ``device``; ``[B]`` class vectors become ``[B, 1]``."""
+        point_coords = _as_long_tensor(point_coords, device, "point_coords")
+        point_labels = _as_long_tensor(point_labels, device, "point_labels")
+        class_vector = _as_long_tensor(class_vector, device, "class_vector")
+        prompt_class = _as_long_tensor(prompt_class, device, "prompt_class")
+        if class_vector is not None and class_vector.ndim == 1:
+            class_vector = class_vector[:, None]
+        if prompt_class is not None and prompt_class.ndim == 1:
+            prompt_class = prompt_class[:, None]
+        cls._check_prompts(point_coords, point_labels, class_vector, prompt_class)
+        return point_coords, point_labels, class_vector, prompt_class
+
+    def _prompted_rows(
+        self,
+        point_coords: torch.Tensor | None,
+        point_labels: torch.Tensor | None,
+        prompt_class: torch.Tensor | None,
+        keep_padding: bool,
+    ) -> _Clicks | None:
+        """The rows whose clicks are not all padding, or None when no row has a click.
+
+        Args:
+            point_coords: ``[B, N, 3]`` clicks in window coordinates, or None.
+            point_labels: ``[B, N]`` labels (-1 padding), or None.
+            prompt_class: ``[B, 1]`` class of each row, or None.
+            keep_padding: with no clicks at all, keep every (padding) row, e.g. to have a loss when training
+                the point branch (as with ``auto_freeze``).
+        """
+        if point_coords is None or point_labels is None:
+            return None
+        mapping_index = (point_labels != -1).any(1)
+        if mapping_index.any():
+            rows = prompt_class[mapping_index] if prompt_class is not None else None
+            return _Clicks(point_coords[mapping_index], point_labels[mapping_index], rows, mapping_index)
+        if self.auto_freeze or keep_padding:
+            return _Clicks(point_coords, point_labels, prompt_class, mapping_index.fill_(True))
+        return None
+
+    def _features(
+        self, input_images: torch.Tensor, with_point: bool, class_vector: torch.Tensor | None, keep_cache: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The point features (the cached ones of this window, or the encoder's point decoder's) and, with a class
+        prompt, the class logits."""
+        if self.image_embeddings is not None and keep_cache and class_vector is None:
+            return self.image_embeddings, None
+        if self._use_fused(input_images):
+            if class_vector is None:
+                return self._fused.point(input_images), None
+            logits, out = self._fused.class_and_point(input_images, class_vector)
+            return out, logits
+        out, out_auto = self.image_encoder(input_images, with_point=with_point, with_label=class_vector is not None)
+        return out, None if class_vector is None else self.class_head(out_auto, class_vector)[0]
+
+    def _with_clicks(
+        self,
+        out: torch.Tensor,
+        logits: torch.Tensor | None,
+        clicks: _Clicks,
+        prompt_class_given: bool,
+        patch_coords: list[Sequence[slice]] | None,
+        prev_mask: torch.Tensor | None,
+        radius: int | None,
+        bs: int,
+    ) -> torch.Tensor:
+        """The logits once the clicks' point-head result is combined with the class logits (``prompt_class_given``)
+        or with ``prev_mask``, else scattered into ``bs`` rows."""
+        point_logits = self.point_head(out, clicks.coords, clicks.labels, class_vector=clicks.prompt_class)
+        args = (point_logits, clicks.coords, clicks.labels, clicks.mapping_index)
+        if prompt_class_given:
+            if patch_coords is None:
+                return self.gaussian_combine(logits, *args, radius)  # type: ignore[arg-type]
+            # sliding-window inference: keep the click regions connected to the clicks
+            return self.connected_components_combine(logits, *args)  # type: ignore[arg-type]
+        point_logits = point_logits.to(out.dtype)
+        if prev_mask is not None and patch_coords is not None:
+            # the clicks edit the previous result; a copy, because MONAI 1.6.1 edited the caller's prev_mask
+            # in place, which changes the input of later overlapping windows
+            previous = prev_mask[patch_coords[0]].transpose(1, 0).to(point_logits.device, copy=True)
+            return self.connected_components_combine(previous, point_logits, *args[1:])
+        return self._scatter_point_logits(point_logits, clicks.mapping_index, bs)
 
 
 # -------------------------------------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from parameterized import parameterized
 from monai.apps.vista3d import batch
 from monai.apps.vista3d.batch import (
     AsyncSaver,
+    BatchOptions,
+    TorchrunEnv,
     collect_inputs,
     output_path,
     plan_outputs,
@@ -109,6 +111,14 @@ class TestShard(unittest.TestCase):
         with mock.patch("torch.cuda.is_available", lambda: True):
             self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
         self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+
+    @parameterized.expand([({}, (1, 0, None, 0)), ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (4, 3, 1, 1))])
+    def test_torchrun_env(self, env, expected):
+        with mock.patch.dict(os.environ, env, clear=False):
+            for k in {"WORLD_SIZE", "RANK", "LOCAL_RANK"} - set(env):
+                os.environ.pop(k, None)
+            got = TorchrunEnv.read()
+            self.assertEqual((got.world_size, got.rank, got.local_rank, got.gpu), expected)
 
     @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
     def test_unsupported_device(self, device):
@@ -196,6 +206,22 @@ class TestBatchSingleProcess(unittest.TestCase):
 
     def tearDown(self):
         self._tmp.cleanup()
+
+    def test_options_object_and_keywords_agree(self):
+        good = [p for p in self.inputs if "broken" not in p.name][:2]
+        opts = BatchOptions(postfix="seg", volume_index=None)
+        by_object = run_batch(good, self.tmp / "a", tiny_segment, options=opts)
+        by_keyword = run_batch(good, self.tmp / "b", tiny_segment, postfix="seg")
+        self.assertEqual([r["status"] for r in by_object.records], ["done", "done"])
+        self.assertEqual([pathlib.Path(r["output"]).name for r in by_object.records],
+                         [pathlib.Path(r["output"]).name for r in by_keyword.records])
+        self.assertTrue(all(r["output"].endswith("_seg.nii.gz") for r in by_object.records))
+        # a keyword overrides the object's field; an unknown keyword is refused before any work
+        again = run_batch(good, self.tmp / "a", tiny_segment, options=opts, postfix="trans")
+        self.assertEqual(again.done, 2)
+        with self.assertRaises(TypeError):
+            run_batch(good, self.tmp / "c", tiny_segment, no_such_setting=1)
+        self.assertFalse((self.tmp / "c").exists())
 
     def test_failure_isolated_and_restart(self):
         out = self.tmp / "out"

@@ -30,7 +30,7 @@ from monai.apps.vista3d.errors import (
 )
 from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
 from monai.apps.vista3d.io import class_mask_paths, load_image
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
 from monai.apps.vista3d.postprocess import ClassMasks
 from monai.inferers import plan_sliding_windows
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
@@ -445,6 +445,18 @@ class TestPromptsAndOptions(unittest.TestCase):
     def test_vista3d_options_checked_up_front(self, _, kwargs, msg):
         with self.assertRaisesRegex(Vista3DInputError, msg):
             Vista3DPipeline(device="cpu", warn_random=False, **{"roi_size": 32, **kwargs})
+
+    def test_options_object_and_keywords_agree(self):
+        opts = PipelineOptions(roi_size=32, overlap=0.5, sw_batch_size=2, output_dtype="int16", per_class=True)
+        by_object = _pipe(StubVista(HU), options=opts)
+        by_keyword = _pipe(StubVista(HU), roi_size=32, overlap=0.5, sw_batch_size=2, output_dtype="int16",
+                           per_class=True)
+        for name in ("roi_size", "overlap", "sw_batch_size", "output_dtype", "per_class", "amp", "streaming"):
+            self.assertEqual(getattr(by_object, name), getattr(by_keyword, name), name)
+        self.assertEqual(by_object.roi_size, (32, 32, 32))
+        self.assertEqual(_pipe(StubVista(HU), options=opts, overlap=0.25).overlap, 0.25)  # a keyword overrides
+        with self.assertRaises(TypeError):
+            _pipe(StubVista(HU), no_such_option=1)
 
     def test_folder_is_not_an_image(self):
         with tempfile.TemporaryDirectory() as tmp:
