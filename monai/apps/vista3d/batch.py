@@ -801,10 +801,10 @@ def run_batch(
     work = functools.partial(_Work, segment_fn, pipeline_kwargs, opts.output_dtype, opts.nonfinite, opts.prefetch)
     mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
-    run_timer, started = StageTimer(sync=False, nvtx=False), time.perf_counter()
+    started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
-    with run_timer.stage("wall"), dist_context(opts.backend) as (rank, world, local_rank):
+    with dist_context(opts.backend) as (rank, world, local_rank):
         dev = _rank_device(device, local_rank)
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
@@ -816,7 +816,7 @@ def run_batch(
         report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
         records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
         todo = _triage(records, mask_ids, overwrite, claims, report)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims=claims)
+        jobs = _Jobs(todo, paths, outs, volumes, records, claims)
         try:
             _segment_all(jobs, work(dev, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
@@ -825,7 +825,7 @@ def run_batch(
                 _write_summary(summary, result_of(stopped, wall_seconds=time.perf_counter() - started, interrupted=True))
             raise
         every = _gathered([records[i] for i in sorted(records)], world)
-    result = result_of(every, wall_seconds=run_timer.timings["wall"])
+    result = result_of(every, wall_seconds=time.perf_counter() - started)
     if rank == 0:
         result.summary_path = _write_summary(summary, result)
     return result
@@ -992,8 +992,8 @@ class _Jobs:
     outs: list[Path]
     volumes: list[int | None]
     records: dict[int, dict]
+    claims: OutputClaims
     started: bool = False
-    claims: OutputClaims | None = None
 
 
 @dataclass
@@ -1010,17 +1010,14 @@ class _Work:
 
     def loader(self, jobs: _Jobs) -> _Loader:
         """Start reading this rank's images with the policy of what will segment them."""
-        load_device = self.device if self.segment_fn is None else torch.device("cpu")
-        if self.segment_fn is None:
-            load = functools.partial(_load_for, device=self.device, nonfinite=self.nonfinite)
-        elif hasattr(self.segment_fn, "load"):
+        if hasattr(self.segment_fn, "load"):  # a PipelineSegmenter: its pipeline reads onto its device
             load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)  # type: ignore[union-attr]
-            load_device = getattr(getattr(self.segment_fn, "pipeline", None), "device", load_device)
-        else:  # a caller's function gets float32 on the CPU, as documented
-            load = functools.partial(_load_for, device=torch.device("cpu"), nonfinite=self.nonfinite)
+            load_device = getattr(getattr(self.segment_fn, "pipeline", None), "device", torch.device("cpu"))
+        else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
+            load_device = self.device if self.segment_fn is None else torch.device("cpu")
+            load = functools.partial(_load_for, device=load_device, nonfinite=self.nonfinite)
         items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
-        if jobs.claims is not None:  # each output is claimed before its image is read
-            load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])
+        load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])  # each output claimed before its read
         return _Loader(load, items, self.prefetch, load_device)
 
     def segmenter(self, todo: list[int]) -> SegmentFn:
@@ -1080,8 +1077,7 @@ class _Finisher:
     def __call__(self, i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
         rec = self.jobs.records[i]
         error = error or (fut.exception() if fut is not None else None)
-        if self.jobs.claims is not None:
-            self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
+        self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
         with self.lock:
             if isinstance(error, OutputTaken):  # another process's, or written since the plan
                 rec["status"], rec["note"] = error.status, str(error)
@@ -1105,8 +1101,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         fn = work.segmenter(jobs.todo)
     except BaseException:
         loads.close()
-        if jobs.claims is not None:
-            jobs.claims.release_all()  # the outputs the loader claimed meanwhile
+        jobs.claims.release_all()  # the outputs the loader claimed meanwhile
         raise
     jobs.started = True
     finish = _Finisher(jobs, report)
@@ -1137,5 +1132,4 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
             saver.close(raise_errors=False)
     finally:
         loads.close()
-        if jobs.claims is not None:
-            jobs.claims.release_all()
+        jobs.claims.release_all()
