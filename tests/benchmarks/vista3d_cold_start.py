@@ -16,6 +16,8 @@ Every row is one new process, timed from its start to its exit (the label map is
   PyTorch program pays before it does anything;
 * ``cold``: ``vista3d -i ct.nii.gz -o out/ --weights model.pt --timing`` with an empty kernel cache
   (``TRITON_CACHE_DIR`` a new folder): the first run on a machine;
+* ``prepare``, ``prepared``: the README's install on a new machine: ``vista3d prepare`` with an empty cache, then
+  the same command as ``cold`` on the cache it filled;
 * ``warm``, ``no-fuse``, ``auto``: the same command with that cache filled, with ``--no-fuse``, and with
   ``--sw-batch-size auto``;
 * ``six``: six CTs in one command (warm cache); each CT's share of the wall clock from the second on is the
@@ -131,7 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(REPO))
     cts, weights = write_inputs(work, tiny, 6, args.seed)
     cache = work / "triton_cache"
-    env = dict(os.environ, PYTHONPATH=str(REPO), TRITON_CACHE_DIR=str(cache), PYTHONUNBUFFERED="1")
+    # this checkout first; the caller's own entries after it (dependencies installed with pip --target)
+    inherited = [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *inherited]), TRITON_CACHE_DIR=str(cache),
+               PYTHONUNBUFFERED="1")
     cli = [sys.executable, "-m", "monai.apps.vista3d", "--weights", str(weights), "--device", device, "--timing",
            "--overwrite", *(["--embed-dim", "8", "--roi-size", "32"] if tiny else [])]
     warm_up = "torch.zeros(1).cuda()" if device == "cuda" else "torch.zeros(1)"
@@ -150,6 +155,15 @@ def main(argv: list[str] | None = None) -> int:
     if cache.exists():
         raise SystemExit(f"{cache} exists: give a new --workdir for a cold run")
     record("cold", [timed(cli + one, env, work)])
+    # the README's install: `vista3d prepare` once with an empty cache, then the first CT
+    prepared = work / "triton_cache_prepared"
+    if prepared.exists():
+        raise SystemExit(f"{prepared} exists: give a new --workdir for a cold run")
+    prep_env = dict(env, TRITON_CACHE_DIR=str(prepared))
+    prep_args = ["--embed-dim", "8", "--roi-size", "32"] if tiny else []
+    record("prepare", [timed([sys.executable, "-m", "monai.apps.vista3d", "prepare", "--device", device, *prep_args],
+                             prep_env, work)])
+    record("prepared", [timed(cli + one, prep_env, work)])
     record("warm", [timed(cli + one, env, work) for _ in range(args.repeats)])
     record("no-fuse", [timed(cli + one + ["--no-fuse"], env, work) for _ in range(args.repeats)])
     record("auto", [timed(cli + one + ["--sw-batch-size", "auto"], env, work) for _ in range(args.repeats)])
@@ -159,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     record("six", six, share_per_ct=statistics.median(shares), inference_per_ct=statistics.median(infer),
            volumes_per_minute=60.0 * len(cts) / statistics.median(r["wall"] for r in six))
     if args.upstream:
-        up_env = dict(env, PYTHONPATH=str(Path(args.upstream).resolve()))
+        up_env = dict(env, PYTHONPATH=os.pathsep.join([str(Path(args.upstream).resolve()), *inherited]))
         bundle = [sys.executable, str(END_TO_END), "--worker", "upstream", "--device", device, "--repeats", "0",
                   "--sw-batch-size", "1", "--roi", "32" if tiny else "128", "--classes", "0", "--weights",
                   str(weights), "--out", str(work), "--output-dtypes", "float32", "--embed-dim", "8" if tiny else "48",
@@ -176,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{six_row['inference_per_ct']:.3f} s ({six_row['share_per_ct'] / six_row['inference_per_ct']:.2f}x); "
           f"{six_row['volumes_per_minute']:.1f} volumes/min")
     warm = next(r for r in rows if r["kind"] == "warm")["wall"]
-    print(f"device {device}; cold / warm {rows[1]['wall'] / warm:.2f}x; warm - baseline {warm - base:.2f} s"
+    wall_of = {r["kind"]: r["wall"] for r in rows}
+    print(f"device {device}; cold / warm {wall_of['cold'] / warm:.2f}x; prepared / warm {wall_of['prepared'] / warm:.2f}x"
+          f" (prepare {wall_of['prepare']:.2f} s); warm - baseline {warm - base:.2f} s"
           + (f"; bundle / warm {next(r for r in rows if r['kind'] == 'bundle')['wall'] / warm:.2f}x"
              if args.upstream else ""))
     if args.json:

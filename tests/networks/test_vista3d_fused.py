@@ -354,12 +354,14 @@ class TestFusedResidentConv(unittest.TestCase):
             triton_out = _logits(net, x.half()).float()
         gluon.assert_not_called()
         self.assertLess(((out - triton_out).norm() / triton_out.norm()).item(), 5e-3)
-        # where this Triton builds the slab loads (the default then), the patch loads give the same logits up to
-        # the order of the fp32 sums
+        # where this Triton builds the slab loads (the default then), the patch loads are held to the same fp16
+        # bound against float32 as the slab loads. Not to a bound between the two forms: they sum in another order,
+        # so an fp16 output one ulp apart in one layer moves every later layer (1.07e-3 seen on an H200, Triton 3.6)
         if EAGER.resident_conv == "slabs":
             net.fuse(dataclasses.replace(EAGER, resident_conv="patches"))
             patches_out = _logits(net, x.half()).float()
-            self.assertLess(((out - patches_out).norm() / out.norm()).item(), 1e-3)
+            self.assertLess(((patches_out - expected).norm() / expected.norm()).item(), 5e-3)
+            self.assertGreater((patches_out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
         # replayed as a CUDA graph: the same logits as the eager forward
         net.fuse()
         torch.testing.assert_close(_logits(net, x.half()).float(), out, rtol=0, atol=0)

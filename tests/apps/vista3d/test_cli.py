@@ -32,6 +32,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
 from tests.apps.vista3d.stub_vista import phantom
+from tests.subprocess_env import child_env
 
 ROOT = Path(__file__).parents[3]
 TINY = ["--embed-dim", "8", "--roi-size", "32", "--classes", "1,3", "--device", "cpu", "--quiet"]
@@ -225,7 +226,7 @@ CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.__main__ import main; sys.
 
 def vista3d(*args, timeout=300):
     """Run the ``vista3d`` console script's entry point in a subprocess on this worktree's monai."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    env = child_env(OMP_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -302,7 +303,7 @@ class TestCliAsUsersExpect(unittest.TestCase):
         for i in range(8):
             _write_ct(self.tmp / "cts" / f"ct{i}.nii.gz", (48, 48, 32), seed=i)
         out = self.tmp / "out"
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env = child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", str(self.tmp / "cts"), "-o", str(out),
                                  *TINY[:-1]], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, preexec_fn=_default_sigint)
@@ -369,7 +370,7 @@ class TestCliAsUsersExpect(unittest.TestCase):
         import pty
 
         leader, follower = pty.openpty()  # stderr on a terminal, as for a user at a shell
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+        env = child_env(OMP_NUM_THREADS="1")
         with subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", cts, "-o", self.tmp / "out", *TINY[:-1]],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=follower, text=True) as proc:
             os.close(follower)
@@ -492,7 +493,7 @@ def _free_port() -> int:
 @pytest.mark.slow
 class TestCliSubprocess(unittest.TestCase):
     def _run(self, *args):
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env = child_env()
         return subprocess.run([sys.executable, "-m", "monai.apps.vista3d", *map(str, args)], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=300)
 
@@ -522,7 +523,7 @@ class TestCliSubprocess(unittest.TestCase):
             nib.save(nib.Nifti1Image(np.zeros((8, 8), np.int16), np.eye(4)), cts / "flat.nii.gz")  # a 2D image fails
             single = self._run("segment", "--input-list", cts, "--output-dir", tmp / "single", *TINY)
             self.assertEqual(single.returncode, 1, single.stderr)  # the 2D image
-            env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+            env = child_env(OMP_NUM_THREADS="1")
 
             def torchrun():
                 return subprocess.run(
@@ -566,7 +567,7 @@ class TestCliSubprocess(unittest.TestCase):
             for i in range(10):
                 _write_ct(tmp / "cts" / f"ct{i}.nii.gz", (48, 48, 32), seed=i)
             out = tmp / "out"
-            env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            env = child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
             proc = subprocess.Popen(
                 [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={_free_port()}",
                  "-m", "monai.apps.vista3d", "-i", str(tmp / "cts"), "-o", str(out), *TINY[:-1]],

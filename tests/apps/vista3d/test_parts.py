@@ -49,6 +49,7 @@ from monai.apps.vista3d.parts import (
     split_parts,
 )
 from monai.apps.vista3d.phantom import write_phantom
+from tests.subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 PARTS = ROOT / "monai" / "apps" / "vista3d" / "parts.py"
@@ -471,7 +472,7 @@ class TestPartsAtOnce(unittest.TestCase):
         cmd = ["-m", "monai.apps.vista3d", "-i", str(self.tmp / "cts"), "-o", str(self.out), "--part", part, *TINY]
         if ranks > 1:
             cmd = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_free_port()}", *cmd]
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        env = child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         with open(log, "w") as f:
             proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, env=env, stdout=f, stderr=subprocess.PIPE,
                                     text=True)
@@ -507,7 +508,7 @@ class TestPartsAtOnce(unittest.TestCase):
         self.assertEqual([k for k, n in written.items() if n > 1], [])
         self.assertEqual([str(p) for p in self.out.rglob(".*")], [])
         res = subprocess.run([sys.executable, "-m", "monai.apps.vista3d", "summary", str(self.out)], cwd=ROOT,
-                             env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True)
+                             env=child_env(), capture_output=True, text=True)
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
         self.assertIn("8 of 8 image(s) have an output", res.stdout)
 
