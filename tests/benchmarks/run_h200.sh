@@ -43,6 +43,8 @@
 #   forward_batch         network forward cost per window at several window batches
 #   batch_1gpu            batch throughput (volumes per minute) of run_batch on one GPU
 #   batch_agreement       how far upstream's own label map moves with sw_batch_size alone
+#   setup                 only the installs (then run a script by hand with PYTHONPATH=$PWD:/tmp/deps)
+#   pytest_gpu_apps       the app's tests and the fused network's on the GPU, 12 xdist workers
 #   pytest_gpu            the whole unit suite on the GPU, 12 pytest-xdist workers (the image has xdist; Triton
 #                         compiles on the host's cores);  pytest_gpu_quick: without the slow tests
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
@@ -54,7 +56,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,55p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,57p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -121,6 +123,8 @@ for run in "$@"; do
   cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
   nifti_load_stages) step nifti_load_stages 300 python3 tests/benchmarks/nifti_load_stages.py --repeat 5 --device cuda --json "$out/nifti_load_stages.json" ;;
+  setup) echo "installed the wheels of .wheels/ (upstream under /tmp/up, the rest under /tmp/deps)" ;;
+  pytest_gpu_apps) step pytest_gpu_apps 300 python3 -m pytest tests/apps tests/networks/test_vista3d_fused.py -q -p no:cacheprovider -n 12 ;;
   pytest_gpu) step pytest_gpu 420 python3 -m pytest tests -q -p no:cacheprovider -n 12 --durations=20 ;;
   pytest_gpu_quick) step pytest_gpu_quick 45 python3 -m pytest tests -q -x -p no:cacheprovider -m "not slow" ;;
   *) echo "run_h200.sh: unknown run '$run' (see the list at the top of this script)" >&2; exit 2 ;;
