@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -14,6 +15,8 @@ __all__ = [
     "OPTIONAL_IMPORT_MSG_FMT",
     "NOT_CARRIED",
     "not_carried_error",
+    "not_carried_names",
+    "names_from_submodules",
 ]
 
 UPSTREAM_HINT = (
@@ -45,6 +48,47 @@ class OptionalImportError(ImportError):
 def not_carried_error(name: str) -> ImportError:
     """The ImportError raised for an upstream MONAI module or name this fork does not carry."""
     return ImportError(f"'{name}' is not part of this fork. {UPSTREAM_HINT}")
+
+
+def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the upstream MONAI names of ``module`` that this fork does not carry: using one
+    (``from monai.utils.profiling import PerfContext``) raises :func:`not_carried_error`; other names are missing.
+    ``names=None`` takes every public name this module lacks for upstream's."""
+    upstream_only = None if names is None else frozenset(names)
+
+    def __getattr__(name: str) -> Any:
+        if not name.startswith("_") and (upstream_only is None or name in upstream_only):
+            raise not_carried_error(f"{module}.{name}")
+        raise AttributeError(f"module '{module}' has no attribute '{name}'")
+
+    return __getattr__
+
+
+def names_from_submodules(package: str, path: Iterable[str]) -> Callable[[str], Any]:
+    """A package ``__getattr__`` that finds a public name of one of its submodules (their ``__all__``), so that
+    ``from monai.apps.vista3d import Vista3DPipeline`` works as ``from monai.apps.vista3d.pipeline import ...``.
+
+    The submodules are imported on the first name that is not found otherwise; a name none of them exports is
+    missing (``from package import name`` then raises :func:`not_carried_error` through ``monai``'s finder).
+    """
+    searching: list[str] = []
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__") or name in searching:  # a submodule importing the package while it is searched
+            raise AttributeError(f"module '{package}' has no attribute '{name}'")
+        searching.append(name)
+        try:
+            for info in pkgutil.iter_modules(list(path)):
+                if info.name.startswith("_"):  # __main__ (the command line) and private modules
+                    continue
+                submodule = importlib.import_module(f"{package}.{info.name}")
+                if name in getattr(submodule, "__all__", ()):
+                    return getattr(submodule, name)
+        finally:
+            searching.remove(name)
+        raise AttributeError(f"module '{package}' has no attribute '{name}'")
+
+    return __getattr__
 
 
 def _version_tuple(version: str, strict: bool) -> tuple[int, ...]:
