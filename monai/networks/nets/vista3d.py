@@ -1055,8 +1055,8 @@ class PositionEmbeddingRandom(nn.Module):
 
     def forward(self, size: Sequence[int]) -> torch.Tensor:
         """``[2 * num_pos_feats, h, w, d]`` encoding of the voxel centres of an ``h x w x d`` grid."""
-        device = self.positional_encoding_gaussian_matrix.device
-        axes = [(torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n for n in size]
+        matrix = self.positional_encoding_gaussian_matrix  # its dtype: float32 as upstream, float64 in the tests
+        axes = [(torch.arange(n, device=matrix.device, dtype=matrix.dtype) + 0.5) / n for n in size]
         grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
         return self._pe_encoding(grid).permute(3, 0, 1, 2)
 
@@ -1064,7 +1064,7 @@ class PositionEmbeddingRandom(nn.Module):
         """``[B, N, 2 * num_pos_feats]`` encoding of ``[B, N, 3]`` voxel coordinates in an image of ``image_size``."""
         size = torch.tensor(list(image_size[:3]), device=coords_input.device)
         coords = coords_input / size
-        return self._pe_encoding(coords.to(torch.float))
+        return self._pe_encoding(coords.to(self.positional_encoding_gaussian_matrix.dtype))
 
 
 class MLP(nn.Module):
