@@ -15,9 +15,15 @@ if not torch.cuda.is_available():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: builds full-size networks or runs subprocesses")
+    config.addinivalue_line("markers", "network: downloads (pip); runs only with MONAI_NETWORK_TESTS=1 (--network)")
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("MONAI_NETWORK_TESTS", "") not in ("1", "true", "True"):  # unit tests stay offline by default
+        offline = pytest.mark.skip(reason="needs the network: opt in with ./runtests.sh --network")
+        for item in items:
+            if "network" in item.keywords:
+                item.add_marker(offline)
     if os.environ.get("QUICKTEST", "") not in ("1", "true", "True"):
         return
     skip = pytest.mark.skip(reason="skipped by --quick")

@@ -25,7 +25,16 @@ from typing import Any
 
 import torch
 
+from monai.utils.module import not_carried_names
+
 __all__ = ["StageTimer", "NVTX_NAMES", "WINDOW_STAGES", "cuda_active", "format_timings"]
+
+# upstream's workflow profilers: `from monai.utils.profiling import PerfContext` says they are not carried
+__getattr__ = not_carried_names(
+    __name__,
+    ("PerfContext", "ProfileHandler", "WorkflowProfiler", "select_transform_call", "torch_profiler_full",
+     "torch_profiler_time_cpu_gpu", "torch_profiler_time_end_to_end"),
+)
 
 # NVTX range of each stage (the loop range wraps every window batch).
 NVTX_NAMES = {
