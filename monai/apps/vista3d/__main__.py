@@ -41,7 +41,7 @@ import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
-from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError
+from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
 
 if TYPE_CHECKING:
     from .batch import BatchResult
@@ -361,6 +361,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import TorchrunEnv, run_batch
+    from .feasibility import check_settings
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -376,6 +377,7 @@ def _segment(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48)
     env = TorchrunEnv.read()
     device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
+    check_settings(roi, embed_dim, device)
     if device.type == "cuda":
         _usable_kernel_cache()
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
@@ -734,7 +736,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError) as e:  # refused before any work
+    except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError, ResourceError) as e:  # refused early
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say

@@ -55,6 +55,7 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
+from .feasibility import check_images, friendly_memory_error
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
@@ -461,6 +462,8 @@ def _os_message(e: OSError) -> str:
 def _reason(e: BaseException, path: Path | None = None) -> str:
     """One line for a failed image, without the image's path (the record names it)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if friendly_memory_error(e) is not None:
+        return friendly_memory_error(e)
     if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
         return _os_message(e)
     if isinstance(e, MemoryError):
@@ -795,6 +798,8 @@ def run_batch(
     if opts.nonfinite not in ("air", "error"):
         raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
     device = _batch_device(opts.device, opts.pipeline_kwargs)
+    if segment_fn is None:  # what cannot fit is refused before the first image
+        check_images(paths, resolve_device(device))
     pipeline_kwargs = opts.pipeline_kwargs
     if opts.output_dtype is not None and segment_fn is None:
         pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}

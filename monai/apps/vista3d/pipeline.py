@@ -52,6 +52,7 @@ from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
+from .feasibility import check_image, check_network, check_window
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
@@ -192,6 +193,12 @@ _OUTPUT_DTYPES = ("float32", "uint8", "int16")
 
 #: VISTA3D's encoder halves the grid four times, so windows are multiples of this
 ROI_MULTIPLE = 16
+
+
+def _embed_width(network: Any) -> int:
+    """The ``encoder_embed_dim`` of a VISTA3D (the channels of its first convolution), 48 when not found."""
+    conv = getattr(getattr(getattr(network, "image_encoder", None), "encoder", None), "conv_init", None)
+    return int(getattr(conv, "out_channels", 48))
 
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
@@ -352,6 +359,8 @@ class Vista3DPipeline:
         opts = dataclasses.replace(options or PipelineOptions(), **settings)
         self.device = resolve_device(device)
         self.random_weights = network is None and weights is None
+        if network is None:
+            check_network(int((network_kwargs or {}).get("encoder_embed_dim", 48)), self.device)
         self.network = _ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
@@ -365,6 +374,8 @@ class Vista3DPipeline:
         for key, value in options.items():
             if key == "roi_size":
                 value = as_roi_size(value, self._roi_multiple)
+                if self._roi_multiple == ROI_MULTIPLE:
+                    check_window(value, _embed_width(self.network), self.device)
             elif key == "nonfinite" and value not in ("air", "error"):
                 raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
             elif key == "overlap":
@@ -767,6 +778,7 @@ class Vista3DPipeline:
         if self.per_class:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
+        check_image(path, self.device)
         timer = StageTimer()
         with timer.stage("load"):
             image, geometry = self.load(path, volume_index=volume_index)
