@@ -380,6 +380,8 @@ class Vista3DPipeline:
                 raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
             elif key == "overlap":
                 value = float(value)
+                if not 0.0 <= value < 1.0:
+                    raise ValueError(f"overlap must be in [0, 1), got {value}; the bundle's is 0.25")
             elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
                 if int(value) < 1:
                     raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
@@ -396,10 +398,20 @@ class Vista3DPipeline:
         self._counting = _CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
 
     def replace(self, **options: Any) -> Vista3DPipeline:
-        """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...)."""
+        """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).
+
+        Raises:
+            TypeError: a keyword that is no field of :class:`PipelineOptions` (as the constructor).
+        """
+        dataclasses.replace(self.options, **options)  # an unknown keyword raises here, before anything changes
         other = copy.copy(self)
         other._configure(**options)
         return other
+
+    @property
+    def options(self) -> PipelineOptions:
+        """This pipeline's per-run options, as resolved (``amp`` a bool, ``roi_size`` three ints)."""
+        return PipelineOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PipelineOptions)})
 
     # ----------------------------------------------------------------------------------------------- stages
     def load(
