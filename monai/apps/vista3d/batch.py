@@ -62,6 +62,7 @@ from .io import (
     check_name_lengths,
     check_output,
     class_mask_paths,
+    is_vista3d_output,
     output_path,
     save_class_masks,
     save_label_map,
@@ -219,21 +220,23 @@ def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> lis
     return sorted(found)
 
 
-def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool] | None:
+def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool]:
     """What a folder search must leave out so that a run never reads the outputs of an earlier one.
 
-    Everything under ``output_dir`` that this program names as an output: ``<name>/<name>_<postfix>.nii.gz``.
-    When the output folder lies inside a searched folder, its outputs are found by that name too.
+    Every label map and mask this program wrote, in any folder, by the mark in its header
+    (:func:`~.io.is_vista3d_output`); and under ``output_dir`` what it names as an output,
+    ``<name>/<name>_<postfix>.nii.gz`` (the outputs of versions that did not mark them yet). An image named
+    explicitly is never left out.
     """
-    if output_dir is None:
-        return None
-    root = Path(os.path.abspath(output_dir))
+    root = None if output_dir is None else Path(os.path.abspath(output_dir))
 
     def skip(p: Path) -> bool:
         full = Path(os.path.abspath(p))
-        if not full.is_relative_to(root) or not _is_nifti(full):
+        if not _is_nifti(full):
             return False
-        return full.name == f"{full.parent.name}_{postfix}.nii.gz"
+        if root is not None and full.is_relative_to(root) and full.name == f"{full.parent.name}_{postfix}.nii.gz":
+            return True
+        return is_vista3d_output(full)
 
     return skip
 
@@ -269,9 +272,10 @@ def read_input_list(path: str | os.PathLike) -> list[Path]:
 def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
     """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
 
-    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders are skipped).
+    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, and the label
+    maps and masks this program wrote, are skipped).
     """
-    return [p for p, _ in _collect(inputs)]
+    return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
 
 
 def plan_outputs(

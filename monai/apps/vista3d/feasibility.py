@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .errors import ResourceError
-from .nifti_read import _memory_available
+from .nifti_read import _MAX_DEFLATE_RATIO, _memory_available
 
 __all__ = [
     "check_settings",
@@ -80,7 +80,11 @@ def check_network(embed_dim: int, device: torch.device | str) -> None:
     """
     if embed_dim < 1:
         raise ResourceError(f"encoder_embed_dim must be a positive multiple of 8, got {embed_dim}")
-    need, have = _network_bytes(embed_dim), memory_available(device)
+    try:
+        need = _network_bytes(embed_dim)
+    except ValueError:  # a width the network refuses: building it says why
+        return
+    have = memory_available(device)
     if have is not None and need > have:
         raise ResourceError(
             f"a vista3d132 with encoder_embed_dim={embed_dim} needs {_gib(need)} for its weights alone, "
@@ -118,7 +122,8 @@ def check_settings(roi_size: Sequence[int], embed_dim: int, device: torch.device
 
 
 def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
-    """``(host bytes, device bytes)`` that reading and segmenting ``path`` take at least, from its header."""
+    """``(host bytes, device bytes)`` that reading and segmenting ``path`` take at least, from its header;
+    ``(0, 0)`` for a header whose data cannot be in the file (truncated: its load says so)."""
     import nibabel as nib
 
     header = nib.load(os.fspath(path)).header
@@ -126,6 +131,9 @@ def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
     spatial = (shape + [1, 1, 1])[:3]
     zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
     inflated = math.prod(shape) * np.dtype(header.get_data_dtype()).itemsize
+    size = os.path.getsize(path)
+    if inflated > (_MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
+        return 0, 0
     host = inflated + 4 * math.prod(spatial)  # the file's data and its float32 copy
     resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(spatial, zooms))
     return host, _BYTES_PER_NETWORK_VOXEL * resampled

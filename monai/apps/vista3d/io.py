@@ -60,6 +60,8 @@ __all__ = [
     "output_path",
     "check_output",
     "check_name_lengths",
+    "mark_output_header",
+    "is_vista3d_output",
     "AIR_HU",
 ]
 
@@ -229,7 +231,40 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
     hdr["scl_slope"], hdr["scl_inter"] = 1.0, 0.0  # values are label ids: no scaling
     hdr["cal_min"], hdr["cal_max"] = 0.0, 0.0  # the input's display window means nothing for labels
     hdr["vox_offset"] = 0  # recomputed by write_to from the extensions
+    mark_output_header(hdr)
     return hdr
+
+
+#: the NIfTI intent of every file this program writes (NIFTI_INTENT_LABEL) and the name beside it
+_OUTPUT_INTENT, _OUTPUT_INTENT_NAME = 1002, "vista3d"
+
+
+def mark_output_header(hdr: Any) -> None:
+    """Mark a header as a label map (or mask) written by this program: intent 'label', intent name 'vista3d'.
+
+    Any NIfTI reader shows the intent; :func:`is_vista3d_output` recognises it, so that a folder search never
+    reads an output back as a CT, whatever its name or folder.
+    """
+    hdr.set_intent(_OUTPUT_INTENT, name=_OUTPUT_INTENT_NAME)
+
+
+def is_vista3d_output(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a NIfTI file that this program wrote (see :func:`mark_output_header`).
+
+    Reads the header only; anything unreadable is not an output (it fails as an input, with its own message).
+    """
+    p = pathlib.Path(path)
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)  # a NIfTI header inflates from far fewer compressed bytes
+        if head[:2] == GZIP_MAGIC:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 544)
+        hdr = header_from_bytes(head, p)
+        return int(hdr["intent_code"]) == _OUTPUT_INTENT and hdr.get_intent()[2] == _OUTPUT_INTENT_NAME
+    except (OSError, ValueError, zlib.error):
+        return False
 
 
 def _header_bytes(hdr: Any) -> bytes:
