@@ -42,6 +42,7 @@ import torch
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
+from .workers import WorkerError
 
 if TYPE_CHECKING:
     from .batch import BatchResult
@@ -742,6 +743,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet too
         return 0
+    except WorkerError as e:  # a background thread failed: said once, the run stopped cleanly
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except torch.cuda.OutOfMemoryError:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1

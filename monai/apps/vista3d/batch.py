@@ -55,7 +55,7 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
-from .feasibility import check_images, friendly_memory_error
+from .feasibility import check_environment, check_images, friendly_memory_error
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
@@ -80,6 +80,7 @@ from .parts import (
 )
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
+from .workers import WorkerError, get_from
 from .prompts import Prompt, parse_prompt
 
 __all__ = [
@@ -423,6 +424,20 @@ class _Loader:
         self._thread.start()
 
     def _work(self) -> None:
+        try:
+            self._load_all()
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {_reason(e)}")))
+
+    def _hand_on(self, item: tuple) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _load_all(self) -> None:
         side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
         for path, volume_index in self._items:
             if self._stop.is_set():
@@ -436,16 +451,13 @@ class _Loader:
                 item = (image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
                 item = (None, None, timer.timings["load"], e)
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
+            self._hand_on(item)
 
     def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None]]:
         for _ in self._items:
-            image, geom, seconds, error = self._queue.get()
+            image, geom, seconds, error = get_from(self._queue, self._thread, "load")
+            if isinstance(error, WorkerError):
+                raise error  # the loader itself failed: no image after this one can come
             if isinstance(image, torch.Tensor) and image.is_cuda:
                 # made on the loader's stream, used and freed on this one: keep the allocator from reusing it early
                 image.record_stream(torch.cuda.current_stream(image.device))
@@ -569,9 +581,13 @@ def _timed_save(labels: Any, geometry: ImageGeometry, path: Path, masks: Any = N
     so that an image whose label map exists has every file."""
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
     with timer.stage("save"):
-        if masks is not None:
-            save_class_masks(masks, geometry, Path(path).parent)
-        path = save_label_map(labels, geometry, path, **kwargs)
+        written = {} if masks is None else save_class_masks(masks, geometry, Path(path).parent)
+        try:
+            path = save_label_map(labels, geometry, path, **kwargs)
+        except BaseException:  # an image's set is written completely or not at all
+            for p in written.values():
+                Path(p).unlink(missing_ok=True)
+            raise
     return Path(path), timer.timings["save"]
 
 
@@ -802,6 +818,7 @@ def run_batch(
     if opts.nonfinite not in ("air", "error"):
         raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
     device = _batch_device(opts.device, opts.pipeline_kwargs)
+    check_environment()
     if segment_fn is None:  # what cannot fit is refused before the first image
         check_images(paths, resolve_device(device))
     pipeline_kwargs = opts.pipeline_kwargs

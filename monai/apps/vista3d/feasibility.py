@@ -30,6 +30,7 @@ from .errors import ResourceError
 from .nifti_read import _MAX_DEFLATE_RATIO, _memory_available
 
 __all__ = [
+    "check_environment",
     "check_settings",
     "check_network",
     "check_window",
@@ -115,8 +116,27 @@ def check_window(roi_size: Sequence[int], embed_dim: int, device: torch.device |
         )
 
 
+def check_environment() -> None:
+    """Refuse a ``VISTA3D_GZIP_CODEC`` or ``VISTA3D_GZIP_READER`` that cannot be used, before any file is read
+    (otherwise a ``.nii`` run would fail only when saving, after the whole segmentation).
+
+    Raises:
+        ResourceError: the variable's value, and what it may be.
+    """
+    from .errors import Vista3DInputError
+    from .gzip_codec import gzip_codec, gzip_reader_choice
+
+    try:
+        gzip_codec()
+        gzip_reader_choice()
+    except Vista3DInputError as e:
+        raise ResourceError(str(e)) from None
+
+
 def check_settings(roi_size: Sequence[int], embed_dim: int, device: torch.device | str) -> None:
-    """:func:`check_network` and :func:`check_window`: what the command line asks before building anything."""
+    """:func:`check_environment`, :func:`check_network` and :func:`check_window`: what the command line asks
+    before building anything."""
+    check_environment()
     check_network(embed_dim, device)
     check_window(roi_size, embed_dim, device)
 
