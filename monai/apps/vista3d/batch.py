@@ -73,6 +73,7 @@ from .parts import (
     OutputTaken,
     check_part,
     claim_summary,
+    keep_earlier_done,
     parse_part,
     part_keys,
     part_summary_name,
@@ -80,8 +81,8 @@ from .parts import (
 )
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
-from .workers import WorkerError, get_from
 from .prompts import Prompt, parse_prompt
+from .workers import WorkerError, get_from
 
 __all__ = [
     "run_batch",
@@ -927,6 +928,8 @@ def _triage(
     for i, rec in records.items():
         image, out = Path(rec["image"]), Path(rec["output"])
         files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
+        if mask_ids:
+            rec["masks"] = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
             for f in files:
                 check_output(image, f, overwrite=True)
@@ -953,13 +956,12 @@ def _gathered(local: list[dict], world: int) -> list[dict]:
 
 
 def _write_summary(path: Path, result: BatchResult) -> Path:
-    """Write ``result``'s summary (rank 0); returns the file written. A part's goes to another name when another
-    process of the same part wrote ``path`` since this run began (see :func:`.parts.claim_summary`)."""
-    held = None
-    if result.part is not None:
-        path, held = claim_summary(path, result.started)
+    """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
+    (of the same part, or another whole run) wrote ``path`` since this run began (see
+    :func:`.parts.claim_summary`); images done by the run whose summary it replaces stay done."""
+    path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
     try:
-        _write_json(path, result.summary())
+        _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())
     finally:
         if held is not None:
             held.release()

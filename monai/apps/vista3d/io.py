@@ -62,6 +62,7 @@ __all__ = [
     "check_name_lengths",
     "mark_output_header",
     "is_vista3d_output",
+    "output_problem",
     "AIR_HU",
 ]
 
@@ -246,6 +247,44 @@ def mark_output_header(hdr: Any) -> None:
     reads an output back as a CT, whatever its name or folder.
     """
     hdr.set_intent(_OUTPUT_INTENT, name=_OUTPUT_INTENT_NAME)
+
+
+def output_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with an output file on disk (``"missing"``, ``"incomplete: ..."``), or None when it is whole.
+
+    Whole: the header reads and the file holds every voxel it declares (a ``.nii.gz`` is inflated to the end, so
+    that its CRC and length are checked too).
+    """
+    p = pathlib.Path(path)
+    if not p.is_file():
+        return "missing"
+    try:
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)
+            gz = head[:2] == GZIP_MAGIC
+            if gz:
+                f.seek(0)
+                d, total, first = zlib.decompressobj(31), 0, b""
+                while piece := f.read(1 << 20):
+                    while piece:
+                        if d.eof:  # another member follows
+                            d = zlib.decompressobj(31)
+                        out = d.decompress(piece, 1 << 22)  # bounded: a label map inflates ~100x
+                        total += len(out)
+                        first = first if len(first) >= 544 else (first + out)[:544]
+                        piece = d.unused_data if d.eof else d.unconsumed_tail
+                if not d.eof:
+                    return "incomplete: the gzip stream is truncated"
+                head = first
+            else:
+                total = p.stat().st_size
+        hdr = header_from_bytes(head, p)
+    except (OSError, ValueError, zlib.error) as e:
+        return f"incomplete: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    need = int(hdr["vox_offset"]) + math.prod(hdr.get_data_shape()) * hdr.get_data_dtype().itemsize
+    if total < need:
+        return f"incomplete: {total} of {need} bytes"
+    return None
 
 
 def is_vista3d_output(path: str | os.PathLike) -> bool:
