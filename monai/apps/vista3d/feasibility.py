@@ -93,20 +93,20 @@ def check_network(embed_dim: int, device: torch.device | str) -> None:
         )
 
 
-def check_window(roi_size: Sequence[int], embed_dim: int, device: torch.device | str) -> None:
+def check_window(roi_size: Sequence[int], embed_dim: int, device: torch.device | str, halvings: int = 4) -> None:
     """Refuse a window the network cannot downsample or whose activations cannot fit on ``device``.
 
-    VISTA3D halves the window four times and normalises each level over its voxels, so a window of 16 along every
-    axis leaves one voxel at the deepest level, which instance normalisation cannot take.
+    VISTA3D (``vista3d132``) halves the window ``halvings`` = 4 times and normalises each level over its voxels, so
+    a window of 16 along every axis leaves one voxel at the deepest level, which instance normalisation cannot take.
 
     Raises:
         ResourceError: the window cannot run.
     """
     roi = tuple(int(r) for r in roi_size)
-    if math.prod(r // 16 for r in roi) <= 1:
+    if math.prod(r >> halvings for r in roi) <= 1:
         raise ResourceError(
-            f"roi_size {roi} leaves one voxel at the network's deepest level (it halves the window four times); "
-            "use at least 32 along one axis, e.g. 128 (the bundle's) or 64"
+            f"roi_size {roi} leaves one voxel at the network's deepest level (it halves the window {halvings} "
+            f"times); use at least {2 << halvings} along one axis, e.g. 128 (the bundle's) or 64"
         )
     need, have = _LIVE_ACTIVATIONS * 4 * embed_dim * math.prod(roi), memory_available(device)
     if have is not None and need > have:

@@ -195,10 +195,12 @@ _OUTPUT_DTYPES = ("float32", "uint8", "int16")
 ROI_MULTIPLE = 16
 
 
-def _embed_width(network: Any) -> int:
-    """The ``encoder_embed_dim`` of a VISTA3D (the channels of its first convolution), 48 when not found."""
-    conv = getattr(getattr(getattr(network, "image_encoder", None), "encoder", None), "conv_init", None)
-    return int(getattr(conv, "out_channels", 48))
+def _encoder_shape(network: Any) -> tuple[int, int]:
+    """``(encoder_embed_dim, halvings)`` of a VISTA3D: its first convolution's channels and its encoder's levels
+    below the first (``vista3d132``: ``(48, 4)``)."""
+    encoder = getattr(getattr(network, "image_encoder", None), "encoder", None)
+    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", 48))
+    return width, max(len(getattr(encoder, "layers", ())) - 1, 0) if encoder is not None else 4
 
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
@@ -375,7 +377,8 @@ class Vista3DPipeline:
             if key == "roi_size":
                 value = as_roi_size(value, self._roi_multiple)
                 if self._roi_multiple == ROI_MULTIPLE:
-                    check_window(value, _embed_width(self.network), self.device)
+                    width, halvings = _encoder_shape(self.network)
+                    check_window(value, width, self.device, halvings)
             elif key == "nonfinite" and value not in ("air", "error"):
                 raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
             elif key == "overlap":
