@@ -57,8 +57,8 @@ def memory_available(device: torch.device | str) -> int | None:
     """Bytes the pipeline could still use on ``device`` (CUDA: the GPU's total memory), None when unknown."""
     device = torch.device(device)
     if device.type == "cuda":
-        try:
-            return int(torch.cuda.mem_get_info(device)[1])
+        try:  # the properties, not mem_get_info: no CUDA context is made on the device (torchrun's ranks share 0)
+            return int(torch.cuda.get_device_properties(device).total_memory)
         except (RuntimeError, AssertionError):
             return None
     return _memory_available()
@@ -154,7 +154,8 @@ def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
     size = os.path.getsize(path)
     if inflated > (_MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
         return 0, 0
-    host = inflated + 4 * math.prod(spatial)  # the file's data and its float32 copy
+    itemsize = np.dtype(header.get_data_dtype()).itemsize
+    host = (itemsize + 4) * math.prod(spatial)  # one volume's data and its float32 copy
     resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(spatial, zooms))
     return host, _BYTES_PER_NETWORK_VOXEL * resampled
 
