@@ -403,6 +403,9 @@ class dist_context:
             dist.destroy_process_group()
 
 
+_LOADER_JOIN_SECONDS = 5.0
+
+
 class _Loader:
     """Loads images ahead of the one being segmented, in order, on one thread.
 
@@ -465,9 +468,10 @@ class _Loader:
             yield image, geom, seconds, error
 
     def close(self) -> None:
-        """Stop loading and wait for the thread."""
+        """Stop loading and wait for the thread, a few seconds at most: a load that hangs (a stuck read) must not
+        turn one Ctrl-C into two; the thread is a daemon and stops at its next image."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=_LOADER_JOIN_SECONDS)
 
 
 def _os_message(e: OSError) -> str:

@@ -14,7 +14,11 @@ hang (issue 34, item 2)."""
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 import threading
 import unittest
 from pathlib import Path
@@ -25,7 +29,22 @@ import numpy as np
 
 from monai.apps.vista3d import batch, gzip_codec
 from tests.apps.vista3d.stub_vista import phantom
-from tests.apps.vista3d.test_cli import run_main
+from tests.apps.vista3d.test_cli import ROOT, run_main
+from tests.subprocess_env import child_env
+
+# the command line with an inflate thread that never ends (a stuck read), telling when it is stuck
+STUCK = """
+import sys, threading
+from monai.apps.vista3d import gzip_codec
+from monai.apps.vista3d.__main__ import main
+
+def stuck(self):
+    print("stuck", flush=True)
+    threading.Event().wait()
+
+gzip_codec.Gunzip._run = stuck
+sys.exit(main(sys.argv[1:]))
+"""
 
 FLAGS = ["--embed-dim", "8", "--roi-size", "32", "--classes", "liver,spleen", "--device", "cpu", "--quiet"]
 
@@ -116,6 +135,22 @@ class TestWorkerFailures(unittest.TestCase):
             code, lines = self._run("--per-class")
         self.assertEqual(code, 1)
         self.assertEqual(self._left_behind(), [])  # the masks written first are gone with their label map
+
+
+    def test_one_ctrl_c_is_enough(self):
+        with subprocess.Popen([sys.executable, "-c", STUCK, "-i", self.src, "-o", self.out, *FLAGS], cwd=ROOT,
+                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+            self.assertEqual(proc.stdout.readline().strip(), "stuck")
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                self.fail("one Ctrl-C did not stop the run")
+        self.assertEqual(proc.returncode, 130, err)
+        self.assertEqual(_errors(err), ["error: interrupted; finished outputs are kept, unfinished images left nothing"])
+        self.assertEqual(self._left_behind(), [])
 
 
 if __name__ == "__main__":
