@@ -89,7 +89,8 @@ class TestSegmentCli(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn(f"[1/1] {self.src} skipped: {path} exists (--overwrite redoes it)", out)
         self.assertEqual(path.read_bytes(), written)
-        self.assertEqual(json.loads((out_dir / "summary.json").read_text())["skipped"], 1)
+        kept = json.loads((out_dir / "summary.json").read_text())  # the first run's image stays done (issue 34)
+        self.assertEqual((kept["done"], kept["skipped"], kept["per_image"][0]["earlier_run"]), (1, 0, True))
         before = np.asarray(res.dataobj).copy()
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY, "--overwrite",
                                  "--output-dtype", "float32"])
@@ -303,7 +304,8 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertEqual(res.returncode, 0, res.stderr)
         self.assertEqual(res.stdout.count("skipped: "), 3, res.stdout)
         self.assertEqual({p: path.read_bytes() for p, path in results.items()}, written)
-        self.assertEqual(json.loads((out / "summary.json").read_text())["skipped"], 3)
+        kept = json.loads((out / "summary.json").read_text())  # what the first run did stays done (issue 34)
+        self.assertEqual((kept["done"], kept["skipped"]), (3, 0))
         res = vista3d("segment", "--input-list", cts, "--output-dir", out, *TINY, "--volume-index", "1",
                       "--overwrite")
         self.assertEqual(res.returncode, 0, res.stderr)
