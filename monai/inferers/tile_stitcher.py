@@ -24,7 +24,8 @@ the full blended outputs bit for bit (as long as the predictor's output for a wi
 windows of its batch). With ``slab_dim=0`` the running order is the plan's order and every tile is accumulated
 directly. For another ``slab_dim`` a voxel covered by windows of two slabs would be summed in another order, so
 such tiles keep the weighted-out parts of their windows and sum them in the plan's order when complete (more
-memory for those tiles, growing with the overlap; the VISTA3D pipeline streams with ``slab_dim=0``). Accumulators take the input's dtype.
+memory for those tiles, growing with the overlap; the VISTA3D pipeline streams with ``slab_dim=0``).
+Accumulators take the input's dtype.
 """
 
 from __future__ import annotations

@@ -406,12 +406,13 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
 
     Returns:
         ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...],
-        "interrupted_parts": [...], "unreadable": [...]}``. Each part row: ``file``, ``part`` (``[i, N]`` or
+        "interrupted_parts": [...], "unreadable": [...], "not_on_disk": {...}}``. Each part row: ``file``, ``part`` (``[i, N]`` or
         ``None`` for ``summary.json``), ``images``, ``done``, ``skipped``, ``failed``, ``busy``, ``seconds`` (its
         wall time), ``volumes_per_minute``, ``host``, ``interrupted`` (stopped before its end).
         ``totals``: ``inputs`` (images in the batch, as the summaries report it), the distinct images ``done``,
         ``skipped``, ``failed``, ``busy`` (claimed by a process that did not report it), ``unreported``
-        (in no summary) and ``not_on_disk`` (reported, but its files are missing or incomplete), ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
+        (in no summary) and ``not_on_disk`` (reported, but its files are missing or incomplete),
+        ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
         up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (done per minute of that
         span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent; ``failed_parts``: those
         with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C, SIGTERM).

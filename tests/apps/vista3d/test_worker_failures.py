@@ -149,7 +149,8 @@ class TestWorkerFailures(unittest.TestCase):
                 proc.kill()
                 self.fail("one Ctrl-C did not stop the run")
         self.assertEqual(proc.returncode, 130, err)
-        self.assertEqual(_errors(err), ["error: interrupted; finished outputs are kept, unfinished images left nothing"])
+        stopped = "error: interrupted; finished outputs are kept, unfinished images left nothing"
+        self.assertEqual(_errors(err), [stopped])
         self.assertEqual(self._left_behind(), [])
 
 
