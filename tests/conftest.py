@@ -1,9 +1,21 @@
-"""Shared pytest configuration: the ``slow`` marker, skipped by ``./runtests.sh --quick``."""
+"""Shared pytest configuration: the ``slow`` marker, skipped by ``./runtests.sh --quick``, and one temporary folder
+for everything the suite would otherwise leave in the home directory."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
-import pytest
-import torch
+# Triton's kernel cache (~/.triton) and the tests' own download cache (~/.cache/monai-tests) go to a folder of this
+# session, removed at its end; set before torch or Triton is imported, and inherited by the tests' child processes.
+_SESSION_DIR = tempfile.mkdtemp(prefix="monai-tests-")
+atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
+os.environ["TRITON_HOME"] = _SESSION_DIR
+os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_DIR, "triton-cache")
+os.environ["MONAI_TRITON_CACHE"] = os.path.join(_SESSION_DIR, "monai-tests")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Keep the suite fast and repeatable on the 2-core CI machines.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
