@@ -17,11 +17,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from any directory
 
-from edits import EditError  # noqa: E402
-from prs import PRS, REPO, PR  # noqa: E402
-from writeups import missing, summary  # noqa: E402
+from tools.upstream_prs.edits import EditError  # noqa: E402
+from tools.upstream_prs.prs import PR, PRS, REPO  # noqa: E402
+from tools.upstream_prs.writeups import missing, summary  # noqa: E402
 
 GIT_ID = ["-c", "user.name=vista3d-upstream-prs", "-c", "user.email=vista3d-upstream-prs@localhost"]
 
@@ -67,7 +67,7 @@ def build_branch(src: Path, pr: PR, parent: str) -> str:
 def check_writeup(src: Path, pr: PR) -> list[str]:
     diff = git(src, "diff", "--function-context", f"{pr.branch}~1", pr.branch)
     changed = set(git(src, "diff", "--name-only", f"{pr.branch}~1", pr.branch).split())
-    return missing((REPO / pr.writeup).read_text(), diff, changed)
+    return missing((REPO / pr.writeup).read_text(), diff, changed, pr.tests)
 
 
 def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str) -> bool:

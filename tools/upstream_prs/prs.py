@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from edits import (
+from tools.upstream_prs.edits import (
     EditError,
     add_docstring_arg,
     add_import,

@@ -42,10 +42,13 @@ def named_items(text: str) -> tuple[set[str], set[str]]:
     return paths, names
 
 
-def missing(text: str, diff: str, changed: set[str]) -> list[str]:
-    """What the write-up names that the diff (with whole functions as context) does not contain."""
+def missing(text: str, diff: str, changed: set[str], run_unchanged: tuple[str, ...] = ()) -> list[str]:
+    """What the write-up names that the diff (with whole functions as context) does not contain.
+
+    ``run_unchanged``: upstream's test files that the branch is tested with; a write-up may name them.
+    """
     paths, names = named_items(text)
-    out = [f"file {p} is not changed by the branch" for p in sorted(paths) if p not in changed]
+    out = [f"file {p} is not changed by the branch" for p in sorted(paths) if p not in changed | set(run_unchanged)]
     for name in sorted(names):
         last = name.split(".")[-1]
         if last not in diff:
