@@ -201,8 +201,9 @@ class TestEdits(unittest.TestCase):
             self.assertTrue(net.point_head.release_cached_memory)
             net(torch.ones(1, 1, 2, 2, 2), point_coords=torch.ones(3, 1, 3))
             self.assertEqual(len(calls), 1 + 1 + 2)  # the network's, the point head's, one per chunk of 2 prompts
-            built = module.VISTA3D(encoder, torch.nn.Identity(), module.PointMappingSAM(1), release_cached_memory=True)
-            self.assertTrue(built.point_head.release_cached_memory)
+            point_head = module.PointMappingSAM(1)
+            module.VISTA3D(encoder, torch.nn.Identity(), point_head, release_cached_memory=True)
+            self.assertTrue(point_head.release_cached_memory)
         finally:
             torch.cuda.empty_cache = original
         self.assertIn("release_cached_memory: call ``torch.cuda.empty_cache()``", edited(prs.VISTA3D, "02"))
@@ -238,9 +239,13 @@ class TestEdits(unittest.TestCase):
         torch.testing.assert_close(plain(x, net), out)
         self.assertEqual(plain.timings, {})
 
-    @parameterized.expand([("01", prs.VISTA3D, "ClassMappingClassify.forward has no call of squeeze"),
-                           ("02", prs.SEGRESNET_DS, "SegResNetDS2.forward has no call of clone"),
-                           ("03", prs.INFERER, "no longer returns sliding_window_inference")])
+    @parameterized.expand(
+        [
+            ("01", prs.VISTA3D, "ClassMappingClassify.forward has no call of squeeze"),
+            ("02", prs.SEGRESNET_DS, "SegResNetDS2.forward has no call of clone"),
+            ("03", prs.INFERER, "no longer returns sliding_window_inference"),
+        ]
+    )
     def test_moved_code_is_reported(self, number, rel, message):
         moved = {
             "01": VISTA3D_PY.replace(".squeeze()", ".flatten(0, 1)"),
@@ -254,12 +259,13 @@ class TestEdits(unittest.TestCase):
                 pr.apply(Path(tmp))
 
     def test_add_parameter_wraps_long_signatures(self):
-        src = "def f(self, aaaaaaaaaaaaaaaaaaaa: int, bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb: int, cccccccccccccccccccccccc: int):\n    pass\n"
+        names = ["a" * 30, "b" * 30, "c" * 30]
+        src = f"def f(self, {names[0]}: int, {names[1]}: int, {names[2]}: int):\n    pass\n"
         out = edits.add_parameter(src, "f", "flag: bool = False")
-        self.assertEqual(out.splitlines()[:6], ["def f(", "    self,", "    aaaaaaaaaaaaaaaaaaaa: int,",
-                                                "    bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb: int,",
-                                                "    cccccccccccccccccccccccc: int,", "    flag: bool = False,"])
-        load(out, "wrapped")
+        expected = ["def f(", "    self,", *(f"    {n}: int," for n in names), "    flag: bool = False,", "):"]
+        self.assertEqual(out.splitlines()[:7], expected)
+        short = edits.add_parameter("def g(a: int):\n    pass\n", "g", "b=1")
+        self.assertEqual(short.splitlines()[0], "def g(a: int, b=1):")
 
 
 @unittest.skipIf(shutil.which("git") is None, "the tool needs git")
@@ -306,7 +312,10 @@ class TestBuild(unittest.TestCase):
         changed = set(self.git("diff", "--name-only", f"{pr.branch}~1", pr.branch).split())
         self.assertEqual(
             writeups.missing(text, diff, changed, pr.tests),
-            ["file monai/networks/nets/other.py is not changed by the branch", "VISTA3D.fuse is not in the branch's diff"],
+            [
+                "file monai/networks/nets/other.py is not changed by the branch",
+                "VISTA3D.fuse is not in the branch's diff",
+            ],
         )
 
 
@@ -320,7 +329,8 @@ class TestWriteupChecks(unittest.TestCase):
     def test_missing(self):
         diff = "+def bar():\n+    x_y = 1\n"
         problems = writeups.missing("`monai/a.py`, `Foo.bar`, `x_y`, `gone_name`", diff, {"monai/b.py"})
-        self.assertEqual(problems, ["file monai/a.py is not changed by the branch", "gone_name is not in the branch's diff"])
+        expected = ["file monai/a.py is not changed by the branch", "gone_name is not in the branch's diff"]
+        self.assertEqual(problems, expected)
 
     def test_summary(self):
         text = "# Title\n\n## What changes\n\nLine one.\nLine two.\n\n## Why\n\nnot this\n"

@@ -85,8 +85,8 @@ def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str) -> bool:
         modules = [t.removesuffix(".py").replace("/", ".") for t in pr.tests]
         cmd = [python, "-m", "unittest", *modules]  # upstream's runner (runtests.sh) is unittest
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-        lines = [x for x in proc.stderr.strip().splitlines() if x.startswith("Ran ")] + proc.stderr.strip().splitlines()[-1:]
-        last = ", ".join(lines) if lines else "no output"
+        report = proc.stderr.strip().splitlines()
+        last = ", ".join([x for x in report if x.startswith("Ran ")] + report[-1:]) or "no output"
         ok = proc.returncode == 0
         if not ok:
             print(proc.stdout[-4000:] + proc.stderr[-2000:], file=sys.stderr)
