@@ -6,8 +6,11 @@ for, so that the edits can be applied, run and diffed without an upstream checko
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import shutil
-import subprocess
+import sys
 import tempfile
 import textwrap
 import types
@@ -317,6 +320,21 @@ class TestBuild(unittest.TestCase):
                 "VISTA3D.fuse is not in the branch's diff",
             ],
         )
+
+
+    @parameterized.expand([("passes", "self.assertEqual(1, 1)", True), ("fails", "self.assertEqual(1, 2)", False)])
+    def test_run_tests_prints_one_line(self, _, body, ok):
+        pr = dataclasses.replace(prs.PRS[0], tests=("tests/test_tiny.py",))
+        with tempfile.TemporaryDirectory() as helpers:  # stands for an upstream checkout's tests/
+            test = f"import unittest\n\n\nclass T(unittest.TestCase):\n    def test(self):\n        {body}\n"
+            write_tree(Path(helpers), {"tests/__init__.py": "", "tests/test_tiny.py": test})
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                result = build.run_tests(self.src, pr, Path(helpers), sys.executable)
+        self.assertEqual(result, ok)
+        line = out.getvalue().strip()
+        self.assertTrue(line.startswith("vista3d-pr-01: tests/test_tiny.py: Ran 1 test"), line)
+        self.assertTrue(line.endswith("passed" if ok else "failed"), line)
 
 
 class TestWriteupChecks(unittest.TestCase):
