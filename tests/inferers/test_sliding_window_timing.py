@@ -26,11 +26,14 @@ STAGES = ("prepare", "forward", "stitch", "finalize")
 
 
 def _fake_cuda():
-    """Pretend CUDA is usable: record synchronize and NVTX calls instead of running them."""
+    """Pretend CUDA is usable: record stream waits and NVTX calls instead of running them."""
     calls: dict[str, list] = {"sync": [], "push": [], "pop": []}
     patches = [
         mock.patch("monai.utils.profiling.cuda_active", lambda: True),
-        mock.patch("torch.cuda.synchronize", lambda *a: calls["sync"].append(a)),
+        mock.patch("torch.cuda.synchronize", side_effect=AssertionError("device-wide synchronize on the user's path")),
+        mock.patch(
+            "torch.cuda.current_stream", lambda *a: mock.Mock(synchronize=lambda: calls["sync"].append(a))
+        ),
         mock.patch("torch.cuda.nvtx.range_push", lambda name: calls["push"].append(name)),
         mock.patch("torch.cuda.nvtx.range_pop", lambda: calls["pop"].append(1)),
     ]
@@ -184,6 +187,24 @@ class TestStageTimer(unittest.TestCase):
         self.assertIn("forward 1500.0 ms (75%)", line)
         self.assertIn("windows 8", line)
         self.assertIn("stitching gpu", line)
+
+
+
+
+class TestStageTimerSyncScope(unittest.TestCase):
+    def test_waits_on_current_stream_not_device(self):
+        """With sync on, stage boundaries wait on the caller's stream only, never device-wide."""
+        from monai.utils.profiling import StageTimer
+
+        stream = mock.Mock()
+        with mock.patch("torch.cuda.current_stream", return_value=stream), mock.patch(
+            "torch.cuda.synchronize", side_effect=AssertionError("device-wide synchronize")
+        ):
+            timer = StageTimer(sync=True, nvtx=False)
+            with timer.stage("forward"):
+                pass
+        self.assertEqual(stream.synchronize.call_count, 2)
+        self.assertIn("forward", timer.timings)
 
 
 if __name__ == "__main__":
