@@ -470,6 +470,38 @@ class TestBuild(unittest.TestCase):
         self.assertTrue(line.endswith("passed" if ok else "failed"), line)
 
 
+@unittest.skipIf(shutil.which("git") is None, "the tool needs git")
+class TestDoesNotApply(unittest.TestCase):
+    def test_a_pr_that_does_not_apply_is_named(self):
+        moved = {
+            prs.VISTA3D: VISTA3D_PY.replace(".squeeze()", ".flatten(0, 1)"),
+            pr05.VISTA3D_INFERER: VISTA3D_INFERER_PY.replace("point_based_window_inferer", "point_prompt_inferer"),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "monai-src"
+            write_tree(src, {**TREE, **moved})
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = build.main(["--monai-src", str(src)])
+            branches = build.git(src, "branch", "--format=%(refname:short)").split()
+            base = build.git(src, "rev-list", "--max-parents=0", "HEAD").strip()
+            parent_of_02 = build.git(src, "rev-parse", "vista3d-pr-02~1").strip()
+        self.assertEqual(rc, 1)
+        lines = out.getvalue().splitlines()
+        self.assertIn(
+            "vista3d-pr-01: PR 01 does not apply: monai/networks/nets/vista3d.py: ClassMappingClassify.forward has no "
+            "call of squeeze(); later PRs are stacked without it",
+            lines,
+        )
+        self.assertIn(
+            "vista3d-pr-05: PR 05 does not apply: monai/apps/vista3d/inferer.py: point_based_window_inferer not "
+            "found; later PRs are stacked without it",
+            lines,
+        )
+        self.assertEqual(sorted(b for b in branches if b.startswith("vista3d-pr-")), ["vista3d-pr-02", "vista3d-pr-03"])
+        self.assertEqual(parent_of_02, base)  # 02 stacked on the untouched tree, without 01
+
+
 class TestWriteupChecks(unittest.TestCase):
     def test_named_items(self):
         text = "`monai/a/b.py`, `Foo.bar`, `baz()`, `x_y`, `Name`, `python run.py --x`, `True`, `[K, C]`, `k`"

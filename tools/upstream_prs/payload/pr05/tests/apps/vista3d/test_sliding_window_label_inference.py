@@ -86,15 +86,20 @@ class TestSlidingWindowLabelInference(unittest.TestCase):
         seen = []
 
         def predictor(windows, window_slices, condition):
-            seen.append(len(window_slices))
+            seen.append([tuple(s[2:]) for s in window_slices])
             return net(windows + condition)
+
+        def reference(windows_and_condition, window_slices):  # the condition as a second input channel
+            seen.append([tuple(s[2:]) for s in window_slices])
+            return net(windows_and_condition[:, :1] + windows_and_condition[:, 1:])
 
         with torch.no_grad():
             labels = sliding_window_label_inference(
                 inputs, (8, 8, 8), 3, predictor, with_coord=True, condition=condition
             )
-            expected = full_logit_labels(inputs, (8, 8, 8), 3, predictor, with_coord=True, condition=condition)
-        self.assertEqual(sum(seen[: len(seen) // 2]), 8)  # 8 windows for each of the two paths
+            expected = full_logit_labels(torch.cat([inputs, condition], 1), (8, 8, 8), 3, reference, with_coord=True)
+        self.assertEqual(len(seen), 6)  # 8 windows in batches of 3, 3, 2 for each of the two paths
+        self.assertEqual(seen[:3], seen[3:])
         assert_allclose(labels.to(expected.dtype), expected, type_test=False, rtol=0, atol=0)
 
     def test_metatensor_keeps_metadata(self):
