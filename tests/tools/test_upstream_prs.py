@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import itertools
 import shutil
 import sys
 import tempfile
@@ -16,11 +17,12 @@ import textwrap
 import types
 import unittest
 from pathlib import Path
+from unittest import mock
 
 import torch
 from parameterized import parameterized
 
-from tools.upstream_prs import build, edits, prs, writeups
+from tools.upstream_prs import build, edits, pr05, prs, writeups
 
 VISTA3D_PY = '''
 import numpy as np
@@ -146,12 +148,109 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
         return super().__call__(inputs, network, *args, **kwargs)
 '''
 
+VISTA3D_INFERER_PY = '''
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from monai.data.meta_tensor import MetaTensor
+from monai.utils import optional_import
+
+tqdm, _ = optional_import("tqdm", name="tqdm")
+
+__all__ = ["point_based_window_inferer"]
+
+
+def point_based_window_inferer(inputs: torch.Tensor, roi_size: Sequence[int], predictor: Any) -> torch.Tensor:
+    """Runs ``predictor`` on the window at the origin (a stand-in)."""
+    window = copy.copy(inputs)[(slice(None), slice(None), *(slice(0, r) for r in roi_size))]
+    return predictor(window)
+
+
+def _pad_previous_mask(inputs: torch.Tensor, roi_size: Sequence[int]) -> torch.Tensor:
+    return inputs
+'''
+
 TREE = {
     prs.VISTA3D: VISTA3D_PY,
     prs.SEGRESNET_DS: SEGRESNET_DS_PY,
     prs.INFERER: INFERER_PY,
+    pr05.VISTA3D_INFERER: VISTA3D_INFERER_PY,
     "monai/__init__.py": "",
 }
+
+
+def _window_starts(size: int, roi: int, interval: int) -> list[int]:
+    return sorted({*range(0, size - roi, interval), size - roi})
+
+
+def stand_in_modules() -> dict[str, types.ModuleType]:
+    """The upstream helpers PR 05's function imports, written here in a few lines each (our own, not upstream's)."""
+
+    def dense_patch_slices(image_size, roi_size, interval):
+        starts = [_window_starts(s, r, i) for s, r, i in zip(image_size, roi_size, interval)]
+        return [tuple(slice(a, a + r) for a, r in zip(st, roi_size)) for st in itertools.product(*starts)]
+
+    def compute_importance_map(size, mode, sigma_scale, device, dtype):
+        weight = torch.ones(size, dtype=torch.float64)
+        if mode == "gaussian":
+            for d, n in enumerate(size):
+                x = torch.arange(n, dtype=torch.float64) - (n - 1) / 2
+                shape = [1] * len(size)
+                shape[d] = n
+                weight = weight * torch.exp(-(x / (sigma_scale * n)) ** 2 / 2).reshape(shape)
+        return weight.to(device=device, dtype=dtype)
+
+    def scan_interval(image_size, roi_size, num_spatial_dims, overlap):
+        return tuple(r if r == s else max(int(r * (1 - o)), 1) for s, r, o in zip(image_size, roi_size, overlap))
+
+    def ensure_tuple_rep(x, n):
+        return tuple(x) if isinstance(x, (list, tuple)) else (x,) * n
+
+    def fall_back_tuple(user, default):
+        return tuple(u if u and u > 0 else d for u, d in zip(ensure_tuple_rep(user, len(default)), default))
+
+    names = {
+        "monai.data.meta_tensor": {"MetaTensor": type("MetaTensor", (), {})},
+        "monai.data.utils": {"dense_patch_slices": dense_patch_slices, "compute_importance_map": compute_importance_map},
+        "monai.inferers.utils": {"_get_scan_interval": scan_interval},
+        "monai.utils": {
+            "BlendMode": types.SimpleNamespace(CONSTANT="constant"),
+            "PytorchPadMode": types.SimpleNamespace(CONSTANT="constant"),
+            "ensure_tuple_rep": ensure_tuple_rep,
+            "fall_back_tuple": fall_back_tuple,
+            "look_up_option": lambda option, supported: option,
+            "optional_import": lambda *args, **kwargs: (None, False),
+        },
+    }
+    return {m: types.SimpleNamespace(**attrs) for m, attrs in names.items()}  # type: ignore[misc]
+
+
+def blended_labels(inputs, roi_size, sw_batch_size, predictor, overlap, mode, label_prompt):
+    """The reference for PR 05: blend the logits of every class over the whole volume, then take the labels."""
+    helpers = stand_in_modules()
+    size = inputs.shape[2:]
+    plan = helpers["monai.data.utils"].dense_patch_slices(
+        size, roi_size, helpers["monai.inferers.utils"]._get_scan_interval(size, roi_size, len(size), overlap)
+    )
+    weight = helpers["monai.data.utils"].compute_importance_map(roi_size, mode, 0.125, "cpu", inputs.dtype)
+    total = count = None
+    for start in range(0, len(plan), sw_batch_size):
+        windows = plan[start : start + sw_batch_size]
+        logits = predictor(torch.cat([inputs[(slice(None), slice(None), *w)] for w in windows]))
+        if total is None:
+            total = torch.zeros((logits.shape[1], *size), dtype=inputs.dtype)
+            count = torch.zeros(size, dtype=inputs.dtype)
+        for w, out in zip(windows, logits):
+            total[(slice(None), *w)] += out * weight
+            count[w] += weight
+    best, channel = (total / count).max(dim=0)
+    ids = torch.as_tensor(label_prompt or range(1, total.shape[0] + 1))
+    return torch.where(best > 0, ids[channel], 0)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
@@ -244,9 +343,40 @@ class TestEdits(unittest.TestCase):
 
     @parameterized.expand(
         [
+            ((1, 1, 13, 11, 10), (8, 8, 8), 3, 0.25, "constant", 4, None),
+            ((2, 1, 17, 9, 12), (8, 6, 8), 4, 0.5, "gaussian", 3, [4, 9, 300]),
+            ((1, 1, 19, 14), (8, 8), 2, 0.6, "constant", 1, [7]),
+        ]
+    )
+    def test_label_inference_equals_blended_labels(self, shape, roi, batch, overlap, mode, classes, prompt):
+        source = edited(pr05.VISTA3D_INFERER, "05")
+        self.assertIn("import itertools\nfrom collections.abc import Callable, Sequence\n", source)
+        self.assertIn("from monai.data.utils import compute_importance_map, dense_patch_slices\n", source)
+        self.assertIn('__all__ = ["point_based_window_inferer", "sliding_window_label_inference"]', source)
+        self.assertLess(source.index("def point_based_window_inferer"), source.index("def sliding_window_label"))
+        with mock.patch.dict(sys.modules, stand_in_modules()):
+            module = load(source, "vista3d_inferer_05")
+        torch.manual_seed(0)
+        conv = (torch.nn.Conv3d if len(shape) == 5 else torch.nn.Conv2d)(1, classes, 3, padding=1)
+        inputs = torch.randn(*shape)
+        with torch.no_grad():
+            labels = module.sliding_window_label_inference(
+                inputs, roi, batch, conv, overlap, mode, label_prompt=prompt
+            )
+            overlaps = (overlap,) * len(roi)
+            expected = [blended_labels(x[None], roi, batch, conv, overlaps, mode, prompt) for x in inputs]
+        self.assertEqual(labels.dtype, torch.int32 if prompt and max(prompt) > 255 else torch.uint8)
+        expected = torch.stack(expected)
+        self.assertGreater(len(torch.unique(expected)), 1)
+        torch.testing.assert_close(labels[:, 0].long(), expected.long(), rtol=0, atol=0)
+
+    @parameterized.expand(
+        [
             ("01", prs.VISTA3D, "ClassMappingClassify.forward has no call of squeeze"),
             ("02", prs.SEGRESNET_DS, "SegResNetDS2.forward has no call of clone"),
             ("03", prs.INFERER, "no longer returns sliding_window_inference"),
+            ("05", pr05.VISTA3D_INFERER, "point_based_window_inferer not found"),
+            ("05", pr05.VISTA3D_INFERER, "no top-level '__all__ = \\[...\\]'"),
         ]
     )
     def test_moved_code_is_reported(self, number, rel, message):
@@ -254,6 +384,9 @@ class TestEdits(unittest.TestCase):
             "01": VISTA3D_PY.replace(".squeeze()", ".flatten(0, 1)"),
             "02": SEGRESNET_DS_PY.replace("x.clone()", "x + 0"),
             "03": INFERER_PY.replace("return sliding_window_inference(", "return sliding_window_inference_v2("),
+            "05": VISTA3D_INFERER_PY.replace("def point_based_window_inferer(", "def point_prompt_inferer(")
+            if "not found" in message
+            else VISTA3D_INFERER_PY.replace('["point_based_window_inferer"]', '("point_based_window_inferer",)'),
         }[number]
         with tempfile.TemporaryDirectory() as tmp:
             write_tree(Path(tmp), {**TREE, rel: moved})
@@ -335,6 +468,38 @@ class TestBuild(unittest.TestCase):
         line = out.getvalue().strip()
         self.assertTrue(line.startswith("vista3d-pr-01: tests/test_tiny.py: Ran 1 test"), line)
         self.assertTrue(line.endswith("passed" if ok else "failed"), line)
+
+
+@unittest.skipIf(shutil.which("git") is None, "the tool needs git")
+class TestDoesNotApply(unittest.TestCase):
+    def test_a_pr_that_does_not_apply_is_named(self):
+        moved = {
+            prs.VISTA3D: VISTA3D_PY.replace(".squeeze()", ".flatten(0, 1)"),
+            pr05.VISTA3D_INFERER: VISTA3D_INFERER_PY.replace("point_based_window_inferer", "point_prompt_inferer"),
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "monai-src"
+            write_tree(src, {**TREE, **moved})
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = build.main(["--monai-src", str(src)])
+            branches = build.git(src, "branch", "--format=%(refname:short)").split()
+            base = build.git(src, "rev-list", "--max-parents=0", "HEAD").strip()
+            parent_of_02 = build.git(src, "rev-parse", "vista3d-pr-02~1").strip()
+        self.assertEqual(rc, 1)
+        lines = out.getvalue().splitlines()
+        self.assertIn(
+            "vista3d-pr-01: PR 01 does not apply: monai/networks/nets/vista3d.py: ClassMappingClassify.forward has no "
+            "call of squeeze(); later PRs are stacked without it",
+            lines,
+        )
+        self.assertIn(
+            "vista3d-pr-05: PR 05 does not apply: monai/apps/vista3d/inferer.py: point_based_window_inferer not "
+            "found; later PRs are stacked without it",
+            lines,
+        )
+        self.assertEqual(sorted(b for b in branches if b.startswith("vista3d-pr-")), ["vista3d-pr-02", "vista3d-pr-03"])
+        self.assertEqual(parent_of_02, base)  # 02 stacked on the untouched tree, without 01
 
 
 class TestWriteupChecks(unittest.TestCase):

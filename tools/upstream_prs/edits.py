@@ -187,3 +187,59 @@ def add_import(source: str, module: str) -> str:
     if before:
         at = _offset(source, anchor.end_lineno, 0) + len(source.splitlines(keepends=True)[anchor.end_lineno - 1])
     return source[:at] + f"import {module}\n" + source[at:]
+
+
+def _import_order(name: str) -> tuple[int, str]:
+    """isort's order of imported names: CONSTANTS, then Classes, then functions."""
+    return (0 if name.isupper() else 1 if name[:1].isupper() else 2, name.lower())
+
+
+def add_from_import(source: str, module: str, names: list[str]) -> str:
+    """Import ``names`` from ``module``: added to its top-level ``from module import ...``, or a new one.
+
+    A new statement goes among the top-level ``from`` imports of the same top-level package, in alphabetical
+    place; more than 120 characters are laid out one name per line, as black and isort do.
+    """
+    tree = ast.parse(source)
+    froms = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module]
+    same = next((n for n in froms if n.module == module), None)
+    if same is not None:
+        if any(a.asname for a in same.names):
+            raise EditError(f"'from {module} import ...' renames a name; add {names} by hand")
+        merged = sorted({a.name for a in same.names} | set(names), key=_import_order)
+        return replace_span(source, node_span(source, same), _from_import(module, merged))
+    package = [n for n in froms if n.module.split(".")[0] == module.split(".")[0]]  # type: ignore[union-attr]
+    if not package:
+        raise EditError(f"no top-level 'from {module.split('.')[0]}... import' to place 'from {module}' beside")
+    after = [n for n in package if n.module < module]  # type: ignore[operator]
+    text = _from_import(module, sorted(names, key=_import_order))
+    if after:
+        end = node_span(source, after[-1])[1]
+        return replace_span(source, (end, end), "\n" + text)
+    start = _offset(source, package[0].lineno, 0)
+    return replace_span(source, (start, start), text + "\n")
+
+
+def _from_import(module: str, names: list[str]) -> str:
+    line = f"from {module} import {', '.join(names)}"
+    if len(line) <= 120:
+        return line
+    return f"from {module} import (\n" + "".join(f"    {n},\n" for n in names) + ")"
+
+
+def extend_all(source: str, name: str) -> str:
+    """Append ``name`` to the module's ``__all__ = [...]`` list."""
+    node = next(
+        (
+            n
+            for n in ast.parse(source).body
+            if isinstance(n, ast.Assign)
+            and [getattr(t, "id", None) for t in n.targets] == ["__all__"]
+            and isinstance(n.value, ast.List)
+        ),
+        None,
+    )
+    if node is None:
+        raise EditError("no top-level '__all__ = [...]' to add the new name to")
+    items = [ast.literal_eval(e) for e in node.value.elts] + [name]  # type: ignore[attr-defined]
+    return replace_span(source, node_span(source, node.value), "[" + ", ".join(f'"{i}"' for i in items) + "]")

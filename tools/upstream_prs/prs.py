@@ -25,6 +25,7 @@ from tools.upstream_prs.edits import (
     node_span,
     replace_span,
 )
+from tools.upstream_prs.pr05 import VISTA3D_INFERER, label_inference_edit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -285,5 +286,14 @@ PRS = (
         "docs/prs/03-sliding-window-timing.md",
         {INFERER: inferer_timing},
         ("tests/inferers/test_sliding_window_inference.py", "tests/inferers/test_sliding_window_timing.py"),
+    ),
+    PR(
+        "05",
+        "docs/prs/05-streamed-label-maps.md",
+        {VISTA3D_INFERER: label_inference_edit},
+        (
+            "tests/apps/vista3d/test_point_based_window_inferer.py",
+            "tests/apps/vista3d/test_sliding_window_label_inference.py",
+        ),
     ),
 )
