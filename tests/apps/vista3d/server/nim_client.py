@@ -44,6 +44,12 @@ class NimClient:
     def close(self) -> None:
         self.http.close()
 
+    def __enter__(self) -> NimClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def live(self) -> httpx.Response:
         return self.http.get("/v1/health/live", headers={"accept": "application/json"})
 
