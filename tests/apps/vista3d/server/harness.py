@@ -44,9 +44,9 @@ def tiny_pipeline(network: torch.nn.Module | None = None) -> Vista3DPipeline:
     return Vista3DPipeline(network=network, device="cpu", roi_size=16)
 
 
-def write_phantom(path: Path, spacing=(1.0, 1.0, 1.0)) -> Path:
-    """The 40 x 40 x 36 test phantom (liver and spleen boxes) as int16 NIfTI."""
-    img, aff, _ = phantom(PHANTOM_SHAPE, np.eye(3), spacing)
+def write_phantom(path: Path, spacing=(1.0, 1.0, 1.0), shape=PHANTOM_SHAPE) -> Path:
+    """The test phantom (liver and spleen boxes; 40 x 40 x 36 unless told) as int16 NIfTI."""
+    img, aff, _ = phantom(shape, np.eye(3), spacing)
     nib.save(nib.Nifti1Image(img.astype(np.int16), aff), str(path))
     return path
 

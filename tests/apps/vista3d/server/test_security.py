@@ -68,6 +68,7 @@ def _files(folder: Path, outside: Path) -> None:
     (folder / "series").mkdir()
     (outside / "secret.nii.gz").write_bytes((folder / "ct.nii.gz").read_bytes())
     (folder / "link.nii.gz").symlink_to(outside / "secret.nii.gz")
+    (folder / "out_link").symlink_to(outside, target_is_directory=True)
 
 
 def _post(body) -> dict:
@@ -104,6 +105,8 @@ BAD_REQUESTS = [
     ("no_such_file", _post({"image": "nothing.nii.gz"}), 422),
     ("a_folder", _post({"image": "series"}), 415),
     ("working_dir_outside", _post({"image": "ct.nii.gz", "local_working_dir": "{outside}"}), 403),
+    ("working_dir_symlink_out", _post({"image": "ct.nii.gz", "local_working_dir": "out_link"}), 403),
+    ("working_dir_dot_dot", _post({"image": "ct.nii.gz", "local_working_dir": "series/../../outside"}), 403),
     ("working_dir_missing", _post({"image": "ct.nii.gz", "local_working_dir": "nowhere"}), 422),
     ("not_an_image", _post({"image": "notes.txt"}), 415),
     ("dicom", _post({"image": "scan.dcm"}), 415),
@@ -136,8 +139,10 @@ class TestBadRequests(unittest.TestCase):
         _files(cls.data, cls.outside)
         cls.host = ImageHost().__enter__()
         write_phantom(cls.host.folder / "ct.nii.gz")
+        write_phantom(cls.host.folder / "small.nii.gz", shape=(24, 24, 24))  # the good request: a few windows
         (cls.host.folder / "large.bin").write_bytes(b"\x00" * (3 << 20))
-        limits = Limits(max_download_bytes=2 << 20, max_voxels=100_000, request_timeout=120.0)
+        limits = Limits(max_body_bytes=1 << 20, max_download_bytes=2 << 20, max_voxels=100_000,
+                        request_timeout=120.0)
         cls.server = LiveServer(settings(data_dir=cls.data, allow_url_hosts=("127.0.0.1",), allow_private_urls=True,
                                          limits=limits)).__enter__()
         cls.server.wait_ready()
@@ -160,7 +165,7 @@ class TestBadRequests(unittest.TestCase):
         return value
 
     def _good(self) -> None:
-        response = self.http.post("/v1/vista3d/inference", json={"image": self.host.url("ct.nii.gz"),
+        response = self.http.post("/v1/vista3d/inference", json={"image": self.host.url("small.nii.gz"),
                                                                  "prompts": {"classes": ["liver"]}})
         self.assertEqual(response.status_code, 200, response.text)
 
@@ -182,12 +187,32 @@ class TestBadRequests(unittest.TestCase):
         self._good()
 
     def test_body_over_the_limit_by_its_length(self):
-        with socket.create_connection(("127.0.0.1", self.server.port)) as sock:
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
             sock.sendall(b"POST /v1/vista3d/inference HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                          b"Content-Length: 99999999999\r\n\r\n")
-            head = sock.recv(65536).decode()
+            chunks = []
+            while chunk := sock.recv(65536):  # the answer may come in several segments; the server then closes
+                chunks.append(chunk)
+            head = b"".join(chunks).decode()
         self.assertTrue(head.startswith("HTTP/1.1 413"), head)
         self.assertIn("--max-body-mb", head)
+        self._good()
+
+    def test_body_over_the_limit_as_it_streams(self):
+        # no Content-Length (chunked): the limit is counted as the body arrives
+        boundary = "b0undary"
+
+        def chunks():
+            yield (f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"ct.nii.gz\"\r\n"
+                   "Content-Type: application/gzip\r\n\r\n").encode()
+            for _ in range(3):
+                yield b"\x00" * (1 << 19)
+            yield f"\r\n--{boundary}--\r\n".encode()
+
+        response = self.http.post("/v1/vista3d/inference", content=chunks(),
+                                  headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        self.assert_one_line_error(response, 413)
+        self.assertIn("--max-body-mb", response.json()["detail"])
         self._good()
 
     def test_bomb_is_refused_without_inflating_it(self):
