@@ -18,7 +18,8 @@ under ``--data-dir``; ``--source upload`` sends the file in the body instead) ``
 other, cycling through three prompts (one class, two classes, one click in the liver); the answer is the NIM's
 zip. Every answer is checked voxel for voxel against ``Vista3DPipeline`` run in this process on the same file with
 the same prompt, and the benchmark fails on any difference or error. A request's latency runs from sending it to
-the last byte of the answer; throughput is the requests answered per second of the wall time of one N.
+the last byte of the answer (``job``: the part the server spent on it, from its ``Server-Timing`` header); throughput
+is the requests answered per second of the wall time of one N.
 
 Before the server starts, the in-process pipeline's warm latency (``segment_file``: the file in, the label map
 written, the same work a request asks for) is measured for the one-class prompt; the server's answers to a single
@@ -159,6 +160,7 @@ class Clients:
         self.url, self.cfg, self.ct, self.expected = url, cfg, ct, expected
         self.prompts = prompts(cfg.shape)
         self.latencies: list[float] = []
+        self.jobs: list[float] = []  # the server's own time per request (its Server-Timing stages)
         self.failures: list[str] = []
         self._lock = threading.Lock()
 
@@ -177,8 +179,11 @@ class Clients:
             why = f"answer to {prompt} differs from Vista3DPipeline"
         else:
             why = None
+        stages = [part.split(";dur=") for part in response.headers.get("server-timing", "").split(", ")]
+        job = sum(float(d) for _, d in (p for p in stages if len(p) == 2)) / 1000.0
         with self._lock:
             self.latencies.append(seconds)
+            self.jobs.append(job)
             if why:
                 self.failures.append(why)
 
@@ -203,11 +208,11 @@ class Clients:
         return time.perf_counter() - start
 
 
-def _stats(latencies: list[float], wall: float) -> dict:
-    ms = np.asarray(latencies) * 1000.0
+def _stats(clients: Clients, wall: float) -> dict:
+    ms = np.asarray(clients.latencies) * 1000.0
     return {"requests": len(ms), "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()), "wall_s": wall,
-            "throughput_rps": len(ms) / wall}
+            "throughput_rps": len(ms) / wall, "job_p50_ms": 1000.0 * float(np.median(clients.jobs))}
 
 
 def run(cfg: Config) -> dict:
@@ -233,11 +238,12 @@ def run(cfg: Config) -> dict:
             with httpx.Client(base_url=url, timeout=3600) as http:
                 clients.one(http, 0)  # the server's first request: reported apart, not in the runs
             first = clients.latencies.pop()
+            clients.jobs.pop()
             results = {}
             for n in cfg.clients:
-                clients.latencies = []
+                clients.latencies, clients.jobs = [], []
                 wall = clients.run(n)
-                results[n] = _stats(clients.latencies, wall)
+                results[n] = _stats(clients, wall)
         finally:
             proc.terminate()
             proc.wait(timeout=60)
@@ -254,10 +260,13 @@ def _print(summary: dict) -> None:
     inproc = float(np.median(summary["in_process_warm_ms"]))
     print(f"\nin-process warm segment_file (median of 5): {inproc:.1f} ms; server's first request after ready: "
           f"{summary['server_first_request_ms']:.1f} ms")
-    print(f"{'N':>3s} {'requests':>8s} {'p50 ms':>9s} {'p90 ms':>9s} {'p99 ms':>9s} {'max ms':>9s} {'req/s':>7s}")
+    print(f"{'N':>3s} {'requests':>8s} {'p50 ms':>9s} {'p90 ms':>9s} {'p99 ms':>9s} {'max ms':>9s} {'req/s':>7s} "
+          f"{'job p50 ms':>11s}")
     for n, r in summary["clients"].items():
         print(f"{n:>3d} {r['requests']:>8d} {r['p50_ms']:9.1f} {r['p90_ms']:9.1f} {r['p99_ms']:9.1f} "
-              f"{r['max_ms']:9.1f} {r['throughput_rps']:7.2f}")
+              f"{r['max_ms']:9.1f} {r['throughput_rps']:7.2f} {r['job_p50_ms']:11.1f}")
+    print("job: the server's own time for a request (load + pipeline stages, its Server-Timing); the rest of a "
+          "latency is the wait in the queue, the transfer and the answer's writing")
     one = summary["clients"].get(1)
     if one:
         print(f"N=1 p50 / in-process warm: {one['p50_ms'] / inproc:.3f} (issue 36 asks <= 1.10 on the GPU)")
