@@ -134,8 +134,9 @@ class LiveServer:
 
 
 class _Files(http.server.SimpleHTTPRequestHandler):
-    """Serves a folder, plus ``/to/<path>`` (a redirect to ``/<path>`` on the same host) and ``/away/<path>``
-    (a redirect to the other loopback name of this host, i.e. another host)."""
+    """Serves a folder, plus ``/to/<path>`` (a redirect to ``/<path>`` on the same host), ``/away/<path>`` (a
+    redirect to the other loopback name of this host, i.e. another host) and ``/unsized/<path>`` (the file without
+    a Content-Length: its end is the connection's)."""
 
     def log_message(self, *args: Any) -> None:  # quiet
         pass
@@ -149,6 +150,14 @@ class _Files(http.server.SimpleHTTPRequestHandler):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+        if self.path.startswith("/unsized/"):
+            data = (Path(self.directory) / self.path[len("/unsized/"):]).read_bytes()
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True
+            return
         super().do_GET()
 
 

@@ -99,6 +99,7 @@ BAD_REQUESTS = [
     ("url_not_found", _post({"image": "http://127.0.0.1:{port}/missing.nii.gz"}), 422),
     ("redirect_elsewhere", _post({"image": "http://127.0.0.1:{port}/away/ct.nii.gz"}), 403),
     ("download_too_large", _post({"image": "http://127.0.0.1:{port}/large.bin"}), 413),
+    ("download_too_large_unsized", _post({"image": "http://127.0.0.1:{port}/unsized/large.bin"}), 413),
     ("dot_dot", _post({"image": "../outside/secret.nii.gz"}), 403),
     ("absolute_outside", _post({"image": "{outside}/secret.nii.gz"}), 403),
     ("symlink_out", _post({"image": "link.nii.gz"}), 403),
@@ -225,7 +226,7 @@ class TestBadRequests(unittest.TestCase):
 class TestUrlAddresses(unittest.TestCase):
     def test_private_addresses_refused_unless_allowed(self):
         with ImageHost() as host:
-            ct = write_phantom(host.folder / "ct.nii.gz")
+            ct = write_phantom(host.folder / "ct.nii.gz", shape=(24, 24, 24))
             with LiveServer(settings(allow_url_hosts=("127.0.0.1", "localhost"))) as server:
                 server.wait_ready()
                 with httpx.Client(base_url=server.url, timeout=120) as http:
@@ -247,6 +248,10 @@ class TestUrlAddresses(unittest.TestCase):
                 response = http.post("/v1/vista3d/inference", json={"image": "ct.nii.gz"})
                 self.assertEqual(response.status_code, 403)
                 self.assertIn("--data-dir", response.json()["detail"])
+                with tempfile.TemporaryDirectory() as tmp:
+                    ct = write_phantom(Path(tmp) / "ct.nii.gz", shape=(24, 24, 24))
+                    upload = http.post("/v1/vista3d/inference", files={"image": ("ct.nii.gz", ct.read_bytes())})
+                self.assertEqual(upload.status_code, 200, upload.text)
 
 
 class TestToken(unittest.TestCase):
