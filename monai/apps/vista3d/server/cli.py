@@ -105,7 +105,11 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Run the server until SIGINT/SIGTERM; 0 when stopped, 1 when the model failed to load, 2 for bad flags."""
+    """Run the server until SIGINT/SIGTERM; 1 when the model failed to load, 2 for bad flags.
+
+    On a signal uvicorn shuts down gracefully (queued jobs dropped, the scratch folder removed) and then raises the
+    signal again, so the process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
+    """
     try:
         settings = settings_from_args(args)
     except ValueError as e:
