@@ -91,15 +91,21 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     from .settings import Limits, ModelSettings, ServerSettings
 
-    batch: Any = args.sw_batch_size if args.sw_batch_size == "auto" else int(args.sw_batch_size)
-    model = ModelSettings(weights=args.weights, device=args.device, embed_dim=args.embed_dim, roi_size=_roi(args.roi_size),
-                          overlap=args.overlap, sw_batch_size=batch, amp=args.amp, fuse=args.fuse)
+    batch: Any = args.sw_batch_size
+    if batch != "auto":
+        if not batch.isdigit() or int(batch) < 1:
+            raise ValueError(f"--sw-batch-size must be a positive integer or 'auto', got {batch!r}")
+        batch = int(batch)
+    model = ModelSettings(weights=args.weights, device=args.device, embed_dim=args.embed_dim,
+                          roi_size=_roi(args.roi_size), overlap=args.overlap, sw_batch_size=batch, amp=args.amp,
+                          fuse=args.fuse)
     limits = Limits(max_body_bytes=int(args.max_body_mb * _MIB), max_download_bytes=int(args.max_download_mb * _MIB),
                     max_voxels=args.max_voxels, queue_size=args.queue_size, request_timeout=args.request_timeout,
                     session_ttl=args.session_ttl, max_sessions=args.max_sessions)
     return ServerSettings.create(
         host=args.host, port=args.port, token=args.token, insecure=args.insecure,
-        data_dir=Path(args.data_dir) if args.data_dir else None, work_dir=Path(args.work_dir) if args.work_dir else None,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        work_dir=Path(args.work_dir) if args.work_dir else None,
         allow_url_hosts=args.allow_url_host, allow_private_urls=args.allow_private_urls, model=model, limits=limits,
     )
 

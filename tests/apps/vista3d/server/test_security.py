@@ -64,7 +64,8 @@ def _files(folder: Path, outside: Path) -> None:
     (folder / "detached.nrrd").write_bytes(b"NRRD0004\ntype: short\ndimension: 3\nsizes: 4 4 4\nencoding: raw\n"
                                            b"data file: /etc/passwd\n\n")
     (folder / "ascii.nrrd").write_bytes(b"NRRD0004\ntype: short\ndimension: 3\nsizes: 1 1 2\nencoding: ascii\n\n1 2\n")
-    (folder / "flat.nrrd").write_bytes(b"NRRD0004\ntype: short\ndimension: 2\nsizes: 2 2\nencoding: raw\n\n" + b"\0" * 8)
+    (folder / "flat.nrrd").write_bytes(b"NRRD0004\ntype: short\ndimension: 2\nsizes: 2 2\nencoding: raw\n\n"
+                                       + b"\0" * 8)
     (folder / "series").mkdir()
     (outside / "secret.nii.gz").write_bytes((folder / "ct.nii.gz").read_bytes())
     (folder / "link.nii.gz").symlink_to(outside / "secret.nii.gz")

@@ -69,6 +69,9 @@ class TestServeSettings(unittest.TestCase):
         ("queue", ("--queue-size", "-1"), "--queue-size"),
         ("ttl", ("--session-ttl", "0"), "--session-ttl"),
         ("body", ("--max-body-mb", "0"), "--max-body-mb"),
+        ("batch", ("--sw-batch-size", "many"), "--sw-batch-size"),
+        ("embed", ("--embed-dim", "12"), "--embed-dim"),
+        ("overlap", ("--overlap", "1"), "--overlap"),
     ])
     def test_bad_flag_exits_2_naming_it(self, _, flags, named):
         err = io.StringIO()
