@@ -51,6 +51,7 @@ __all__ = ["create_app"]
 
 logger = logging.getLogger("monai.apps.vista3d.server")
 
+_MAX_ECHO = 200  # characters of a request's path quoted in an error message
 _OPEN_PATHS = ("/v1/health/",)  # probes answer without the token (as an orchestrator calls them)
 
 
@@ -132,10 +133,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:
+        path = request.url.path
+        path = path if len(path) <= _MAX_ECHO else path[:_MAX_ECHO] + "..."  # a 100 kB path is not echoed back
         if e.status_code == 404:
-            message = f"no such endpoint: {request.method} {request.url.path} (the API is under /v1; see /docs)"
+            message = f"no such endpoint: {request.method} {path} (the API is under /v1; see /docs)"
         elif e.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}"
+            message = f"{request.method} is not allowed on {path}"
         else:
             message = _one_line(e.detail)
         return JSONResponse({"detail": message}, status_code=e.status_code, headers=getattr(e, "headers", None))

@@ -200,6 +200,18 @@ class TestBadRequests(unittest.TestCase):
         self.assertIn("--max-body-mb", head)
         self._good()
 
+    def test_malformed_http_and_long_paths(self):
+        # a request the HTTP parser cannot read is answered by uvicorn itself (400, its own plain-text line: the app
+        # never sees it); a long unknown path gets the app's 404 without the path echoed in full
+        for raw in (b"GARBAGE\r\n\r\n", b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
+                sock.sendall(raw)
+                self.assertTrue(sock.recv(65536).startswith(b"HTTP/1.1 400"))
+        response = self.http.get("/v1/" + "a" * 50_000)
+        self.assert_one_line_error(response, 404)
+        self.assertLess(len(response.json()["detail"]), 400)
+        self._good()
+
     def test_body_over_the_limit_as_it_streams(self):
         # no Content-Length (chunked): the limit is counted as the body arrives
         boundary = "b0undary"
