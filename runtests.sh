@@ -5,10 +5,12 @@ cd "$(dirname "$0")"
 
 usage() {
     cat <<USAGE
-Usage: ./runtests.sh [--unittests] [--quick] [--coverage] [-h|--help] [-- PYTEST_ARGS...]
+Usage: ./runtests.sh [--unittests] [--quick] [--network] [--coverage] [-h|--help] [-- PYTEST_ARGS...]
 
   --unittests   run the unit test suite under tests/ (the default)
   --quick       skip tests marked slow (those that build full-size networks or run subprocesses)
+  --network     also run the tests marked network (they download, e.g. pip installs the oldest supported
+                Triton to build the GPU kernels with it); without it no test touches the network
   --coverage    measure line coverage of monai/ (needs the 'coverage' package)
   -h, --help    show this help
 
@@ -23,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     case "$1" in
         --unittests) shift ;;
         --quick) quick=1; shift ;;
+        --network) export MONAI_NETWORK_TESTS=1; shift ;;
         --coverage) coverage=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; extra+=("$@"); break ;;

@@ -1,9 +1,21 @@
-"""Shared pytest configuration: the ``slow`` marker, skipped by ``./runtests.sh --quick``."""
+"""Shared pytest configuration: the ``slow`` marker, skipped by ``./runtests.sh --quick``, and one temporary folder
+for everything the suite would otherwise leave in the home directory."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
-import pytest
-import torch
+# Triton's kernel cache (~/.triton) and the tests' own download cache (~/.cache/monai-tests) go to a folder of this
+# session, removed at its end; set before torch or Triton is imported, and inherited by the tests' child processes.
+_SESSION_DIR = tempfile.mkdtemp(prefix="monai-tests-")
+atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
+os.environ["TRITON_HOME"] = _SESSION_DIR
+os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_DIR, "triton-cache")
+os.environ["MONAI_TRITON_CACHE"] = os.path.join(_SESSION_DIR, "monai-tests")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Keep the suite fast and repeatable on the 2-core CI machines.
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -15,9 +27,15 @@ if not torch.cuda.is_available():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: builds full-size networks or runs subprocesses")
+    config.addinivalue_line("markers", "network: downloads (pip); runs only with MONAI_NETWORK_TESTS=1 (--network)")
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("MONAI_NETWORK_TESTS", "") not in ("1", "true", "True"):  # unit tests stay offline by default
+        offline = pytest.mark.skip(reason="needs the network: opt in with ./runtests.sh --network")
+        for item in items:
+            if "network" in item.keywords:
+                item.add_marker(offline)
     if os.environ.get("QUICKTEST", "") not in ("1", "true", "True"):
         return
     skip = pytest.mark.skip(reason="skipped by --quick")

@@ -11,5 +11,5 @@ from .misc import (
     unsqueeze_left,
     unsqueeze_right,
 )
-from .module import OptionalImportError, min_version, optional_import
+from .module import OptionalImportError, exact_version, min_version, optional_import
 from .profiling import StageTimer, format_timings

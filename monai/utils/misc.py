@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -68,31 +68,60 @@ def fall_back_tuple(
     return tuple(u if func(u) else d for u, d in zip(user, default))
 
 
-def look_up_option(opt_str: Any, supported: Iterable | type[Enum], default: Any = "no_default") -> Any:
+def look_up_option(
+    opt_str: Any, supported: Iterable | type[Enum] | None, default: Any = "no_default", print_all_options: bool = True
+) -> Any:
     """Return ``opt_str`` if it is one of ``supported`` (an iterable, a mapping or an Enum class).
 
-    Mappings return the value stored under the key. Strings are matched with surrounding spaces stripped.
+    Mappings return the value stored under the key, Enum classes the member (given a member or its value). Strings
+    are matched with surrounding spaces stripped.
 
     Raises:
-        ValueError: when the option is not supported and no default is given.
+        ValueError: when the option is not supported and no default is given; the message suggests the closest
+            option (within 3 edits) and, with ``print_all_options``, lists them all.
     """
+    if not isinstance(opt_str, Hashable):
+        raise ValueError(f"Unrecognized option type: {type(opt_str).__name__} {opt_str!r}; expected a hashable value.")
     if isinstance(opt_str, str):
         opt_str = opt_str.strip()
     if isinstance(supported, type) and issubclass(supported, Enum):
         if isinstance(opt_str, supported):
             return opt_str
         for member in supported:
-            if opt_str == member.value:
+            if (isinstance(opt_str, str) or not isinstance(opt_str, Enum)) and opt_str == member.value:
                 return member
-    elif isinstance(supported, dict):
+    elif isinstance(supported, Mapping):
         if opt_str in supported:
             return supported[opt_str]
-    elif opt_str in supported:  # type: ignore[operator]
+    elif supported is not None and opt_str in supported:  # type: ignore[operator]
         return opt_str
     if default != "no_default":
         return default
-    choices = [m.value for m in supported] if isinstance(supported, type) else list(supported)  # type: ignore
-    raise ValueError(f"Unsupported option '{opt_str}', available options are {choices}.")
+    choices = [m.value for m in supported] if isinstance(supported, type) else list(supported or ())  # type: ignore
+    if not choices:
+        raise ValueError(f"No options available to look up {opt_str!r} in: {supported!r}.")
+    message = f"Unsupported option '{opt_str}'"
+    distances = {str(c): edit_distance(str(c), str(opt_str)) for c in choices}
+    closest = min(distances, key=distances.get)  # type: ignore[arg-type]
+    message += f", did you mean '{closest}'?" if distances[closest] <= 3 else "."
+    if print_all_options:
+        message += f" Available options are {choices}."
+    raise ValueError(message)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """The number of single-character insertions, deletions, substitutions and adjacent swaps from ``a`` to ``b``
+    (optimal string alignment), which ranks :py:func:`look_up_option`'s suggestions."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            row[j] = min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], previous2[j - 2] + 1)
+        previous2, previous = previous, row
+    return previous[-1]
 
 
 def has_option(obj: Callable, keywords: str | Sequence[str]) -> bool:

@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["OptionalImportError", "optional_import", "min_version", "NOT_CARRIED", "not_carried_error"]
+__all__ = [
+    "OptionalImportError",
+    "optional_import",
+    "min_version",
+    "exact_version",
+    "OPTIONAL_IMPORT_MSG_FMT",
+    "NOT_CARRIED",
+    "not_carried_error",
+    "not_carried_names",
+    "names_from_submodules",
+]
 
 UPSTREAM_HINT = (
     "This is the VISTA3D inference fork of MONAI 1.6.1; it carries only the VISTA3D stack "
@@ -38,32 +50,86 @@ def not_carried_error(name: str) -> ImportError:
     return ImportError(f"'{name}' is not part of this fork. {UPSTREAM_HINT}")
 
 
+def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for the upstream MONAI names of ``module`` that this fork does not carry: using one
+    (``from monai.utils.profiling import PerfContext``) raises :func:`not_carried_error`; other names are missing.
+    ``names=None`` takes every public name this module lacks for upstream's."""
+    upstream_only = None if names is None else frozenset(names)
+
+    def __getattr__(name: str) -> Any:
+        if not name.startswith("_") and (upstream_only is None or name in upstream_only):
+            raise not_carried_error(f"{module}.{name}")
+        raise AttributeError(f"module '{module}' has no attribute '{name}'")
+
+    return __getattr__
+
+
+def names_from_submodules(package: str, path: Iterable[str]) -> Callable[[str], Any]:
+    """A package ``__getattr__`` that finds a public name of one of its submodules (their ``__all__``), so that
+    ``from monai.apps.vista3d import Vista3DPipeline`` works as ``from monai.apps.vista3d.pipeline import ...``.
+
+    The submodules are imported on the first name that is not found otherwise; a name none of them exports is
+    missing (``from package import name`` then raises :func:`not_carried_error` through ``monai``'s finder).
+    """
+    searching: list[str] = []
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__") or name in searching:  # a submodule importing the package while it is searched
+            raise AttributeError(f"module '{package}' has no attribute '{name}'")
+        searching.append(name)
+        try:
+            for info in pkgutil.iter_modules(list(path)):
+                if info.name.startswith("_"):  # __main__ (the command line) and private modules
+                    continue
+                submodule = importlib.import_module(f"{package}.{info.name}")
+                if name in getattr(submodule, "__all__", ()):
+                    return getattr(submodule, name)
+        finally:
+            searching.remove(name)
+        raise AttributeError(f"module '{package}' has no attribute '{name}'")
+
+    return __getattr__
+
+
+def _version_tuple(version: str, strict: bool) -> tuple[int, ...]:
+    """``(major, minor)`` of ``version``; a part with letters counts by its leading digits unless ``strict``."""
+    parts = version.split("+")[0].split(".")[:2]
+    if strict:
+        return tuple(int(p) for p in parts)  # a malformed requirement raises ValueError, as in MONAI 1.6.1
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in parts)
+
+
 def min_version(the_module: Any, min_version_str: str = "", *_args: Any) -> bool:
-    """Whether ``the_module.__version__`` is at least ``min_version_str`` (compared numerically)."""
+    """Whether ``the_module.__version__`` is at least ``min_version_str``.
+
+    As in MONAI 1.6.1 only the major and minor numbers are compared (``"2.4.1"`` is met by 2.4.0).
+
+    Raises:
+        ValueError: when ``min_version_str`` is not numbers separated by dots.
+    """
     if not min_version_str or not hasattr(the_module, "__version__"):
         return True
+    return _version_tuple(the_module.__version__, strict=False) >= _version_tuple(min_version_str, strict=True)
 
-    def parts(v: str) -> tuple[int, ...]:
-        out = []
-        for p in v.split("+")[0].split("."):
-            digits = "".join(ch for ch in p if ch.isdigit())
-            out.append(int(digits) if digits else 0)
-        return tuple(out)
 
-    return parts(the_module.__version__) >= parts(min_version_str)
+def exact_version(the_module: Any, version_str: str = "", *_args: Any) -> bool:
+    """Whether ``the_module.__version__`` is exactly ``version_str`` (a module without a version never is)."""
+    return getattr(the_module, "__version__", None) == version_str
+
+
+OPTIONAL_IMPORT_MSG_FMT = "{}"
 
 
 class _Missing:
     """Stands in for an optional dependency that failed to import; any use raises with the reason."""
 
-    def __init__(self, what: str, reason: str):
-        self._what = what
-        self._reason = reason
+    def __init__(self, message: str):
+        self._message = message
 
     def _fail(self, *_args: Any, **_kwargs: Any):
-        raise OptionalImportError(f"{self._what} is required here but could not be imported ({self._reason}).")
+        raise OptionalImportError(self._message)
 
-    __call__ = _fail
+    __call__ = __getitem__ = __iter__ = _fail
 
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
@@ -74,23 +140,67 @@ class _Missing:
         return False
 
 
-def optional_import(module: str, version: str = "", name: str = "") -> tuple[Any, bool]:
-    """Import ``module`` (or ``name`` from it) if available.
+def _missing_class(message: str, decorator: bool) -> type:
+    """A stand-in class for a failed import used as a base class (constructing it raises) or, with ``decorator``,
+    as a decorator factory (calling the constructed object raises)."""
+
+    class _MissingClass(_Missing):
+        def __init__(self, *_args: Any, **_kwargs: Any):
+            super().__init__(message)
+            if not decorator:
+                self._fail()
+
+    return _MissingClass
+
+
+def optional_import(
+    module: str,
+    version: str = "",
+    version_checker: Callable[..., bool] = min_version,
+    name: str = "",
+    descriptor: str = OPTIONAL_IMPORT_MSG_FMT,
+    version_args: Any = None,
+    allow_namespace_pkg: bool = False,
+    as_type: str = "default",
+) -> tuple[Any, bool]:
+    """Import ``module`` (or ``name`` from it) if available, with MONAI 1.6.1's arguments.
+
+    Args:
+        module: the module to import.
+        version: the version ``version_checker`` checks the top-level package against.
+        version_checker: ``f(package, version)`` (``f(package, version, version_args)`` when ``version_args`` is
+            given), :py:func:`min_version` by default, or :py:func:`exact_version`.
+        name: an attribute to take from the module.
+        descriptor: format string of the error message, given the import statement.
+        version_args: extra argument for ``version_checker``.
+        allow_namespace_pkg: whether a namespace package (a folder without ``__init__.py``) counts as found.
+        as_type: what stands in on failure: ``"default"`` an object that raises when used, ``"decorator..."`` a class
+            whose instances raise when called, anything else a class that raises when constructed (a base class).
 
     Returns:
         ``(obj, True)`` on success; otherwise ``(placeholder, False)``, where using the placeholder raises
-        :class:`OptionalImportError` naming the missing package.
+        :class:`OptionalImportError` naming the missing package and the reason.
+
+    Raises:
+        ValueError: from :py:func:`min_version` when ``version`` is malformed.
     """
-    what = f"`from {module} import {name}`" if name else f"`import {module}`"
+    statement = f"from {module} import {name}" if name else f"import {module}"
+    reason = ""
     try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        return _Missing(what, f"{type(e).__name__}: {e}"), False
-    if version and not min_version(mod, version):
-        return _Missing(what, f"version >= {version} needed, found {getattr(mod, '__version__', '?')}"), False
-    if not name:
-        return mod, True
-    try:
-        return getattr(mod, name), True
-    except AttributeError as e:
-        return _Missing(what, str(e)), False
+        package = importlib.import_module(module.split(".")[0])
+        obj = importlib.import_module(module)
+        if not allow_namespace_pkg and getattr(obj, "__file__", None) is None and hasattr(obj, "__path__"):
+            raise ImportError(f"{module} is a namespace package")
+        if name:
+            obj = getattr(obj, name)
+    except Exception as e:  # any failure while importing makes the dependency unavailable, with the reason
+        reason = f"{type(e).__name__}: {e}"
+    else:
+        args = (package, f"{version}", version_args) if version_args else (package, f"{version}")
+        if version_checker(*args):
+            return obj, True
+        reason = f"requires '{module} {version}' by '{getattr(version_checker, '__name__', version_checker)}'"
+    message = f"{descriptor.format(statement)} is required here but could not be imported ({reason})."
+    if as_type == "default":
+        return _Missing(message), False
+    return _missing_class(message, decorator=as_type.startswith("decorator")), False

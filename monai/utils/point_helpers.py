@@ -197,14 +197,14 @@ def get_largest_connected_component_mask(img: Any, connectivity: int | None = No
 
 
 def keep_merge_components_with_points(
-    img_pos: torch.Tensor,
-    img_neg: torch.Tensor,
-    point_coords: torch.Tensor,
-    point_labels: torch.Tensor,
+    img_pos: torch.Tensor | np.ndarray,
+    img_neg: torch.Tensor | np.ndarray,
+    point_coords: torch.Tensor | np.ndarray,
+    point_labels: torch.Tensor | np.ndarray,
     pos_val: Sequence[int] = (1, 3),
     neg_val: Sequence[int] = (0, 2),
     margins: int = 3,
-) -> torch.Tensor:
+) -> torch.Tensor | np.ndarray:
     """Keep the components of ``img_pos`` / ``img_neg`` touched by the positive / negative points.
 
     VISTA3D uses this to decide which parts of the automatic segmentation the point branch may overwrite.
@@ -222,8 +222,10 @@ def keep_merge_components_with_points(
         margins: number of cube sizes tried around a point that is not inside a component.
 
     Returns:
-        boolean ``[B, 1, H, W, D]`` tensor on ``img_pos``'s device.
+        boolean ``[B, 1, H, W, D]`` tensor on ``img_pos``'s device (a numpy array when ``img_pos`` is one).
     """
+    as_numpy = isinstance(img_pos, np.ndarray)
+    img_pos, img_neg = torch.as_tensor(img_pos), torch.as_tensor(img_neg)
     if img_pos.shape != img_neg.shape or img_pos.ndim != 5:
         raise ValueError(
             f"img_pos and img_neg must both be [B, 1, H, W, D], got {tuple(img_pos.shape)} and {tuple(img_neg.shape)}."
@@ -259,7 +261,7 @@ def keep_merge_components_with_points(
                 if index > 0:
                     outs[bs] |= features[bs] == index
                     break
-    return outs
+    return outs.numpy() if as_numpy else outs
 
 
 def keep_components_with_positive_points(

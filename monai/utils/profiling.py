@@ -25,7 +25,16 @@ from typing import Any
 
 import torch
 
+from monai.utils.module import not_carried_names
+
 __all__ = ["StageTimer", "NVTX_NAMES", "WINDOW_STAGES", "cuda_active", "format_timings"]
+
+# upstream's workflow profilers: `from monai.utils.profiling import PerfContext` says they are not carried
+__getattr__ = not_carried_names(
+    __name__,
+    ("PerfContext", "ProfileHandler", "WorkflowProfiler", "select_transform_call", "torch_profiler_full",
+     "torch_profiler_time_cpu_gpu", "torch_profiler_time_end_to_end"),
+)
 
 # NVTX range of each stage (the loop range wraps every window batch).
 NVTX_NAMES = {
@@ -51,8 +60,9 @@ class StageTimer:
 
     Args:
         enabled: measure time (``False``: only NVTX ranges, no clock reads, no synchronisation).
-        sync: synchronise CUDA at stage boundaries (default: when timing and CUDA is active). Without it, GPU work
-            is charged to whichever later stage waits for it.
+        sync: wait for the current CUDA stream at stage boundaries (default: when timing and CUDA is active).
+            Only the caller's stream is waited on, so copies a saver thread queued on its own stream keep running.
+            Without it, GPU work is charged to whichever later stage waits for it.
         nvtx: mark NVTX ranges (default: when CUDA is active).
 
     Example::
@@ -75,7 +85,8 @@ class StageTimer:
     # -- low level -----------------------------------------------------------------------------------------------
     def _sync(self) -> None:
         if self.sync:
-            torch.cuda.synchronize()
+            # not torch.cuda.synchronize(): a device-wide wait would also stall on other threads' streams
+            torch.cuda.current_stream().synchronize()
 
     def _push(self, name: str) -> None:
         if self.nvtx:

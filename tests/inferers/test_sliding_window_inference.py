@@ -312,8 +312,6 @@ class TestSlidingWindowErrors(unittest.TestCase):
             sliding_window_inference(torch.rand(1, 1, 12), 11, 2, lambda w: F.interpolate(w, size=15), 0.0)
 
 
-if __name__ == "__main__":
-    unittest.main()
 
 
 class TestSlidingWindowSettings(unittest.TestCase):
@@ -344,3 +342,7 @@ class TestSlidingWindowSettings(unittest.TestCase):
             (3, 0.5, "gaussian", 0.2, "reflect", 1.5, True),
         )
         self.assertEqual((got.buffer_steps, got.buffer_dim, got.with_coord), (2, 0, True))
+
+
+if __name__ == "__main__":
+    unittest.main()

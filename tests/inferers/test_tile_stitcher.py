@@ -107,10 +107,10 @@ class TestTileStitcher(unittest.TestCase):
         d = slab_dim % len(shape)
         tiles = list(itertools.product(*(range(len(b) - 1) for b in tiling.bounds)))
 
-        def covers(w, t):  # from the window's slices, not from the tiling's bookkeeping
-            return all(s.start <= a and e <= s.stop for s, (a, e) in zip(plan.slices[w], tiling.box(t)))
+        def overlaps(w, t):  # from the window's slices, not from the tiling's bookkeeping
+            return all(s.start < e and a < s.stop for s, (a, e) in zip(plan.slices[w], tiling.box(t)))
 
-        windows_of = {t: {w for w in range(n) if covers(w, t)} for t in tiles}
+        windows_of = {t: {w for w in range(n) if overlaps(w, t)} for t in tiles}
 
         self.assertEqual(sorted(stitcher.ran), list(range(batch * n)))  # every window once
         for done, held in stitcher.held_after_batch:
@@ -123,6 +123,37 @@ class TestTileStitcher(unittest.TestCase):
         for b in range(batch):  # slab order: window starts along slab_dim never go back within an image
             starts = [plan.slices[i % n][d].start for i in stitcher.ran[b * n : (b + 1) * n]]
             self.assertEqual(starts, sorted(starts))
+
+    @parameterized.expand([(0.5,), (0.9,), (0.99,)])
+    def test_bookkeeping_independent_of_window_count(self, overlap):
+        """Tiles and held accumulators stay within the volume however many windows there are (0.99: one a voxel)."""
+        shape, roi, classes = (24, 24, 16), (16, 16, 16), 2
+
+        class Peak(TileStitcher):
+            peak = 0
+
+            def add(self, *args):
+                super().add(*args)
+                held = sum(a.numel() for a in self._acc.values())
+                held += sum(p.numel() for parts in self._parts.values() for _, _, p, _ in parts)
+                self.peak = max(self.peak, held)
+
+        made = []
+
+        def factory(**kwargs):
+            made.append(Peak(MaxReduction(x), **kwargs))
+            return made[-1]
+
+        x = torch.randn(1, 1, *shape)
+        settings = SlidingWindowSettings(roi_size=roi, sw_batch_size=4, overlap=overlap)
+        with torch.no_grad():
+            result = run_sliding_window(x, lambda w: w.repeat(1, classes, 1, 1, 1), settings, stitcher=factory)
+        stitcher = made[0]
+        torch.testing.assert_close(result, x)  # the mean of equal window outputs
+        tiles = [len(b) - 1 for b in stitcher.tiling.bounds]
+        self.assertLessEqual(tiles, [2 * s // r + 1 for s, r in zip(shape, roi)])  # cuts half a window apart
+        self.assertGreater(stitcher.plan.num_windows, 1)
+        self.assertLessEqual(stitcher.peak, classes * x[0, 0].numel())  # never more than the full outputs
 
     def test_errors(self):
         x = torch.randn(1, 1, 20, 20, 20)

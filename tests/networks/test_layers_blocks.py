@@ -18,7 +18,7 @@ import torch
 from parameterized import parameterized
 from torch import nn
 
-from monai.networks.blocks import ADN, Convolution, MLPBlock, UnetrBasicBlock, UpSample
+from monai.networks.blocks import ADN, Convolution, MLPBlock, Swish, UnetrBasicBlock, UpSample
 from monai.networks.blocks.dynunet_block import get_output_padding, get_padding
 from monai.networks.layers import Act, Conv, Norm, get_act_layer, get_dropout_layer, get_norm_layer, split_args
 
@@ -38,6 +38,16 @@ class TestFactories(unittest.TestCase):
     )
     def test_lookup(self, factory, key, expected):
         self.assertIs(factory[key], expected)
+
+    @parameterized.expand([["default", {}, 1.0], ["alpha", {"alpha": 2.0}, 2.0]])
+    def test_swish(self, _, kwargs, alpha):
+        """Act["swish"] is MONAI's Swish, x * sigmoid(alpha * x), with its alpha argument (as in 1.6.1)."""
+        act = get_act_layer(("swish", kwargs))
+        self.assertIsInstance(act, Swish)
+        self.assertEqual(repr(act), "Swish()")
+        x = torch.linspace(-4, 4, 17)
+        torch.testing.assert_close(act(x), x * torch.sigmoid(alpha * x))
+        self.assertEqual(torch.allclose(act(x), nn.SiLU()(x)), alpha == 1.0)
 
     def test_unknown_name(self):
         with self.assertRaisesRegex(ValueError, "Unsupported option"):

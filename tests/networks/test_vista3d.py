@@ -71,7 +71,6 @@ SHAPE_CASES = [
 ]
 
 ERROR_CASES = [
-    ["no_prompt", dict(), "needs a prompt"],
     ["coords_without_labels", dict(point_coords=COORDS), "given together"],
     ["labels_without_coords", dict(point_labels=LABELS), "given together"],
     ["coords_not_3d", dict(point_coords=COORDS[..., :2], point_labels=LABELS), r"\[B, N, 3\]"],
@@ -113,6 +112,21 @@ class TestVista3dForward(unittest.TestCase):
             single = [self.model(images[[i]], class_vector=cv, transpose=True) for i in range(3)]
         self.assertEqual(tuple(out.shape), (3, 2, S, S, S))
         self.assertTrue(torch.allclose(out, torch.cat(single), atol=1e-5))
+
+    @parameterized.expand(
+        [
+            ["plain", dict()],
+            ["transpose", dict(transpose=True)],
+            ["labels_to_sample_from", dict(labels=torch.zeros(1, 1, S, S, S), label_set=[0, 1], patch_coords=[WINDOW])],
+        ]
+    )
+    def test_no_prompt_is_one_ninf_row(self, _, kwargs):
+        """Without class_vector and point_coords, MONAI 1.6.1 returns [1, 1, *spatial] of NINF_VALUE, not an error."""
+        images = torch.randn(2, 1, S, S + 2, S)
+        with torch.no_grad():
+            out = self.model(images, **kwargs)
+        self.assertEqual(tuple(out.shape), (1, 1, S, S + 2, S))
+        self.assertTrue((out == self.model.NINF_VALUE).all())
 
     def test_padding_only_row_is_ninf(self):
         labels = torch.tensor([[1, 0], [-1, -1]])

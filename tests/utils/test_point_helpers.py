@@ -157,6 +157,21 @@ class TestKeepComponents(unittest.TestCase):
         # margin 0 only: the off-corner positive point no longer reaches its component
         self.assertTrue(torch.equal(none[1, 0], neg[1, 0]))
 
+    @parameterized.expand(BACKENDS)
+    def test_merge_with_points_numpy(self, name):
+        """numpy in, numpy out (as MONAI 1.6.1), the same masks as for tensors."""
+        pos = two_blobs()[None, None].repeat(2, 1, 1, 1, 1)
+        neg = torch.zeros_like(pos)
+        neg[1, 0, 6:12, 0:2, 0:2] = True
+        coords = torch.tensor([[[2.2, 1.6, 3.4], [0.0, 0.0, 0.0]], [[9.0, 1.0, 1.0], [10.0, 9.0, 7.0]]])
+        labels = torch.tensor([[1, -1], [2, 3]])
+        with backend(name):
+            expected = keep_merge_components_with_points(pos, neg, coords, labels)
+            out = keep_merge_components_with_points(pos.numpy(), neg.numpy(), coords.numpy(), labels.numpy())
+        self.assertIsInstance(out, np.ndarray)
+        self.assertEqual(out.dtype, np.bool_)
+        np.testing.assert_array_equal(out, expected.numpy())
+
     def test_merge_rejects_non_bool(self):
         with self.assertRaisesRegex(ValueError, "bool"):
             keep_merge_components_with_points(

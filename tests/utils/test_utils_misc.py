@@ -44,7 +44,7 @@ class TestMiscHelpers(unittest.TestCase):
         self.assertIs(look_up_option("gaussian", BlendMode), BlendMode.GAUSSIAN)
         self.assertEqual(look_up_option(" a ", {"a": 1}), 1)
         self.assertEqual(look_up_option("x", ("a",), default="a"), "a")
-        with self.assertRaisesRegex(ValueError, "available options"):
+        with self.assertRaisesRegex(ValueError, "Available options"):
             look_up_option("triangle", BlendMode)
 
     def test_has_option(self):

@@ -12,3 +12,7 @@
 
 from .inferer import point_based_window_inferer
 from .streaming import logits_to_labels, sliding_window_label_inference
+
+from monai.utils.module import names_from_submodules
+
+__getattr__ = names_from_submodules(__name__, __path__)  # e.g. `from monai.apps.vista3d import Vista3DPipeline`

@@ -41,8 +41,9 @@ import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
-from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError
+from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
 from .server.cli import add_serve_command
+from .workers import WorkerError
 
 if TYPE_CHECKING:
     from .batch import BatchResult
@@ -363,6 +364,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import TorchrunEnv, run_batch
+    from .feasibility import check_settings
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -378,6 +380,7 @@ def _segment(args: argparse.Namespace) -> int:
     embed_dim = _embed_dim(args.embed_dim, 48)
     env = TorchrunEnv.read()
     device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
+    check_settings(roi, embed_dim, device)
     if device.type == "cuda":
         _usable_kernel_cache()
     prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
@@ -738,12 +741,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError) as e:  # refused before any work
+    except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError, ResourceError) as e:  # refused early
         print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet too
         return 0
+    except WorkerError as e:  # a background thread failed: said once, the run stopped cleanly
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except torch.cuda.OutOfMemoryError:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1

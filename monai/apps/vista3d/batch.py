@@ -55,12 +55,14 @@ import torch.distributed as dist
 from monai.utils.profiling import StageTimer
 
 from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
+from .feasibility import check_environment, check_images, friendly_memory_error
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
     check_name_lengths,
     check_output,
     class_mask_paths,
+    is_vista3d_output,
     output_path,
     save_class_masks,
     save_label_map,
@@ -71,6 +73,7 @@ from .parts import (
     OutputTaken,
     check_part,
     claim_summary,
+    keep_earlier_done,
     parse_part,
     part_keys,
     part_summary_name,
@@ -79,6 +82,7 @@ from .parts import (
 from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt
+from .workers import WorkerError, get_from
 
 __all__ = [
     "run_batch",
@@ -218,21 +222,23 @@ def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> lis
     return sorted(found)
 
 
-def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool] | None:
+def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool]:
     """What a folder search must leave out so that a run never reads the outputs of an earlier one.
 
-    Everything under ``output_dir`` that this program names as an output: ``<name>/<name>_<postfix>.nii.gz``.
-    When the output folder lies inside a searched folder, its outputs are found by that name too.
+    Every label map and mask this program wrote, in any folder, by the mark in its header
+    (:func:`~.io.is_vista3d_output`); and under ``output_dir`` what it names as an output,
+    ``<name>/<name>_<postfix>.nii.gz`` (the outputs of versions that did not mark them yet). An image named
+    explicitly is never left out.
     """
-    if output_dir is None:
-        return None
-    root = Path(os.path.abspath(output_dir))
+    root = None if output_dir is None else Path(os.path.abspath(output_dir))
 
     def skip(p: Path) -> bool:
         full = Path(os.path.abspath(p))
-        if not full.is_relative_to(root) or not _is_nifti(full):
+        if not _is_nifti(full):
             return False
-        return full.name == f"{full.parent.name}_{postfix}.nii.gz"
+        if root is not None and full.is_relative_to(root) and full.name == f"{full.parent.name}_{postfix}.nii.gz":
+            return True
+        return is_vista3d_output(full)
 
     return skip
 
@@ -268,9 +274,10 @@ def read_input_list(path: str | os.PathLike) -> list[Path]:
 def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
     """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
 
-    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders are skipped).
+    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, and the label
+    maps and masks this program wrote, are skipped).
     """
-    return [p for p, _ in _collect(inputs)]
+    return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
 
 
 def plan_outputs(
@@ -396,6 +403,9 @@ class dist_context:
             dist.destroy_process_group()
 
 
+_LOADER_JOIN_SECONDS = 5.0
+
+
 class _Loader:
     """Loads images ahead of the one being segmented, in order, on one thread.
 
@@ -418,6 +428,20 @@ class _Loader:
         self._thread.start()
 
     def _work(self) -> None:
+        try:
+            self._load_all()
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {_reason(e)}")))
+
+    def _hand_on(self, item: tuple) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _load_all(self) -> None:
         side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
         for path, volume_index in self._items:
             if self._stop.is_set():
@@ -431,25 +455,23 @@ class _Loader:
                 item = (image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
                 item = (None, None, timer.timings["load"], e)
-            while not self._stop.is_set():
-                try:
-                    self._queue.put(item, timeout=0.1)
-                    break
-                except queue.Full:
-                    continue
+            self._hand_on(item)
 
     def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None]]:
         for _ in self._items:
-            image, geom, seconds, error = self._queue.get()
+            image, geom, seconds, error = get_from(self._queue, self._thread, "load")
+            if isinstance(error, WorkerError):
+                raise error  # the loader itself failed: no image after this one can come
             if isinstance(image, torch.Tensor) and image.is_cuda:
                 # made on the loader's stream, used and freed on this one: keep the allocator from reusing it early
                 image.record_stream(torch.cuda.current_stream(image.device))
             yield image, geom, seconds, error
 
     def close(self) -> None:
-        """Stop loading and wait for the thread."""
+        """Stop loading and wait for the thread, a few seconds at most: a load that hangs (a stuck read) must not
+        turn one Ctrl-C into two; the thread is a daemon and stops at its next image."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=_LOADER_JOIN_SECONDS)
 
 
 def _os_message(e: OSError) -> str:
@@ -461,6 +483,8 @@ def _os_message(e: OSError) -> str:
 def _reason(e: BaseException, path: Path | None = None) -> str:
     """One line for a failed image, without the image's path (the record names it)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if friendly_memory_error(e) is not None:
+        return friendly_memory_error(e)
     if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
         return _os_message(e)
     if isinstance(e, MemoryError):
@@ -562,9 +586,13 @@ def _timed_save(labels: Any, geometry: ImageGeometry, path: Path, masks: Any = N
     so that an image whose label map exists has every file."""
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
     with timer.stage("save"):
-        if masks is not None:
-            save_class_masks(masks, geometry, Path(path).parent)
-        path = save_label_map(labels, geometry, path, **kwargs)
+        written = {} if masks is None else save_class_masks(masks, geometry, Path(path).parent)
+        try:
+            path = save_label_map(labels, geometry, path, **kwargs)
+        except BaseException:  # an image's set is written completely or not at all
+            for p in written.values():
+                Path(p).unlink(missing_ok=True)
+            raise
     return Path(path), timer.timings["save"]
 
 
@@ -795,6 +823,9 @@ def run_batch(
     if opts.nonfinite not in ("air", "error"):
         raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
     device = _batch_device(opts.device, opts.pipeline_kwargs)
+    check_environment()
+    if segment_fn is None:  # what cannot fit is refused before the first image
+        check_images(paths, resolve_device(device))
     pipeline_kwargs = opts.pipeline_kwargs
     if opts.output_dtype is not None and segment_fn is None:
         pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}
@@ -901,6 +932,8 @@ def _triage(
     for i, rec in records.items():
         image, out = Path(rec["image"]), Path(rec["output"])
         files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
+        if mask_ids:
+            rec["masks"] = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
             for f in files:
                 check_output(image, f, overwrite=True)
@@ -927,13 +960,12 @@ def _gathered(local: list[dict], world: int) -> list[dict]:
 
 
 def _write_summary(path: Path, result: BatchResult) -> Path:
-    """Write ``result``'s summary (rank 0); returns the file written. A part's goes to another name when another
-    process of the same part wrote ``path`` since this run began (see :func:`.parts.claim_summary`)."""
-    held = None
-    if result.part is not None:
-        path, held = claim_summary(path, result.started)
+    """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
+    (of the same part, or another whole run) wrote ``path`` since this run began (see
+    :func:`.parts.claim_summary`); images done by the run whose summary it replaces stay done."""
+    path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
     try:
-        _write_json(path, result.summary())
+        _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())
     finally:
         if held is not None:
             held.release()

@@ -72,6 +72,27 @@ def _not_a_checkpoint(path: Path) -> str | None:
     return None
 
 
+def _holds_objects(e: pickle.UnpicklingError) -> bool:
+    """Whether torch's safe loader refused a pickle for the Python objects in it (not for unreadable bytes)."""
+    text = str(e)
+    return "GLOBAL" in text or "global" in text
+
+
+def _whole_width(sd: dict, first_conv: torch.Tensor) -> bool:
+    """Whether every tensor of ``sd`` has its shape in a ``vista3d132`` of the first convolution's width.
+
+    Only then is the checkpoint another width of the network; one wrongly shaped tensor is a damaged checkpoint.
+    """
+    from monai.networks.nets import vista3d132
+
+    width = int(first_conv.shape[0])
+    if width < 8 or width % 8:
+        return False
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in vista3d132(encoder_embed_dim=width).state_dict().items()}
+    return all(k in shapes and shapes[k] == v.shape for k, v in sd.items())
+
+
 def build_network(network_kwargs: dict | None = None) -> torch.nn.Module:
     """``vista3d132(**network_kwargs)`` of this fork, in eval mode (random weights)."""
     from monai.networks.nets import vista3d132
@@ -101,6 +122,11 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
             warnings.simplefilter("ignore")  # torch's notes on pickle protocols
             sd = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        if not _holds_objects(e):
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is not a torch checkpoint: neither torch's zip format nor a pickle of "
+                f"tensors (random or damaged bytes); download it again; {_EXPECTED}"
+            ) from None
         name = re.search(r"GLOBAL ([\w.]+)", str(e))
         held = f" ({name.group(1)})" if name else ""
         raise CheckpointError(
@@ -135,7 +161,7 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
         return ", ".join(items[:3]) + (f" (+{len(items) - 3} more)" if len(items) > 3 else "")
 
     width = "image_encoder.encoder.conv_init.weight"  # [encoder_embed_dim, 1, 3, 3, 3]
-    if width in sd and width in own and sd[width].shape[0] != own[width].shape[0]:
+    if width in sd and width in own and sd[width].shape[0] != own[width].shape[0] and _whole_width(sd, sd[width]):
         raise CheckpointError(
             f"checkpoint {str(path)!r} is a vista3d132 with encoder_embed_dim={sd[width].shape[0]}, the network "
             f"was built with {own[width].shape[0]}; set encoder_embed_dim={sd[width].shape[0]} (the published "

@@ -25,6 +25,7 @@ __all__ = [
     "EmptyForegroundError",
     "OutputPathError",
     "OutputCollisionError",
+    "ResourceError",
 ]
 
 
@@ -58,3 +59,8 @@ class OutputPathError(Vista3DOutputError):
 
 class OutputCollisionError(Vista3DOutputError):
     """Two different inputs would be written to the same output file; raised before any work starts."""
+
+
+class ResourceError(Vista3DInputError):
+    """Settings or an image that cannot run here (a window the network cannot take, not enough memory); raised
+    before any work, with what it needs."""

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from .errors import Vista3DInputError
+from .workers import get_from
 
 __all__ = [
     "GZIP_MAGIC",
@@ -70,7 +71,7 @@ def gzip_codec() -> Any:
     zlib is used with the same results. ``VISTA3D_GZIP_CODEC=zlib`` forces the standard library, ``=isal``
     requires isal.
     """
-    choice = os.environ.get("VISTA3D_GZIP_CODEC", "auto").lower()
+    choice = os.environ.get("VISTA3D_GZIP_CODEC", "").strip().lower() or "auto"  # set but empty: as unset
     if choice not in ("auto", "zlib", "isal"):
         raise Vista3DInputError(f"VISTA3D_GZIP_CODEC={choice!r}: use 'auto', 'zlib' or 'isal'.")
     if choice == "zlib":
@@ -131,6 +132,7 @@ class Gunzip(_Reader):
 
     def __init__(self, path: pathlib.Path):
         self.path = path
+        self._codec = gzip_codec()  # a bad VISTA3D_GZIP_CODEC raises here, in the caller's thread
         self._queue: queue.Queue = queue.Queue(maxsize=_QUEUE_CHUNKS)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="vista3d-gunzip", daemon=True)
@@ -148,7 +150,7 @@ class Gunzip(_Reader):
         return False
 
     def _run(self) -> None:
-        codec = gzip_codec()
+        codec = self._codec
         try:
             with open(self.path, "rb") as f:
                 d, started = codec.decompressobj(31), False
@@ -182,11 +184,11 @@ class Gunzip(_Reader):
 
     def _generate(self):
         while True:
-            item = self._queue.get()
+            item = get_from(self._queue, self._thread, f"inflate ({self.path.name})")
             if item is None:
                 return
             if isinstance(item, BaseException):
-                if isinstance(item, _codec_errors(gzip_codec())):
+                if isinstance(item, _codec_errors(self._codec)):
                     raise Vista3DInputError(
                         f"{self.path}: corrupt or truncated gzip file ({item}); re-export or re-download it "
                         "(check with 'gzip -t')."

@@ -60,6 +60,9 @@ __all__ = [
     "output_path",
     "check_output",
     "check_name_lengths",
+    "mark_output_header",
+    "is_vista3d_output",
+    "output_problem",
     "AIR_HU",
 ]
 
@@ -229,7 +232,78 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
     hdr["scl_slope"], hdr["scl_inter"] = 1.0, 0.0  # values are label ids: no scaling
     hdr["cal_min"], hdr["cal_max"] = 0.0, 0.0  # the input's display window means nothing for labels
     hdr["vox_offset"] = 0  # recomputed by write_to from the extensions
+    mark_output_header(hdr)
     return hdr
+
+
+#: the NIfTI intent of every file this program writes (NIFTI_INTENT_LABEL) and the name beside it
+_OUTPUT_INTENT, _OUTPUT_INTENT_NAME = 1002, "vista3d"
+
+
+def mark_output_header(hdr: Any) -> None:
+    """Mark a header as a label map (or mask) written by this program: intent 'label', intent name 'vista3d'.
+
+    Any NIfTI reader shows the intent; :func:`is_vista3d_output` recognises it, so that a folder search never
+    reads an output back as a CT, whatever its name or folder.
+    """
+    hdr.set_intent(_OUTPUT_INTENT, name=_OUTPUT_INTENT_NAME)
+
+
+def output_problem(path: str | os.PathLike) -> str | None:
+    """What is wrong with an output file on disk (``"missing"``, ``"incomplete: ..."``), or None when it is whole.
+
+    Whole: the header reads and the file holds every voxel it declares (a ``.nii.gz`` is inflated to the end, so
+    that its CRC and length are checked too).
+    """
+    p = pathlib.Path(path)
+    if not p.is_file():
+        return "missing"
+    try:
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)
+            gz = head[:2] == GZIP_MAGIC
+            if gz:
+                f.seek(0)
+                d, total, first = zlib.decompressobj(31), 0, b""
+                while piece := f.read(1 << 20):
+                    while piece:
+                        if d.eof:  # another member follows
+                            d = zlib.decompressobj(31)
+                        out = d.decompress(piece, 1 << 22)  # bounded: a label map inflates ~100x
+                        total += len(out)
+                        first = first if len(first) >= 544 else (first + out)[:544]
+                        piece = d.unused_data if d.eof else d.unconsumed_tail
+                if not d.eof:
+                    return "incomplete: the gzip stream is truncated"
+                head = first
+            else:
+                total = p.stat().st_size
+        hdr = header_from_bytes(head, p)
+    except (OSError, ValueError, zlib.error) as e:
+        return f"incomplete: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    need = int(hdr["vox_offset"]) + math.prod(hdr.get_data_shape()) * hdr.get_data_dtype().itemsize
+    if total < need:
+        return f"incomplete: {total} of {need} bytes"
+    return None
+
+
+def is_vista3d_output(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a NIfTI file that this program wrote (see :func:`mark_output_header`).
+
+    Reads the header only; anything unreadable is not an output (it fails as an input, with its own message).
+    """
+    p = pathlib.Path(path)
+    try:
+        if not p.is_file():
+            return False
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)  # a NIfTI header inflates from far fewer compressed bytes
+        if head[:2] == GZIP_MAGIC:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 544)
+        hdr = header_from_bytes(head, p)
+        return int(hdr["intent_code"]) == _OUTPUT_INTENT and hdr.get_intent()[2] == _OUTPUT_INTENT_NAME
+    except (OSError, ValueError, zlib.error):
+        return False
 
 
 def _header_bytes(hdr: Any) -> bytes:

@@ -52,6 +52,7 @@ from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
+from .feasibility import check_image, check_network, check_window
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
@@ -192,6 +193,14 @@ _OUTPUT_DTYPES = ("float32", "uint8", "int16")
 
 #: VISTA3D's encoder halves the grid four times, so windows are multiples of this
 ROI_MULTIPLE = 16
+
+
+def _encoder_shape(network: Any) -> tuple[int, int]:
+    """``(encoder_embed_dim, halvings)`` of a VISTA3D: its first convolution's channels and its encoder's levels
+    below the first (``vista3d132``: ``(48, 4)``)."""
+    encoder = getattr(getattr(network, "image_encoder", None), "encoder", None)
+    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", 48))
+    return width, max(len(getattr(encoder, "layers", ())) - 1, 0) if encoder is not None else 4
 
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
@@ -352,6 +361,8 @@ class Vista3DPipeline:
         opts = dataclasses.replace(options or PipelineOptions(), **settings)
         self.device = resolve_device(device)
         self.random_weights = network is None and weights is None
+        if network is None:
+            check_network(int((network_kwargs or {}).get("encoder_embed_dim", 48)), self.device)
         self.network = _ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
@@ -365,10 +376,15 @@ class Vista3DPipeline:
         for key, value in options.items():
             if key == "roi_size":
                 value = as_roi_size(value, self._roi_multiple)
+                if self._roi_multiple == ROI_MULTIPLE:
+                    width, halvings = _encoder_shape(self.network)
+                    check_window(value, width, self.device, halvings)
             elif key == "nonfinite" and value not in ("air", "error"):
                 raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
             elif key == "overlap":
                 value = float(value)
+                if not 0.0 <= value < 1.0:
+                    raise ValueError(f"overlap must be in [0, 1), got {value}; the bundle's is 0.25")
             elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
                 if int(value) < 1:
                     raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
@@ -385,10 +401,20 @@ class Vista3DPipeline:
         self._counting = _CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
 
     def replace(self, **options: Any) -> Vista3DPipeline:
-        """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...)."""
+        """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).
+
+        Raises:
+            TypeError: a keyword that is no field of :class:`PipelineOptions` (as the constructor).
+        """
+        dataclasses.replace(self.options, **options)  # an unknown keyword raises here, before anything changes
         other = copy.copy(self)
         other._configure(**options)
         return other
+
+    @property
+    def options(self) -> PipelineOptions:
+        """This pipeline's per-run options, as resolved (``amp`` a bool, ``roi_size`` three ints)."""
+        return PipelineOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PipelineOptions)})
 
     # ----------------------------------------------------------------------------------------------- stages
     def load(
@@ -767,6 +793,7 @@ class Vista3DPipeline:
         if self.per_class:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
+        check_image(path, self.device)
         timer = StageTimer()
         with timer.stage("load"):
             image, geometry = self.load(path, volume_index=volume_index)

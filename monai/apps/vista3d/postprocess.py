@@ -142,6 +142,11 @@ class ClassMasks(Mapping):
         self._index = {i: k for k, i in enumerate(ids)}
 
     def __getitem__(self, label_id: int) -> torch.Tensor:
+        if int(label_id) not in self._index:
+            raise KeyError(
+                f"no mask for label {int(label_id)}: the masks are of the requested classes {sorted(self._index)}; "
+                "request it (classes=...) to get its mask"
+            )
         k = self._index[int(label_id)]
         return (self.packed[k // 8] & _BITS[k % 8]) != 0
 

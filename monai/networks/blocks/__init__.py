@@ -11,7 +11,7 @@
 """Building blocks used by the VISTA3D networks."""
 
 from .acti_norm import ADN
-from .activation import GEGLU
+from .activation import GEGLU, Swish
 from .convolutions import Convolution
 from .dynunet_block import UnetBasicBlock, UnetResBlock, get_output_padding, get_padding
 from .mlp import MLPBlock

@@ -12,6 +12,6 @@
 
 from __future__ import annotations
 
-from monai.networks.layers.activations import GEGLU
+from monai.networks.layers.activations import GEGLU, Swish
 
-__all__ = ["GEGLU"]
+__all__ = ["GEGLU", "Swish"]

@@ -171,6 +171,8 @@ class UnetResBlock(UnetBasicBlock):
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         out = self.norm2(self.conv2(self.lrelu(self.norm1(self.conv1(inp)))))
-        residual = self.norm3(self.conv3(inp)) if self.downsample else inp
+        residual = inp
+        if hasattr(self, "conv3"):  # not `self.downsample`: TorchScript resolves hasattr when it compiles
+            residual = self.norm3(self.conv3(inp))
         out += residual
         return self.lrelu(out)

@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Activations not provided by ``torch.nn`` (``Act["geglu"]``; upstream exports them from ``monai.networks.blocks``)."""
+"""Activations not provided by ``torch.nn`` (``Act["geglu"]``, ``Act["swish"]``; upstream exports them from ``monai.networks.blocks``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["GEGLU"]
+__all__ = ["GEGLU", "Swish"]
 
 
 class GEGLU(nn.Module):
@@ -28,3 +28,17 @@ class GEGLU(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         value, gate = x.chunk(2, dim=-1)
         return value * F.gelu(gate)
+
+
+class Swish(nn.Module):
+    """``x * sigmoid(alpha * x)`` (Ramachandran et al., 2017), ``Act["swish"]`` as in MONAI 1.6.1.
+
+    With the default ``alpha=1`` it is ``torch.nn.SiLU`` (which ``Act["memswish"]`` gives).
+    """
+
+    def __init__(self, alpha: float = 1.0):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(self.alpha * x)

@@ -157,11 +157,17 @@ for _name, _cls in (
     ("softmax", nn.Softmax),
     ("logsoftmax", nn.LogSoftmax),
     # x * sigmoid(x) and x * tanh(softplus(x)): torch ships both, memory-efficient versions included
-    ("swish", nn.SiLU),
     ("memswish", nn.SiLU),
     ("mish", nn.Mish),
 ):
     Act.add_factory_class(_name, _cls)
+
+
+@Act.factory_function("swish")
+def _swish_factory() -> type:
+    from monai.networks.layers.activations import Swish  # upstream's, with its ``alpha`` argument
+
+    return Swish
 
 
 @Act.factory_function("geglu")

@@ -195,6 +195,15 @@ class SegResEncoder(nn.Module):
         return self._forward(x)
 
 
+def _with_skip(y: torch.Tensor, x: torch.Tensor, skips: list[torch.Tensor], i: int) -> torch.Tensor:
+    """``y`` (the upsampled ``x``) plus the encoder skip of decoder level ``i``, if there is one."""
+    if i >= len(skips):
+        return y
+    if y is x:  # identity upsampling: never add in place into the caller's tensor
+        return y + skips[i]
+    return y.add_(skips[i])
+
+
 class SegResNetDS(nn.Module):
     """SegResNet (https://arxiv.org/abs/1810.11654) with deep supervision and anisotropic kernels.
 
@@ -259,6 +268,12 @@ class SegResNetDS(nn.Module):
         norm, act = _norm_act(norm, act, spatial_dims)
         scales = scales_for_resolution(resolution, n_stages=len(blocks_down)) if resolution else None
         self.anisotropic_scales = scales
+        # worked out once here, as plain ints, so that the scripted forward can check its input with them
+        self._divisors = (
+            [2 ** (len(blocks_down) - 1)] * spatial_dims
+            if scales is None
+            else [math.prod(s[d] for s in scales[:-1]) for d in range(spatial_dims)]
+        )
 
         self.encoder = SegResEncoder(
             spatial_dims=spatial_dims,
@@ -316,41 +331,31 @@ class SegResNetDS(nn.Module):
 
     def shape_factor(self) -> list[int]:
         """The number each input spatial size must be divisible by."""
-        if self.anisotropic_scales is None:
-            return [2 ** (len(self.blocks_down) - 1)] * self.spatial_dims
-        return [math.prod(s[d] for s in self.anisotropic_scales[:-1]) for d in range(self.spatial_dims)]
+        return list(self._divisors)
 
-    def is_valid_shape(self, x: torch.Tensor | Sequence[int]) -> bool:
+    def is_valid_shape(self, x: torch.Tensor) -> bool:
         """Whether the spatial size of ``x`` (a ``[B, C, *spatial]`` tensor) is divisible by :py:meth:`shape_factor`."""
-        shape = x.shape if isinstance(x, torch.Tensor) else x
-        return all(s % f == 0 for s, f in zip(shape[2:], self.shape_factor()))
+        return all(s % f == 0 for s, f in zip(x.shape[2:], self._divisors))
 
     def _check_input(self, x: torch.Tensor) -> torch.Tensor:
         if self.preprocess is not None:
             x = self.preprocess(x)
         if not self.is_valid_shape(x):
             raise ValueError(
-                f"Input spatial dims {tuple(x.shape)} must be divisible by {self.shape_factor()}; pad or crop the input."
+                f"Input spatial dims {list(x.shape)} must be divisible by {self.shape_factor()}; pad or crop the input."
             )
         return x
 
-    def _decode(self, x: torch.Tensor, skips: list[torch.Tensor], layers: nn.ModuleList) -> list[torch.Tensor]:
-        """Run one decoder from the bottleneck ``x`` with the encoder ``skips`` (coarsest first).
+    def _decode(self, x: torch.Tensor, skips: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Run the decoder ``up_layers`` from the bottleneck ``x`` with the encoder ``skips`` (coarsest first).
 
         Returns the deep-supervision outputs, finest first. Neither ``x`` nor ``skips`` is modified.
         """
-        outputs = []
-        n = len(layers)
-        for i, level in enumerate(layers):
-            y = level["upsample"](x)
-            skip = skips[i] if i < len(skips) else None
-            if skip is not None:
-                if y is x:  # identity upsampling: never add in place into the caller's tensor
-                    y = y + skip
-                else:
-                    y += skip
-            x = level["blocks"](y)
-            if n - i <= self.dsdepth:
+        # the loop names its ModuleList: TorchScript takes none as an argument (SegResNetDS2 has its own loop)
+        outputs: list[torch.Tensor] = []
+        for i, level in enumerate(self.up_layers):
+            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))
+            if len(self.up_layers) - i <= self.dsdepth:
                 outputs.append(level["head"](x))
         outputs.reverse()
         return outputs
@@ -358,7 +363,7 @@ class SegResNetDS(nn.Module):
     def _forward(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
         x = self._check_input(x)
         features = self.encoder(x)
-        outputs = self._decode(features[-1], features[-2::-1], self.up_layers)
+        outputs = self._decode(features[-1], features[-2::-1])
         if not self.training or len(outputs) == 1:
             return outputs[0]
         return outputs
@@ -424,12 +429,22 @@ class SegResNetDS2(SegResNetDS):
         bottleneck, skips = features[-1], features[-2::-1]
         del features, x
         # _decode never writes into its inputs, so both decoders read the same bottleneck (no copy)
-        outputs = self._decode(bottleneck, skips, self.up_layers) if with_point else []
-        outputs_auto = self._decode(bottleneck, skips, self.up_layers_auto) if with_label else []
+        outputs = self._decode(bottleneck, skips) if with_point else []
+        outputs_auto = self._decode_auto(bottleneck, skips) if with_label else []
         return (
             outputs[0] if len(outputs) == 1 else outputs,
             outputs_auto[0] if len(outputs_auto) == 1 else outputs_auto,
         )
+
+    def _decode_auto(self, x: torch.Tensor, skips: list[torch.Tensor]) -> list[torch.Tensor]:
+        """:py:meth:`SegResNetDS._decode` through the class-head decoder ``up_layers_auto``."""
+        outputs: list[torch.Tensor] = []
+        for i, level in enumerate(self.up_layers_auto):
+            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))
+            if len(self.up_layers_auto) - i <= self.dsdepth:
+                outputs.append(level["head"](x))
+        outputs.reverse()
+        return outputs
 
     def set_auto_grad(self, auto_freeze: bool = False, point_freeze: bool = False) -> None:
         """Freeze parts of the network: the encoder when either branch is frozen, and the frozen decoders.

@@ -540,18 +540,18 @@ class VISTA3D(nn.Module):
                 branch features across calls when there is no ``class_vector``).
 
         Returns:
-            logits ``[B, B_img, H, W, D]`` (``[B_img, B, H, W, D]`` with ``transpose``).
+            logits ``[B, B_img, H, W, D]`` (``[B_img, B, H, W, D]`` with ``transpose``). Without ``class_vector``
+            and ``point_coords`` (also when clicks would be sampled from ``labels``), a ``[1, 1, H, W, D]`` tensor of
+            ``NINF_VALUE`` (-9999) as MONAI 1.6.1 returns, not an error: check for a missing prompt before calling.
         """
         device = input_images.device
         point_coords, point_labels, class_vector, prompt_class = self._prompt_tensors(
             device, point_coords, point_labels, class_vector, prompt_class
         )
+        if point_coords is None and class_vector is None:
+            # MONAI 1.6.1's answer to a call without prompts: one row of NINF_VALUE, whatever ``transpose`` says
+            return self.NINF_VALUE + torch.zeros([1, 1, *input_images.shape[-3:]], device=device)
         sample_from_labels = patch_coords is not None and labels is not None and label_set is not None
-        if point_coords is None and class_vector is None and not sample_from_labels:
-            raise ValueError(
-                "VISTA3D needs a prompt: class_vector [B, 1] for automatic segmentation and/or point_coords [B, N, 3] "
-                "with point_labels [B, N] for interactive segmentation."
-            )
 
         labels, prev_mask, point_coords = self.update_slidingwindow_padding(
             kwargs.get("pad_size"), labels, prev_mask, point_coords
@@ -1055,8 +1055,8 @@ class PositionEmbeddingRandom(nn.Module):
 
     def forward(self, size: Sequence[int]) -> torch.Tensor:
         """``[2 * num_pos_feats, h, w, d]`` encoding of the voxel centres of an ``h x w x d`` grid."""
-        device = self.positional_encoding_gaussian_matrix.device
-        axes = [(torch.arange(n, device=device, dtype=torch.float32) + 0.5) / n for n in size]
+        matrix = self.positional_encoding_gaussian_matrix  # its dtype: float32 as upstream, float64 in the tests
+        axes = [(torch.arange(n, device=matrix.device, dtype=matrix.dtype) + 0.5) / n for n in size]
         grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
         return self._pe_encoding(grid).permute(3, 0, 1, 2)
 
@@ -1064,7 +1064,7 @@ class PositionEmbeddingRandom(nn.Module):
         """``[B, N, 2 * num_pos_feats]`` encoding of ``[B, N, 3]`` voxel coordinates in an image of ``image_size``."""
         size = torch.tensor(list(image_size[:3]), device=coords_input.device)
         coords = coords_input / size
-        return self._pe_encoding(coords.to(torch.float))
+        return self._pe_encoding(coords.to(self.positional_encoding_gaussian_matrix.dtype))
 
 
 class MLP(nn.Module):

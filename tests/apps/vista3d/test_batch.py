@@ -244,8 +244,12 @@ class TestBatchSingleProcess(unittest.TestCase):
         output_path(self.inputs[1], out).unlink()
         self.assertEqual(run_batch(self.inputs, out, tiny_segment).exit_code, 1)
         status = {pathlib.Path(r["image"]).name: r["status"] for r in json.loads((out / "summary.json").read_text())["per_image"]}
-        self.assertEqual(status, {"ct0.nii.gz": "skipped", "ct1.nii.gz": "done", "broken.nii.gz": "failed",
-                                  "ct2.nii.gz": "skipped", "ct3.nii.gz": "skipped", "ct4.nii.gz": "skipped"})
+        # the images the first run did stay done in the summary the restart writes (issue 34)
+        self.assertEqual(status, {"ct0.nii.gz": "done", "ct1.nii.gz": "done", "broken.nii.gz": "failed",
+                                  "ct2.nii.gz": "done", "ct3.nii.gz": "done", "ct4.nii.gz": "done"})
+        earlier = {pathlib.Path(r["image"]).name for r in json.loads((out / "summary.json").read_text())["per_image"]
+                   if r.get("earlier_run")}
+        self.assertEqual(earlier, {"ct0.nii.gz", "ct2.nii.gz", "ct3.nii.gz", "ct4.nii.gz"})
         good = [p for p in self.inputs if "broken" not in p.name]
         self.assertEqual(run_batch(good, out, tiny_segment, overwrite=True, summary_path=self.tmp / "s.json").exit_code, 0)
         self.assertEqual(json.loads((self.tmp / "s.json").read_text())["done"], 5)

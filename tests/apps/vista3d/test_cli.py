@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 from pathlib import Path
 
 import nibabel as nib
@@ -88,7 +89,8 @@ class TestSegmentCli(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn(f"[1/1] {self.src} skipped: {path} exists (--overwrite redoes it)", out)
         self.assertEqual(path.read_bytes(), written)
-        self.assertEqual(json.loads((out_dir / "summary.json").read_text())["skipped"], 1)
+        kept = json.loads((out_dir / "summary.json").read_text())  # the first run's image stays done (issue 34)
+        self.assertEqual((kept["done"], kept["skipped"], kept["per_image"][0]["earlier_run"]), (1, 0, True))
         before = np.asarray(res.dataobj).copy()
         code, _, err = run_main(["segment", self.src, "--output-dir", out_dir, *TINY, "--overwrite",
                                  "--output-dtype", "float32"])
@@ -231,6 +233,19 @@ def vista3d(*args, timeout=300):
                           capture_output=True, text=True, timeout=timeout)
 
 
+def vista3d_here(*args) -> subprocess.CompletedProcess:
+    """The console script's entry point in this process (``sys.argv[0]`` = ``vista3d``), as :func:`vista3d` returns
+    it: for the checks that need no process of their own."""
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(sys, "argv", ["vista3d", *map(str, args)]), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse's --help
+            code = e.code or 0
+    return subprocess.CompletedProcess(["vista3d", *args], code, out.getvalue(), err.getvalue())
+
+
 def _write_ct(path: Path, shape=(30, 30, 20), seed: int = 0, four_d: bool = False) -> Path:
     img, aff, _ = phantom(shape, np.eye(3), (1.0, 1.0, 1.5))
     img = np.round(img + 10 * seed).astype(np.int16)
@@ -289,7 +304,8 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertEqual(res.returncode, 0, res.stderr)
         self.assertEqual(res.stdout.count("skipped: "), 3, res.stdout)
         self.assertEqual({p: path.read_bytes() for p, path in results.items()}, written)
-        self.assertEqual(json.loads((out / "summary.json").read_text())["skipped"], 3)
+        kept = json.loads((out / "summary.json").read_text())  # what the first run did stays done (issue 34)
+        self.assertEqual((kept["done"], kept["skipped"]), (3, 0))
         res = vista3d("segment", "--input-list", cts, "--output-dir", out, *TINY, "--volume-index", "1",
                       "--overwrite")
         self.assertEqual(res.returncode, 0, res.stderr)
@@ -398,7 +414,8 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertIn("2 image(s): 2 done, 0 skipped, 0 failed in", stdout)
 
     def test_list_classes_and_usage(self):
-        res = vista3d("--list-classes")
+        # in this process, as the console script names itself (one subprocess below runs the script itself)
+        res = vista3d_here("--list-classes")
         self.assertEqual(res.returncode, 0, res.stderr)
         lines = res.stdout.splitlines()
         self.assertIn("  1* liver", lines)
@@ -406,12 +423,12 @@ class TestCliAsUsersExpect(unittest.TestCase):
         self.assertIn("117 classes in 'everything'", res.stdout)
         usage = "usage: vista3d [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       vista3d --list-classes"
         for argv in (["--help"], ["segment", "--help"], ["-h"]):  # the default command's help is the program's
-            res = vista3d(*argv)
+            res = vista3d_here(*argv)
             self.assertEqual(res.returncode, 0)
             self.assertTrue(res.stdout.startswith(usage), res.stdout[:300])
             for flag in ("--list-classes", "--strict", "--weights", "--sw-batch-size", "benchmark", "--version"):
                 self.assertIn(flag, res.stdout)
-        res = vista3d("benchmark", "--help")
+        res = vista3d_here("benchmark", "--help")
         self.assertTrue(res.stdout.startswith("usage: vista3d benchmark [options]"), res.stdout[:200])
         import monai
 
@@ -505,11 +522,12 @@ class TestCliSubprocess(unittest.TestCase):
             res = self._run("segment", src, "--output-dir", Path(tmp) / "out", *TINY)
             self.assertEqual(res.returncode, 0, res.stderr)
             self.assertTrue((Path(tmp) / "out" / "ct" / "ct_trans.nii.gz").is_file())
-            res = self._run("segment", src, "--output-dir", Path(tmp) / "out", *TINY, "--classes", "nope")
-            self.assertEqual(res.returncode, 2)
-            self.assertNotIn("Traceback", res.stderr)
-            self.assertIn("error: ", res.stderr)
-        res = self._run("--help")
+            # the rest needs no process of its own (the subprocess above ran the module form end to end)
+            code, _, err = run_main(["segment", src, "--output-dir", Path(tmp) / "out", *TINY, "--classes", "nope"])
+            self.assertEqual(code, 2)
+            self.assertNotIn("Traceback", err)
+            self.assertIn("error: ", err)
+        res = vista3d_here("--help")
         self.assertEqual(res.returncode, 0)
         self.assertIn("benchmark", res.stdout)
 
@@ -559,7 +577,9 @@ class TestCliSubprocess(unittest.TestCase):
             again = torchrun()
             self.assertNotEqual(again.returncode, 0, again.stderr)
             summary = json.loads((tmp / "multi" / "summary.json").read_text())
-            self.assertEqual((summary["skipped"], summary["done"], summary["failed"]), (4, 0, 1))
+            # the images done by the first run stay done in the summary the rerun writes (issue 34)
+            self.assertEqual((summary["skipped"], summary["done"], summary["failed"]), (0, 4, 1))
+            self.assertEqual(sum(bool(r.get("earlier_run")) for r in summary["per_image"]), 4)
 
     def test_torchrun_ranks_stop_together(self):
         with tempfile.TemporaryDirectory() as tmp:

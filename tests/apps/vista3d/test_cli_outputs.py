@@ -92,7 +92,8 @@ class TestSummary(unittest.TestCase):
         # a summary of ours is replaced by the next run
         code, _, err = run_main(["-i", self.src, "-o", self.tmp / "seg.nii.gz", *TINY])
         self.assertEqual(code, 0, err)
-        self.assertEqual(json.loads((self.tmp / "seg.summary.json").read_text())["skipped"], 1)
+        self.assertEqual(json.loads((self.tmp / "seg.summary.json").read_text())["skipped"], 0)
+        self.assertEqual(json.loads((self.tmp / "seg.summary.json").read_text())["done"], 1)  # kept from before
 
     def test_full_disk_leaves_nothing_and_one_line(self):
         real_replace = os.replace
@@ -164,7 +165,7 @@ class TestPerClass(unittest.TestCase):
             np.testing.assert_array_equal(mask.affine, src.affine)
             self.assertTrue(set(np.unique(np.asarray(mask.dataobj)).tolist()) <= {0, 1})
         code, _, err = run_main(argv)
-        self.assertEqual(json.loads((self.tmp / "out" / "summary.json").read_text())["skipped"], 1)
+        self.assertEqual(json.loads((self.tmp / "out" / "summary.json").read_text())["done"], 1)  # kept as done
         (folder / "liver.nii.gz").unlink()  # an incomplete set is done again
         code, _, err = run_main(argv)
         self.assertEqual(code, 0, err)

@@ -509,9 +509,11 @@ class TestStoredLoad(TempDirCase):
 
 
 def _header_fields_kept(testcase, back, ref):
-    """Every header field of ``ref`` is in ``back``, except those that describe the voxel values."""
+    """Every header field of ``ref`` is in ``back``, except those that describe the voxel values, and ``back`` is
+    marked as this program's output (intent 'label' named 'vista3d')."""
     changed = {"datatype", "bitpix", "scl_slope", "scl_inter", "cal_min", "cal_max", "vox_offset", "dim", "glmax",
-               "glmin"}
+               "glmin", "intent_code", "intent_name", "intent_p1", "intent_p2", "intent_p3"}
+    testcase.assertEqual(back.header.get_intent(), ("label", (), "vista3d"))
     for key in ref.header.keys():
         if key not in changed:
             np.testing.assert_array_equal(back.header[key], ref.header[key], err_msg=key)

@@ -280,6 +280,16 @@ class TestOutputClaims(_InTmp):
                 claims.take(out)
 
 
+def _outputs_on_disk(folder: Path, names) -> None:
+    """Whole one-voxel label maps at ``folder/<name>``: 'summary' checks the outputs it is told of on disk."""
+    import nibabel as nib
+    import numpy as np
+
+    for name in names:
+        nib.save(nib.Nifti1Image(np.zeros((1, 1, 1), np.uint8), np.eye(4)), folder / f"{name}.nii")
+        (folder / f"{name}.nii").rename(folder / name)
+
+
 def _summary(records, *, inputs, wall=10.0, started=1000.0, interrupted=False):
     recs = [{"image": f"{o}.nii.gz", "output": o, "status": s} for o, s in records]
     return {"images": len(recs), "inputs": inputs, "wall_seconds": wall, "started": started,
@@ -302,6 +312,7 @@ class TestMerge(unittest.TestCase):
                          interrupted=True)))
             (d / "summary.part-9-of-9.json.tmp").write_text("{")  # not a summary name: ignored
             (d / "summary.part-1-of-4.json").write_text("{ cut")  # a summary name that is not JSON: named
+            _outputs_on_disk(d, "abef")
             merged = merge_summaries(d)
             t = merged["totals"]
             self.assertEqual((t["inputs"], t["done"], t["skipped"], t["failed"], t["busy"], t["unreported"]),
@@ -331,6 +342,7 @@ class TestMerge(unittest.TestCase):
             for i in range(2):
                 (d / f"summary.part-{i}-of-2.json").write_text(json.dumps(
                     _summary([(f"x{i}", "done"), (f"y{i}", "skipped")], inputs=4)))
+            _outputs_on_disk(d, ["x0", "y0", "x1", "y1"])
             merged = merge_summaries(d)
             self.assertTrue(merged["totals"]["complete"])
             self.assertEqual(merged["missing_parts"], [])
@@ -348,6 +360,7 @@ class TestSummaryCommand(unittest.TestCase):
             self.assertEqual(code, 1)
             self.assertIn("no summary in", err)
             (d / "summary.part-0-of-2.json").write_text(json.dumps(_summary([("a", "done")], inputs=2)))
+            _outputs_on_disk(d, "ab")
             code, out, err = run_main(["summary", d])
             self.assertEqual(code, 1)
             self.assertIn("missing parts (no summary): 1/2", out)

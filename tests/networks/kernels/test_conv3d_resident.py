@@ -289,6 +289,7 @@ def _oldest_triton_dir() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.network  # pip downloads the Triton wheel: only with ./runtests.sh --network
 @unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
 class TestOldestTriton(unittest.TestCase):
     """Every form built for sm_90 with the oldest supported Triton, installed beside the one in use (a subprocess

@@ -1,0 +1,143 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What cannot run is refused before the first image, with one line (issue 34, item 5)."""
+
+from __future__ import annotations
+
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import nibabel as nib
+import numpy as np
+import torch
+from parameterized import parameterized
+
+from monai.apps.vista3d import feasibility
+from monai.apps.vista3d.batch import _reason
+from monai.apps.vista3d.checkpoint import load_checkpoint
+from monai.apps.vista3d.errors import CheckpointError, ResourceError
+from monai.apps.vista3d.pipeline import Vista3DPipeline
+from tests.apps.vista3d.test_cli import TINY, run_main
+
+
+def _save(path: Path, shape, spacing: float) -> Path:
+    data = np.full(shape, 40, dtype=np.int16)
+    nib.save(nib.Nifti1Image(data, np.diag([spacing] * 3 + [1.0])), path)
+    return path
+
+
+class TestFeasibility(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_window_the_network_cannot_downsample(self):
+        with self.assertRaisesRegex(ResourceError, "one voxel at the network's deepest level"):
+            feasibility.check_window((16, 16, 16), 8, "cpu")
+        feasibility.check_window((16, 16, 32), 8, "cpu")  # two voxels at the deepest level run
+
+    @parameterized.expand([((100000,) * 3, 8), ((4096,) * 3, 48)])
+    def test_window_larger_than_memory(self, roi, width):
+        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+            with self.assertRaisesRegex(ResourceError, r"needs at least [\d.e+]+ GiB per window, cpu has 64 GiB"):
+                feasibility.check_window(roi, width, "cpu")
+
+    def test_width_larger_than_memory_is_counted_not_allocated(self):
+        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+            with self.assertRaisesRegex(ResourceError, "encoder_embed_dim=800000 needs .* GiB for its weights alone"):
+                feasibility.check_network(800000, "cpu")
+            feasibility.check_network(8, "cpu")
+
+    def test_pipeline_refuses_in_its_constructor(self):
+        with self.assertRaisesRegex(ResourceError, "deepest level"):
+            Vista3DPipeline(device="cpu", roi_size=16, network_kwargs={"encoder_embed_dim": 8}, warn_random=False)
+        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+            with self.assertRaisesRegex(ResourceError, "weights alone"):
+                Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 800000}, warn_random=False)
+
+    def test_resampled_volume_larger_than_memory(self):
+        """A 500 mm pixdim resampled to 1.5 mm: refused from the header, saying how much it needs."""
+        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
+        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+            with self.assertRaisesRegex(ResourceError, r"needs at least [\d.]+ GiB of cpu memory .* 64 GiB are"):
+                feasibility.check_image(src, "cpu")
+
+    def test_inflated_volume_larger_than_memory(self):
+        """A header whose inflated data exceeds the memory there is (a gzip bomb) is refused before reading."""
+        src = _save(self.dir / "bomb.nii.gz", (64, 64, 64), 1.5)
+        with mock.patch.object(feasibility, "_memory_available", return_value=2**20):
+            with self.assertRaisesRegex(ResourceError, "bomb.nii.gz: segmenting it needs at least"):
+                feasibility.check_image(src, "cpu")
+        feasibility.check_image(src, "cpu")  # fits this machine
+
+    def test_raw_allocator_errors_get_one_line(self):
+        raw = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
+        for e in (raw, MemoryError("Unable to allocate 12 GiB")):
+            self.assertNotIn("DefaultCPUAllocator", _reason(e))
+            self.assertIn("not enough memory", _reason(e))
+
+    @parameterized.expand([
+        (["--roi-size", "16"], "deepest level"),
+        (["--roi-size", "100000"], "GiB per window"),
+        (["--embed-dim", "800000"], "weights alone"),
+    ])
+    def test_cli_refuses_settings_before_the_first_image(self, flags, message):
+        src = _save(self.dir / "ct.nii.gz", (24, 24, 16), 1.5)
+        out = self.dir / "out"
+        code, _, err = run_main([src, "-o", out, *TINY, *flags])
+        self.assertEqual(code, 2)
+        lines = [ln for ln in err.splitlines() if not ln.startswith("WARNING: no --weights")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn(message, lines[0])
+        self.assertFalse(out.exists())
+
+    def test_cli_refuses_an_image_that_cannot_fit(self):
+        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
+        out = self.dir / "out"
+        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+            code, _, err = run_main([src, "-o", out, *TINY])
+        self.assertEqual(code, 2)
+        self.assertRegex(err, r"error: .*coarse.nii.gz: segmenting it needs at least")
+        self.assertFalse(out.exists())
+
+
+class TestWeightsErrors(unittest.TestCase):
+    def test_random_bytes_are_not_called_a_pickled_network(self):
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            path.write_bytes(np.random.default_rng(0).bytes(1 << 20))
+            with self.assertRaisesRegex(CheckpointError, "not a torch checkpoint.*random or damaged bytes") as ctx:
+                load_checkpoint(vista3d132(encoder_embed_dim=8), path)
+            self.assertNotIn("torch.save(model)", str(ctx.exception))
+
+    def test_one_wrongly_shaped_tensor_is_not_another_width(self):
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            net = vista3d132(encoder_embed_dim=8)
+            sd = net.state_dict()
+            sd["image_encoder.encoder.conv_init.weight"] = torch.zeros(3, 1, 3, 3, 3)
+            path = Path(tmp) / "model.pt"
+            torch.save(sd, path)
+            with self.assertRaisesRegex(CheckpointError, r"1 shape mismatches: image_encoder.encoder.conv_init") as ctx:
+                load_checkpoint(net, path)
+            self.assertNotIn("set encoder_embed_dim", str(ctx.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

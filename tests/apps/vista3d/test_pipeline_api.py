@@ -1,0 +1,63 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The Python API's options: checked where they are given, and readable back (issue 34, item 6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import unittest
+
+import numpy as np
+import torch
+
+from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
+from tests.apps.vista3d.stub_vista import HU, StubVista, phantom
+
+
+def _pipe(**kw):
+    return Vista3DPipeline(network=StubVista(HU), device="cpu", roi_size=(32, 32, 32), **kw)
+
+
+class TestPipelineOptions(unittest.TestCase):
+    def test_replace_refuses_a_typo_like_the_constructor(self):
+        with self.assertRaises(TypeError):
+            _pipe(per_clas=True)
+        pipe = _pipe()
+        with self.assertRaisesRegex(TypeError, "per_clas"):
+            pipe.replace(per_clas=True)
+        self.assertFalse(pipe.per_class)  # nothing changed
+
+    def test_overlap_one_refused_by_the_constructor(self):
+        for overlap in (1.0, -0.1):
+            with self.assertRaisesRegex(ValueError, r"overlap must be in \[0, 1\)"):
+                _pipe(overlap=overlap)
+        with self.assertRaisesRegex(ValueError, "overlap must be"):
+            _pipe().replace(overlap=1.0)
+
+    def test_options_read_back(self):
+        pipe = _pipe(sw_batch_size=3, per_class=True, overlap=0.5)
+        opts = pipe.options
+        self.assertIsInstance(opts, PipelineOptions)
+        self.assertEqual((opts.sw_batch_size, opts.per_class, opts.overlap, opts.roi_size), (3, True, 0.5, (32,) * 3))
+        self.assertIs(opts.amp, False)  # resolved for the CPU
+        self.assertEqual(pipe.replace(streaming=False).options, dataclasses.replace(opts, streaming=False))
+        self.assertEqual(_pipe(options=opts).options, opts)  # a pipeline built from them has the same ones
+
+    def test_mask_of_a_class_not_requested(self):
+        img, aff, _ = phantom((24, 24, 16), np.eye(3), (1.5, 1.5, 1.5))
+        result = _pipe(per_class=True).segment(torch.from_numpy(img), aff, classes=[1, 3])
+        self.assertEqual(tuple(result.masks[1].shape), img.shape)
+        with self.assertRaisesRegex(KeyError, r"no mask for label 25: the masks are of the requested classes \[1, 3\]"):
+            result.masks[25]
+
+
+if __name__ == "__main__":
+    unittest.main()
