@@ -24,16 +24,28 @@ from typing import Any
 
 import torch
 
+from ..errors import ResourceError
+from ..feasibility import check_image
 from ..prompts import Prompt
 from ..session import Vista3DSession
+from .errors import ServeError
 from .images import LoadedImage, load_nrrd
 
 __all__ = ["load", "segment", "open_session", "click"]
 
 
 def load(pipeline: Any, path: Path, fmt: str, name: str) -> tuple[torch.Tensor, Any, LoadedImage]:
-    """``(image [1, X, Y, Z], RAS affine, LoadedImage)`` of a checked file, on the pipeline's device."""
+    """``(image [1, X, Y, Z], RAS affine, LoadedImage)`` of a checked file, on the pipeline's device.
+
+    Raises:
+        ServeError: 413 for a NIfTI image that cannot fit in the memory there (read from its header, before the
+            load), as ``segment_file`` refuses it.
+    """
     if fmt == "nifti":
+        try:
+            check_image(path, pipeline.device)
+        except ResourceError as e:  # its message starts with the scratch path, which is no business of the client
+            raise ServeError(413, str(e).replace(f"{path}: ", "the image: ", 1)) from None
         image, geometry = pipeline.load(path)  # the pipeline's one load policy, as for a file it segments
         return image, geometry.affine, LoadedImage(name, "nifti", tuple(geometry.spatial_shape), geometry)
     image, affine, placement = load_nrrd(path)

@@ -21,6 +21,7 @@ import socket
 import tempfile
 import unittest
 import zlib
+from unittest import mock
 from pathlib import Path
 
 import httpx
@@ -198,6 +199,16 @@ class TestBadRequests(unittest.TestCase):
             head = b"".join(chunks).decode()
         self.assertTrue(head.startswith("HTTP/1.1 413"), head)
         self.assertIn("--max-body-mb", head)
+        self._good()
+
+    def test_image_larger_than_memory(self):
+        # the header's volume, resampled, against the memory there (as segment_file checks it): 413 before the load,
+        # the message without the server's scratch path
+        with mock.patch("monai.apps.vista3d.feasibility.memory_available", return_value=1 << 10):
+            response = self.http.post("/v1/vista3d/inference", json={"image": "ct.nii.gz"})
+        self.assert_one_line_error(response, 413)
+        self.assertIn("the image: segmenting it needs at least", response.json()["detail"])
+        self.assertNotIn("vista3d-serve-", response.json()["detail"])
         self._good()
 
     def test_malformed_http_and_long_paths(self):
