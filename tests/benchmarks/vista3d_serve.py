@@ -193,7 +193,11 @@ class Clients:
         with httpx.Client(base_url=self.url, timeout=3600) as http:
             barrier.wait()
             for r in range(self.cfg.rounds):
-                self.one(http, index + r)
+                try:
+                    self.one(http, index + r)
+                except Exception as e:  # a transport error: counted as a failure, never lost with its thread
+                    with self._lock:
+                        self.failures.append(f"client {index}: {type(e).__name__}: {e}")
 
     def run(self, n: int) -> float:
         """Drive ``n`` clients at once; the wall seconds from the start to the last answer."""
