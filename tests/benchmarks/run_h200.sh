@@ -27,6 +27,8 @@
 #   click_agreement       click results (5 organs, negatives, special class, edit, sequence) fused vs module vs
 #                         upstream on the phantom-trained network (trains it first, as trained_agreement, if needed)
 #   pytest_clicks         the clicks' fused tests and the session's on the GPU
+#   serve                 vista3d serve over the socket, 1/4/16 concurrent clients, the published-size network
+#                         (issue 36); needs the 'serve' extra's wheels (fastapi, uvicorn, httpx, ...) in .wheels/
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
 #   sw_timing             the sliding-window stage timings (PR 03)
@@ -56,13 +58,14 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,57p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,59p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/isal-*.whl >/dev/null 2>&1  # else zlib (slower gzip)
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/rapidgzip-*.whl >/dev/null 2>&1  # else one inflate thread
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/scikit_image-*.whl .wheels/lazy_loader-*.whl >/dev/null 2>&1
+pip install -q --no-index --find-links .wheels --target /tmp/deps fastapi uvicorn httpx python-multipart >/dev/null 2>&1  # serve
 export PYTHONPATH=$PWD:/tmp/deps
 step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt"; s=$(date +%s)
   timeout "$lim" "$@" > "$out/$name.txt" 2>&1; echo "rc=$? $(( $(date +%s) - s )) s" | tee -a "$out/log.txt"; tail -n 25 "$out/$name.txt"; }
@@ -98,6 +101,7 @@ for run in "$@"; do
   click_agreement) CA="python3 tests/benchmarks/vista3d_click_agreement.py $UP"
     [ -f /tmp/trained_vista3d.pt ] || step trained_agreement 400 python3 tests/benchmarks/vista3d_trained_agreement.py $UP --checkpoint /tmp/trained_vista3d.pt --steps 560 --train-seconds 200 --json "$out/trained_agreement.json"
     step click_agreement 500 $CA --checkpoint /tmp/trained_vista3d.pt --point-steps 400 --train-seconds 150 --json "$out/click_agreement.json" ;;
+  serve) step serve 570 python3 tests/benchmarks/vista3d_serve.py --device cuda --weights-size published --json "$out/serve.json" ;;
   pytest_clicks) step pytest_clicks 300 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py tests/apps/vista3d/test_session.py tests/networks/kernels/test_graph_cache.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;

@@ -42,6 +42,7 @@ import torch
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
+from .server.cli import add_serve_command
 from .workers import WorkerError
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
 
 
-_COMMANDS = ("segment", "benchmark", "summary", "prepare")
+_COMMANDS = ("segment", "benchmark", "summary", "prepare", "serve")
 
 
 def _prog() -> str:
@@ -116,18 +117,19 @@ def build_parser() -> argparse.ArgumentParser:
     prog = _prog()
     usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
              f"       {prog} prepare [options]\n       {prog} benchmark [options]\n       {prog} summary OUTPUT\n"
-             f"       {prog} --version")
+             f"       {prog} serve --weights model.pt [--host 127.0.0.1] [--port 8000]\n       {prog} --version")
     parser = argparse.ArgumentParser(
         prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary,serve}")
 
     _add_segment(sub, prog, usage)
     _add_benchmark(sub, prog)
     _add_summary(sub, prog)
     _add_prepare(sub, prog)
+    add_serve_command(sub, prog)  # the server's own subcommand: args.run(args) runs it
     return parser
 
 
@@ -727,6 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_showwarning = warnings.showwarning
     warnings.showwarning = _one_line_warning
     try:
+        if hasattr(args, "run"):  # a subcommand that runs itself (serve)
+            return args.run(args)
         if args.command == "segment":
             return _segment(args)
         if args.command == "summary":

@@ -1,0 +1,24 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""``vista3d serve``: VISTA3D over HTTP, with the NVIDIA VISTA-3D NIM's API and click sessions.
+
+Rooms: :mod:`.settings` (what the server runs with, checked once), :mod:`.app` (the ASGI application, its gates and
+error shape), :mod:`.routes` (the endpoints), :mod:`.schemas` (request bodies and their prompts), :mod:`.worker`
+(one model thread, a bounded queue), :mod:`.jobs` (the library calls it runs), :mod:`.sessions` (click sessions,
+TTL and LRU), :mod:`.fetch` (URLs, server paths, uploads and their rules), :mod:`.images` (NIfTI/NRRD checks and
+answers), :mod:`.cli` (the subcommand). FastAPI and uvicorn (the ``serve`` extra) are imported by :mod:`.app` and
+when the command runs, not by this package, so the core install keeps its command line.
+"""
+
+from .cli import add_serve_command
+from .settings import Limits, ModelSettings, ServerSettings
+
+__all__ = ["add_serve_command", "ServerSettings", "ModelSettings", "Limits"]

@@ -1,0 +1,334 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Image files as the server receives and answers them: NIfTI, and NRRD where ``pynrrd`` is installed.
+
+:func:`inspect_image` looks at a file before any model work: what it is (by its bytes, not its name), how many
+voxels its header claims (refused over ``--max-voxels`` before anything is inflated), and, for compressed data,
+that inflating it yields what the header says and no more: the inflate is counted and stopped one MiB past the
+expected size, so a gzip bomb costs at most that. :func:`load_nrrd` reads an NRRD volume and its RAS affine,
+:func:`write_label_map` writes a label map (or a box of it) in the input's format and geometry.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import nibabel as nib
+import numpy as np
+import torch
+
+from ..gzip_codec import GZIP_MAGIC, gzip_codec
+from ..io import ImageGeometry, save_label_map
+from .errors import ServeError
+
+__all__ = ["ImageInfo", "LoadedImage", "inspect_image", "load_nrrd", "write_label_map", "zip_one", "safe_stem",
+           "nrrd_available"]
+
+_CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
+_SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
+_NIFTI_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".gz")
+
+
+def nrrd_available() -> bool:
+    """True when ``pynrrd`` imports (the ``nrrd`` extra)."""
+    try:
+        import nrrd  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What :func:`inspect_image` found: ``format`` is ``"nifti"`` or ``"nrrd"``, ``shape`` the header's dims."""
+
+    format: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class LoadedImage:
+    """How to answer in an image's own format: its name, format, grid, and geometry.
+
+    Attributes:
+        name: the base of the answer's file name (``ct`` -> ``ct_trans.nii.gz``).
+        format: ``"nifti"`` or ``"nrrd"``.
+        shape: ``(X, Y, Z)`` of the input grid.
+        geometry: an :class:`~monai.apps.vista3d.io.ImageGeometry` for NIfTI; for NRRD the header fields that
+            place the grid (``space``, ``space directions``, ``space origin``).
+    """
+
+    name: str
+    format: str
+    shape: tuple[int, int, int]
+    geometry: Any
+
+    @property
+    def suffix(self) -> str:
+        return ".nii.gz" if self.format == "nifti" else ".nrrd"
+
+
+def safe_stem(text: str) -> str:
+    """A file-name stem from a URL path, an upload's name or a server path: no folders, no image suffix."""
+    base = re.split(r"[\\/]", text.strip())[-1]
+    for suffix in _NIFTI_SUFFIXES:
+        if base.lower().endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", base).lstrip(".")[:64]
+    return stem or "image"
+
+
+# ------------------------------------------------------------------------------------------ inspection
+def _counted_inflate(fh: BinaryIO, cap: int) -> int:
+    """Inflate the gzip data from ``fh`` (one or more members, zero padding allowed) counting the bytes it
+    gives, and stop with 413 as soon as they pass ``cap``; returns the count."""
+    codec = gzip_codec()
+    d, total = codec.decompressobj(31), 0
+    errors = _inflate_errors(codec)
+    try:
+        while True:
+            chunk = fh.read(_CHUNK)
+            data = chunk
+            while True:
+                if d.eof:
+                    data = data.lstrip(b"\x00")
+                    if not data:
+                        break
+                    d = codec.decompressobj(31)  # another member follows
+                out = d.decompress(data, _CHUNK)
+                total += len(out)
+                if total > cap:
+                    raise ServeError(413, f"the compressed data inflates to more than the header's {cap - _SLACK} "
+                                          "bytes (a gzip bomb, or a wrong header); refused")
+                data = d.unused_data if d.eof else d.unconsumed_tail
+                if not data and not out:
+                    break
+            if not chunk:
+                return total
+    except errors as e:
+        raise ServeError(422, f"the image's gzip data is corrupt ({e}); send the file again or re-save it") from None
+
+
+def _inflate_errors(codec: Any) -> tuple[type[BaseException], ...]:
+    return (zlib.error, codec.error)
+
+
+def _nrrd_itemsize(kind: str) -> int:
+    """Bytes per voxel of an NRRD ``type`` (its spellings: ``uchar``, ``unsigned short``, ``int16_t``, ...)."""
+    kind = kind.lower()
+    if "block" in kind:
+        raise ServeError(415, "NRRD voxels of type 'block' cannot be segmented")
+    if "char" in kind or "8" in kind:
+        return 1
+    if "short" in kind or "16" in kind:
+        return 2
+    if "long" in kind or "64" in kind or "double" in kind:
+        return 8
+    return 4  # int, uint, float, (u)int32
+
+
+def _check_voxels(shape: tuple[int, ...], max_voxels: int) -> int:
+    voxels = math.prod(int(s) for s in shape) if shape else 0
+    if voxels > max_voxels:
+        raise ServeError(413, f"the image has {voxels} voxels (shape {tuple(int(s) for s in shape)}), more than "
+                              f"--max-voxels {max_voxels}; refused before reading it")
+    return voxels
+
+
+def _nifti_header(head: bytes) -> Any:
+    """The NIfTI header in ``head`` (its first 540 bytes), or None when it is not one."""
+    if len(head) < 348:
+        return None
+    for order in ("<", ">"):
+        size = int(np.frombuffer(head[:4], dtype=f"{order}i4")[0])
+        if size == 348 and head[344:348] == b"n+1\x00":
+            return nib.Nifti1Header.from_fileobj(io.BytesIO(head[:348]), check=False)
+        if size == 348 and head[344:348] == b"ni1\x00":
+            raise ServeError(415, "a NIfTI .hdr/.img pair cannot be sent as one file; save it as a single .nii.gz")
+        if size == 540 and len(head) >= 540 and head[4:8] == b"n+2\x00":
+            return nib.Nifti2Header.from_fileobj(io.BytesIO(head[:540]), check=False)
+    return None
+
+
+def _gunzip_head(path: Path, n: int) -> bytes:
+    codec = gzip_codec()
+    d, out = codec.decompressobj(31), b""
+    with open(path, "rb") as fh:
+        while len(out) < n and not d.eof:
+            chunk = fh.read(4096)
+            if not chunk:
+                break
+            try:
+                out += d.decompress(chunk, n - len(out))
+            except _inflate_errors(codec) as e:
+                raise ServeError(422, f"not a readable gzip file ({e}); send a .nii.gz, .nii or .nrrd") from None
+    return out
+
+
+def _not_an_image(head: bytes) -> ServeError:
+    if len(head) >= 132 and head[128:132] == b"DICM":
+        return ServeError(415, "DICOM files are not read here: convert the series to NIfTI (e.g. dcm2niix) first")
+    return ServeError(415, "the file is neither NIfTI (.nii, .nii.gz) nor NRRD (.nrrd); send one of those")
+
+
+def inspect_image(path: Path, max_voxels: int) -> ImageInfo:
+    """Check an image file before the model reads it (format, voxel count, compressed size); see the module."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    gz = head[:2] == GZIP_MAGIC
+    if gz:
+        head = _gunzip_head(path, 4096)
+    if head.startswith(b"NRRD000"):
+        if gz:
+            raise ServeError(415, "a gzip-compressed NRRD file: NRRD compresses its own voxels ('encoding: gzip'); "
+                                  "send the .nrrd itself")
+        return _inspect_nrrd(path, max_voxels)
+    hdr = _nifti_header(head)
+    if hdr is None:
+        raise _not_an_image(head)
+    shape = tuple(int(s) for s in hdr.get_data_shape())
+    voxels = _check_voxels(shape, max_voxels)
+    if gz:
+        expected = int(hdr["vox_offset"]) + voxels * hdr.get_data_dtype().itemsize
+        with open(path, "rb") as fh:
+            _counted_inflate(fh, expected + _SLACK)
+    return ImageInfo("nifti", shape)
+
+
+def _inspect_nrrd(path: Path, max_voxels: int) -> ImageInfo:
+    if not nrrd_available():
+        raise ServeError(415, "NRRD images need pynrrd on the server (pip install 'monai[nrrd]'); or send NIfTI")
+    import nrrd
+
+    with open(path, "rb") as fh:
+        try:
+            header = nrrd.read_header(fh)
+        except (nrrd.NRRDError, ValueError, StopIteration) as e:
+            raise ServeError(422, f"unreadable NRRD header ({e})") from None
+        if "data file" in header or "datafile" in header:
+            raise ServeError(415, "NRRD with a detached data file ('data file' field) is not accepted; send one "
+                                  ".nrrd with its voxels attached")
+        shape = tuple(int(s) for s in header.get("sizes", ()))
+        if int(header.get("dimension", 0)) != 3 or len(shape) != 3:
+            raise ServeError(422, f"only 3D NRRD images are segmented; this one has sizes {shape}")
+        voxels = _check_voxels(shape, max_voxels)
+        encoding = str(header.get("encoding", "")).lower()
+        itemsize = _nrrd_itemsize(str(header.get("type", "")))
+        if encoding in ("gzip", "gz"):
+            _counted_inflate(fh, voxels * itemsize + _SLACK)
+        elif encoding != "raw":
+            raise ServeError(415, f"NRRD encoding {encoding!r} is not read here; save it with 'raw' or 'gzip'")
+    return ImageInfo("nrrd", shape)
+
+
+# -------------------------------------------------------------------------------------------- NRRD i/o
+#: each NRRD space word -> (RAS axis, sign along it)
+_SPACE_WORDS = {"right": (0, 1), "left": (0, -1), "anterior": (1, 1), "posterior": (1, -1),
+                "superior": (2, 1), "inferior": (2, -1)}
+_SPACE_ABBREV = {"r": "right", "l": "left", "a": "anterior", "p": "posterior", "s": "superior", "i": "inferior"}
+
+
+def _to_ras(space: str) -> np.ndarray:
+    """The 3x3 matrix taking coordinates of an NRRD ``space`` to RAS."""
+    words = space.lower().split("-") if "-" in space else [_SPACE_ABBREV.get(c, c) for c in space.lower()]
+    if len(words) != 3 or any(w not in _SPACE_WORDS for w in words):
+        raise ServeError(422, f"NRRD space {space!r} is not an anatomical 3D space (e.g. left-posterior-superior)")
+    m = np.zeros((3, 3))
+    for i, w in enumerate(words):
+        axis, sign = _SPACE_WORDS[w]
+        m[axis, i] = sign
+    if sorted(int(np.argmax(np.abs(m[:, i]))) for i in range(3)) != [0, 1, 2]:
+        raise ServeError(422, f"NRRD space {space!r} names an axis twice")
+    return m
+
+
+def load_nrrd(path: Path) -> tuple[torch.Tensor, np.ndarray, dict[str, Any]]:
+    """Read a 3D NRRD volume: ``([1, X, Y, Z] float32 (NaN/Inf as -1000 HU), RAS affine, placement fields)``."""
+    import nrrd
+
+    try:
+        data, header = nrrd.read(str(path), index_order="F")
+    except (nrrd.NRRDError, ValueError, OSError) as e:
+        raise ServeError(422, f"cannot read the NRRD image ({e})") from None
+    space, dirs = header.get("space"), header.get("space directions")
+    if space is None or dirs is None:
+        raise ServeError(422, "the NRRD image has no 'space' and 'space directions': VISTA3D needs the voxel size "
+                              "and orientation (3D Slicer writes them)")
+    dirs = np.asarray(dirs, dtype=np.float64)
+    origin = np.asarray(header.get("space origin", np.zeros(3)), dtype=np.float64)
+    if dirs.shape != (3, 3) or not np.isfinite(dirs).all() or abs(np.linalg.det(dirs)) < 1e-12:
+        raise ServeError(422, f"the NRRD 'space directions' {dirs.tolist()} do not describe a 3D grid")
+    m = _to_ras(str(space))
+    affine = np.eye(4)
+    affine[:3, :3] = m @ dirs.T  # column i: the world step of voxel axis i
+    affine[:3, 3] = m @ origin
+    if data.dtype.kind not in "iuf":
+        raise ServeError(422, f"NRRD voxels of type {data.dtype} cannot be segmented")
+    image = torch.from_numpy(np.asarray(data, dtype=np.float32))
+    if data.dtype.kind == "f":
+        torch.nan_to_num_(image, nan=-1000.0, posinf=-1000.0, neginf=-1000.0)  # the pipeline's 'air' policy
+    placement = {"space": str(space), "space directions": dirs, "space origin": origin}
+    return image[None], affine, placement
+
+
+# ---------------------------------------------------------------------------------------------- answers
+def _write_nrrd(labels: np.ndarray, placement: dict[str, Any], origin: np.ndarray, path: Path) -> None:
+    import nrrd
+
+    header = {"type": "uint8", "dimension": 3, "space": placement["space"],
+              "space directions": placement["space directions"], "space origin": origin,
+              "kinds": ["domain"] * 3, "encoding": "gzip"}
+    nrrd.write(str(path), np.asfortranarray(labels), header, index_order="F", compression_level=1)
+
+
+def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
+                    box: tuple[slice, slice, slice] | None = None) -> Path:
+    """Write ``labels`` (``[X, Y, Z]`` on the input grid), or its ``box``, as uint8 in the image's format and
+    geometry (a box keeps its place in the world: the origin moves to its first voxel), atomically."""
+    box = box or (slice(None),) * 3
+    part = labels[box]
+    start = np.array([s.start or 0 for s in box], dtype=np.float64)
+    if image.format == "nifti":
+        geom: ImageGeometry = image.geometry
+        affine = geom.affine.copy()
+        affine[:3, 3] += affine[:3, :3] @ start
+        sub = ImageGeometry(affine=affine, spatial_shape=tuple(part.shape), header=geom.header, filename=None,
+                            dtype=geom.dtype)
+        return Path(save_label_map(part, sub, path, dtype="uint8"))
+    placement = image.geometry
+    origin = placement["space origin"] + np.asarray(placement["space directions"]).T @ start
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
+    os.close(fd)
+    try:
+        values = part.to(torch.uint8).cpu().numpy() if isinstance(part, torch.Tensor) else part.astype(np.uint8)
+        _write_nrrd(values, placement, origin, Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def zip_one(src: Path, arcname: str, dest: Path) -> Path:
+    """A zip archive holding ``src`` as ``arcname`` (stored: the label map is compressed already)."""
+    with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED) as z:
+        z.write(src, arcname)
+    return dest

@@ -1,0 +1,356 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The endpoints: HTTP in, library calls through the model's queue, files out.
+
+The NIM's: ``GET /v1/health/live``, ``GET /v1/health/ready``, ``GET /v1/license``, ``GET /v1/vista3d/info``,
+``POST /v1/vista3d/inference``. This server's: ``POST /v1/vista3d/sessions``, ``GET|DELETE
+/v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model takes a
+slot first (429 when the queue is full), then reads or fetches its image into its own scratch folder, checks it,
+and waits for its job; the answer file is written off the model's thread and the folder is removed once sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.background import BackgroundTask
+
+from ..labels import everything_labels, label_names
+from ..prompts import parse_points
+from . import jobs
+from .errors import ServeError
+from .fetch import confined_path, download, has_scheme, receive_form
+from .images import LoadedImage, inspect_image, nrrd_available, safe_stem, write_label_map, zip_one
+from .schemas import ClickRequest, InferenceRequest, SessionRequest, nim_prompt, parse_body
+from .sessions import SessionEntry, SessionStore
+from .settings import ServerSettings
+from .worker import ModelWorker
+
+__all__ = ["router", "ServerState"]
+
+router = APIRouter()
+
+_MAX_JSON = 1 << 20  # bytes of a JSON request body
+_RAW_TYPES = ("application/gzip", "application/x-gzip", "application/x-nifti", "application/x-nrrd",
+              "application/octet-stream")
+
+
+@dataclass
+class ServerState:
+    """What the endpoints share: the settings, the model's worker, the sessions and the scratch root."""
+
+    settings: ServerSettings
+    worker: ModelWorker
+    sessions: SessionStore
+    work_dir: Path | None = None
+
+    def scratch(self) -> Path:
+        """A new folder for one request's files."""
+        return Path(tempfile.mkdtemp(prefix="req-", dir=self.work_dir))
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.vista3d
+
+
+async def read_json(request: Request) -> Any:
+    """The request's JSON body (at most 1 MiB; 400 when it is not JSON, 415 for another content type)."""
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype not in ("application/json", "text/json", ""):
+        raise ServeError(415, f"send the request as JSON (application/json) or as an upload (multipart/form-data), "
+                              f"not {ctype}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_JSON:
+            raise ServeError(413, f"a JSON request body may be at most {_MAX_JSON} bytes; upload images as "
+                                  "multipart/form-data")
+    if not body:
+        raise ServeError(400, "the request has no body: send a JSON object (see the API reference)")
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise ServeError(400, f"the request body is not valid JSON ({e})") from None
+
+
+def _is_form(request: Request) -> bool:
+    return request.headers.get("content-type", "").lower().startswith("multipart/form-data")
+
+
+async def _gone(request: Request) -> None:
+    """Completes when the client disconnects (after the body has been read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class _Request:
+    """One model request's scratch folder, deadline and disconnect watch; the folder goes when it is answered."""
+
+    def __init__(self, state: ServerState, request: Request):
+        self.state, self.request = state, request
+        self.folder = state.scratch()
+        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
+        self._gone: asyncio.Task | None = None
+
+    def gone(self) -> asyncio.Task:
+        if self._gone is None:
+            self._gone = asyncio.ensure_future(_gone(self.request))
+        return self._gone
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - asyncio.get_running_loop().time())
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self, keep: bool) -> None:
+        if self._gone is not None:
+            self._gone.cancel()
+        if not keep:
+            self.cleanup()
+
+
+async def _obtain(ctx: _Request, image: str) -> tuple[Path, str]:
+    """The file of an ``image`` field (a URL, fetched into the scratch folder, or a path under --data-dir)."""
+    settings = ctx.state.settings
+    if has_scheme(image):
+        try:
+            name = await asyncio.wait_for(download(image, ctx.folder / "download", settings), ctx.left())
+        except asyncio.TimeoutError:
+            raise ServeError(504, "fetching the image ran out of time (--request-timeout)") from None
+        return ctx.folder / "download", name
+    path = confined_path(settings.data_dir, image, "image")
+    return path, safe_stem(path.name)
+
+
+async def _image_of(ctx: _Request, model: type, text_fields: tuple[str, ...]) -> tuple[Any, Path, str]:
+    """The parsed request and its image file: a JSON body naming the image, or a form with the file."""
+    if _is_form(ctx.request):
+        form = await receive_form(ctx.request, ctx.folder / "upload", "image", text_fields)
+        if form.file is None:
+            raise ServeError(422, "the form has no complete 'image' file part: upload the image as 'image'")
+        fields: dict[str, Any] = dict(form.fields)
+        if "prompts" in fields:
+            try:
+                fields["prompts"] = json.loads(fields["prompts"])
+            except ValueError as e:
+                raise ServeError(400, f"form field 'prompts' is not valid JSON ({e})") from None
+        return parse_body(model, fields), form.file, safe_stem(form.filename or "image")
+    body = parse_body(model, await read_json(ctx.request))
+    if not body.image:
+        raise ServeError(422, "field 'image' is required: an http(s) URL, a path under --data-dir, or upload the "
+                              "file as multipart/form-data")
+    return body, None, ""
+
+
+def _timing_header(timings: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('/', '-')};dur={1000 * v:.1f}" for k, v in timings.items())
+
+
+def _wants(request: Request, default: str) -> str:
+    """``"zip"`` or ``"raw"``: the answer's packaging the ``Accept`` header asks for (else ``default``)."""
+    accept = [part.split(";")[0].strip().lower() for part in request.headers.get("accept", "").split(",")]
+    if "application/zip" in accept:
+        return "zip"
+    if any(t in accept for t in _RAW_TYPES):
+        return "raw"
+    return default
+
+
+def _file_answer(ctx: _Request, path: Path, name: str, packaging: str, headers: dict[str, str]) -> FileResponse:
+    if packaging == "zip":
+        path = zip_one(path, name, ctx.folder / (Path(name).name.split(".")[0] + ".zip"))
+        media, filename = "application/zip", path.name
+    else:
+        media = "application/gzip" if name.endswith(".gz") else "application/octet-stream"
+        filename = name
+    return FileResponse(path, media_type=media, filename=filename, headers=headers,
+                        background=BackgroundTask(ctx.cleanup))
+
+
+async def _checked(ctx: _Request, path: Path) -> str:
+    info = await run_in_threadpool(inspect_image, path, ctx.state.settings.limits.max_voxels)
+    return info.format
+
+
+# ---------------------------------------------------------------------------------------------- the NIM's
+@router.get("/v1/health/live")
+async def live() -> dict:
+    return {"status": "live"}
+
+
+@router.get("/v1/health/ready")
+async def ready(request: Request) -> Response:
+    worker = _state(request).worker
+    try:
+        worker.check_ready()
+    except ServeError as e:
+        return JSONResponse({"status": worker.state, "detail": e.message}, status_code=e.status, headers=e.headers)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/v1/license")
+async def license_info() -> dict:
+    return {"license": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0",
+            "note": "this server's code; the VISTA3D checkpoint it serves carries the license of the MONAI model zoo's "
+                    "vista3d bundle"}
+
+
+@router.get("/v1/vista3d/info")
+async def info(request: Request) -> dict:
+    from monai import __version__
+
+    state = _state(request)
+    model, limits = state.settings.model, state.settings.limits
+    names = label_names()
+    return {
+        "name": "VISTA3D",
+        "version": __version__,
+        "model": {"network": "vista3d132", "embed_dim": model.embed_dim, "roi_size": list(model.roi_size),
+                  "weights": Path(model.weights).name if model.weights else None, "state": state.worker.state},
+        "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
+        "everything": everything_labels(),
+        "formats": ["nifti"] + (["nrrd"] if nrrd_available() else []),
+        "limits": {"max_voxels": limits.max_voxels, "queue_size": limits.queue_size,
+                   "request_timeout_s": limits.request_timeout, "session_ttl_s": limits.session_ttl,
+                   "max_sessions": limits.max_sessions},
+    }
+
+
+@router.post("/v1/vista3d/inference")
+async def inference(request: Request) -> Response:
+    state = _state(request)
+    async with state.worker.reserve() as slot:  # 503/429 before anything is read
+        ctx, keep = _Request(state, request), False
+        try:
+            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir"))
+            prompt = nim_prompt(body.prompts)
+            out_dir = None
+            if body.local_working_dir:
+                out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+            if path is None:
+                path, name = await _obtain(ctx, body.image)
+            fmt = await _checked(ctx, path)
+            labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
+            fname = f"{loaded.name}_trans{loaded.suffix}"
+            headers = {"Server-Timing": _timing_header(timings)}
+            if out_dir is not None:
+                written = await run_in_threadpool(write_label_map, labels, loaded, out_dir / fname)
+                return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(written)},
+                                    headers=headers)
+            out = await run_in_threadpool(write_label_map, labels, loaded, ctx.folder / fname)
+            keep = True
+            return _file_answer(ctx, out, fname, _wants(request, "zip"), headers)
+        finally:
+            ctx.close(keep)
+
+
+# ------------------------------------------------------------------------------------------ click sessions
+@router.post("/v1/vista3d/sessions", status_code=201)
+async def create_session(request: Request) -> Response:
+    state = _state(request)
+    async with state.worker.reserve() as slot:
+        ctx = _Request(state, request)
+        try:
+            body, path, name = await _image_of(ctx, SessionRequest, ())
+            if path is None:
+                path, name = await _obtain(ctx, body.image)
+            fmt = await _checked(ctx, path)
+            session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
+            sid = state.sessions.add(SessionEntry(session, loaded))
+        finally:
+            ctx.close(False)
+    return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid)), status_code=201)
+
+
+def _session_info(store: SessionStore, sid: str, entry: SessionEntry) -> dict:
+    image: LoadedImage = entry.image
+    return {"session_id": sid, "name": image.name, "format": image.format, "shape": list(image.shape),
+            "clicks": entry.session.clicks, "class": (entry.session.label_ids or [None])[0],
+            "expires_in": round(store.expires_in(entry), 1)}
+
+
+@router.get("/v1/vista3d/sessions/{session_id}")
+async def session_info(session_id: str, request: Request) -> dict:
+    store = _state(request).sessions
+    return _session_info(store, session_id, store.get(session_id))
+
+
+@router.delete("/v1/vista3d/sessions/{session_id}", status_code=204)
+async def delete_session(session_id: str, request: Request) -> Response:
+    _state(request).sessions.remove(session_id)
+    return Response(status_code=204)
+
+
+def changed_box(before: torch.Tensor | None, after: torch.Tensor) -> tuple[slice, slice, slice] | None:
+    """The smallest box holding every voxel whose label changed (before the first click every voxel is 255,
+    unknown); None when nothing changed."""
+    changed = after != 255 if before is None else after != before
+    if not bool(changed.any()):
+        return None
+    box = []
+    for axis in range(3):
+        hit = torch.nonzero(changed.any(dim=tuple(d for d in range(3) if d != axis))).flatten()
+        box.append(slice(int(hit[0]), int(hit[-1]) + 1))
+    return tuple(box)
+
+
+@router.post("/v1/vista3d/sessions/{session_id}/clicks")
+async def clicks(session_id: str, request: Request) -> Response:
+    state = _state(request)
+    entry = state.sessions.get(session_id)
+    body: ClickRequest = parse_body(ClickRequest, await read_json(request))
+    labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
+    parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
+    async with state.worker.reserve() as slot, entry.lock:
+        ctx, keep = _Request(state, request), False
+        try:
+            job = jobs.click(entry.session, body.points, labels, body.object_class, body.reset)
+            label_map = await slot.run(job, ctx.deadline, ctx.gone())
+            now = label_map.to(torch.uint8).cpu()
+            before = None if body.reset else entry.previous
+            entry.previous = now
+            box = changed_box(before, now) if body.answer == "box" else None
+            headers: dict[str, str] = {}
+            if body.answer == "box":
+                if box is None:
+                    return Response(status_code=204, headers={"X-Vista3D-Box": "none"})
+                headers["X-Vista3D-Box"] = ",".join(str(v) for v in (*(s.start for s in box), *(s.stop for s in box)))
+            fname = f"{entry.image.name}_click{entry.session.clicks}{entry.image.suffix}"
+            out = await run_in_threadpool(write_label_map, now, entry.image, ctx.folder / fname, box)
+            keep = True
+            return _file_answer(ctx, out, fname, _wants(request, "raw"), headers)
+        finally:
+            ctx.close(keep)
+
+
+def sweep_every(store: SessionStore) -> float:
+    """How often expired sessions are swept: a quarter of the TTL, between 1 s and 60 s."""
+    return min(60.0, max(1.0, store.ttl / 4))
+
+
+async def sweep_sessions(store: SessionStore) -> None:
+    """End expired sessions on a schedule, so that an idle server frees their memory too."""
+    while True:
+        await asyncio.sleep(sweep_every(store))
+        store.sweep()

@@ -1,0 +1,165 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Click sessions over a real socket: five clicks equal Vista3DSession's, changed boxes, reset, delete, TTL and
+LRU eviction with a clear 410."""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+import unittest
+from pathlib import Path
+
+import httpx
+import nibabel as nib
+import numpy as np
+import torch
+
+from monai.apps.vista3d.server.routes import changed_box
+from monai.apps.vista3d.server.settings import Limits
+from monai.apps.vista3d.session import Vista3DSession
+from tests.apps.vista3d.server.harness import LiveServer, settings, tiny_pipeline, write_phantom
+
+# clicks inside the body of the 40 x 40 x 36 phantom: (points, labels, class on the first click)
+CLICKS = [([[20, 20, 18]], [1]), ([[8, 30, 10]], [1]), ([[30, 9, 26]], [0]), ([[20, 21, 18]], [1]),
+          ([[12, 25, 14], [28, 14, 20]], [1, 0])]
+
+
+def _image(data: bytes) -> nib.Nifti1Image:
+    return nib.Nifti1Image.from_bytes(gzip.decompress(data))
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class TestSessions(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.data = Path(cls._tmp.name)
+        cls.ct = write_phantom(cls.data / "ct.nii.gz")
+        cls.clock = _Clock()
+        limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0)
+        cls.server = LiveServer(settings(data_dir=cls.data, limits=limits), clock=cls.clock).__enter__()
+        cls.server.wait_ready()
+        cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.http.close()
+        cls.server.__exit__(None, None, None)
+        cls._tmp.cleanup()
+
+    def _session(self) -> str:
+        response = self.http.post("/v1/vista3d/sessions", json={"image": "ct.nii.gz"})
+        self.assertEqual(response.status_code, 201, response.text)
+        return response.json()["session_id"]
+
+    def _click(self, sid: str, points, labels, **extra) -> httpx.Response:
+        return self.http.post(f"/v1/vista3d/sessions/{sid}/clicks",
+                              json={"points": points, "point_labels": labels, **extra})
+
+    def test_five_clicks_equal_vista3d_session(self):
+        for object_class in (None, "liver"):
+            reference = Vista3DSession(tiny_pipeline(), str(self.ct))
+            sid = self._session()
+            for k, (points, labels) in enumerate(CLICKS):
+                extra = {"class": object_class} if k == 0 and object_class else {}
+                response = self._click(sid, points, labels, **extra)
+                self.assertEqual(response.status_code, 200, response.text)
+                self.assertEqual(response.headers["content-type"], "application/gzip")
+                expected = reference.click(points, labels, classes=object_class if k == 0 else None)
+                np.testing.assert_array_equal(np.asarray(_image(response.content).dataobj),
+                                              expected.numpy().astype(np.uint8), err_msg=f"click {k}")
+            info = self.http.get(f"/v1/vista3d/sessions/{sid}").json()
+            self.assertEqual((info["clicks"], info["class"]), (6, 1 if object_class else None))
+
+    def test_changed_box_answers(self):
+        full, boxed = self._session(), self._session()
+        previous = np.full((40, 40, 36), 255, dtype=np.uint8)
+        for points, labels in CLICKS[:3]:
+            whole = _image(self._click(full, points, labels).content)
+            labels_now = np.asarray(whole.dataobj)
+            response = self._click(boxed, points, labels, **{"return": "box"})
+            self.assertEqual(response.status_code, 200, response.text)
+            x0, y0, z0, x1, y1, z1 = (int(v) for v in response.headers["x-vista3d-box"].split(","))
+            part = _image(response.content)
+            np.testing.assert_array_equal(np.asarray(part.dataobj), labels_now[x0:x1, y0:y1, z0:z1])
+            # the box keeps its place in the world: its first voxel is the full grid's (x0, y0, z0)
+            np.testing.assert_allclose(part.affine[:3, 3], (whole.affine @ [x0, y0, z0, 1])[:3])
+            outside = np.ones(labels_now.shape, bool)
+            outside[x0:x1, y0:y1, z0:z1] = False
+            np.testing.assert_array_equal(labels_now[outside], previous[outside])  # nothing changed outside
+            previous = labels_now
+
+    def test_reset_starts_a_new_object(self):
+        sid = self._session()
+        self._click(sid, *CLICKS[0], **{"class": "liver"})
+        refused = self._click(sid, *CLICKS[1], **{"class": "spleen"})
+        self.assertEqual(refused.status_code, 422)
+        self.assertIn("reset", refused.json()["detail"])
+        response = self._click(sid, *CLICKS[1], **{"class": "spleen", "reset": True})
+        self.assertEqual(response.status_code, 200, response.text)
+        expected = tiny_pipeline().segment(str(self.ct), classes="spleen", points=CLICKS[1][0],
+                                           point_labels=CLICKS[1][1]).labels
+        np.testing.assert_array_equal(np.asarray(_image(response.content).dataobj), expected.numpy().astype(np.uint8))
+
+    def test_delete_expire_evict(self):
+        a = self._session()
+        self.assertEqual(self.http.delete(f"/v1/vista3d/sessions/{a}").status_code, 204)
+        gone = self._click(a, *CLICKS[0])
+        self.assertEqual(gone.status_code, 410)
+        self.assertIn("deleted", gone.json()["detail"])
+        # the store holds two: a third evicts the least recently used
+        b, c = self._session(), self._session()
+        self.assertEqual(self.http.get(f"/v1/vista3d/sessions/{b}").status_code, 200)  # b is now the most recent
+        d = self._session()
+        evicted = self._click(c, *CLICKS[0])
+        self.assertEqual(evicted.status_code, 410)
+        self.assertIn("evicted", evicted.json()["detail"])
+        self.assertIn("--max-sessions", evicted.json()["detail"])
+        self.assertEqual(self._click(b, *CLICKS[0]).status_code, 200)
+        # unused for longer than the TTL: expired
+        self.clock.now += 101.0
+        expired = self.http.get(f"/v1/vista3d/sessions/{d}")
+        self.assertEqual(expired.status_code, 410)
+        self.assertIn("expired", expired.json()["detail"])
+        unknown = self.http.get("/v1/vista3d/sessions/nope")
+        self.assertEqual(unknown.status_code, 404)
+        self.assertIn("POST /v1/vista3d/sessions", unknown.json()["detail"])
+
+    def test_session_from_upload(self):
+        files = {"image": ("mine.nii.gz", self.ct.read_bytes(), "application/gzip")}
+        response = self.http.post("/v1/vista3d/sessions", files=files)
+        self.assertEqual(response.status_code, 201, response.text)
+        self.assertEqual((response.json()["name"], response.json()["shape"]), ("mine", [40, 40, 36]))
+
+
+class TestChangedBox(unittest.TestCase):
+    def test_box(self):
+        before = torch.zeros((5, 6, 7), dtype=torch.uint8)
+        after = before.clone()
+        self.assertIsNone(changed_box(before, after))
+        after[1, 2, 3] = 1
+        after[3, 4, 3] = 2
+        self.assertEqual(changed_box(before, after), (slice(1, 4), slice(2, 5), slice(3, 4)))
+        unknown = torch.full((5, 6, 7), 255, dtype=torch.uint8)
+        unknown[0, 0, 0] = 0
+        self.assertEqual(changed_box(None, unknown), (slice(0, 1),) * 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
