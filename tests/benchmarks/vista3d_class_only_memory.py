@@ -50,8 +50,8 @@ class LegacySegResNetDS2(SegResNetDS2):
         x = self._check_input(x)
         feats = self.encoder(x)
         bottleneck, skips = feats[-1], feats[-2::-1]
-        outputs = self._decode(bottleneck.clone() if with_label else bottleneck, skips, self.up_layers) if with_point else []
-        auto = self._decode(bottleneck, skips, self.up_layers_auto) if with_label else []
+        outputs = self._decode(bottleneck.clone() if with_label else bottleneck, skips) if with_point else []
+        auto = self._decode_auto(bottleneck, skips) if with_label else []
         return (outputs[0] if len(outputs) == 1 else outputs, auto[0] if len(auto) == 1 else auto)
 
 
