@@ -23,12 +23,15 @@ class _ClassPrompt(torch.nn.Module):
 
 
 def _segresnetds2():
-    net = SegResNetDS2(spatial_dims=3, init_filters=8, in_channels=1, out_channels=4, blocks_down=(1, 1), blocks_up=(1,))
+    net = SegResNetDS2(
+        spatial_dims=3, init_filters=8, in_channels=1, out_channels=4, blocks_down=(1, 1), blocks_up=(1,)
+    )
     return net, (torch.randn(1, 1, 16, 16, 16),)
 
 
 def _vista3d_classes():
-    return _ClassPrompt(vista3d132(encoder_embed_dim=8, in_channels=1)), (torch.randn(1, 1, 32, 32, 32), torch.tensor([[1], [3]]))
+    net = _ClassPrompt(vista3d132(encoder_embed_dim=8, in_channels=1))
+    return net, (torch.randn(1, 1, 32, 32, 32), torch.tensor([[1], [3]]))
 
 
 class TestTorchExport(unittest.TestCase):
