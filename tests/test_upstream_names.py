@@ -7,27 +7,19 @@ The names are recorded from the 1.6.1 wheel by tests/testing_data/record_upstrea
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import os
 import pkgutil
-import types
 import unittest
 
 from parameterized import parameterized
+
+from tests.testing_data.record_upstream_names import kind_of  # the recorder's kinds, by the same rule
 
 TESTING_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing_data")
 with open(os.path.join(TESTING_DATA, "upstream_public_names.json")) as _f:
     RECORD = json.load(_f)
 NAMES = [[f"{m}.{n}", m, n, kind] for m, names in sorted(RECORD["modules"].items()) for n, kind in sorted(names.items())]
-
-
-def kind_of(obj) -> str:
-    if isinstance(obj, types.ModuleType):
-        return "module"
-    if inspect.isclass(obj):
-        return "class"
-    return "function" if callable(obj) else "value"
 
 
 def import_name(module: str, name: str):
