@@ -133,6 +133,15 @@ class LiveServer:
         self._sock.close()
 
 
+def start_for_class(test_class: type, server_settings: ServerSettings, **kwargs: Any) -> LiveServer:
+    """A :class:`LiveServer` shared by ``test_class``'s tests, ready to serve; it stops after them (also when the
+    rest of ``setUpClass`` fails)."""
+    server = LiveServer(server_settings, **kwargs).__enter__()
+    test_class.addClassCleanup(server.__exit__, None, None, None)
+    server.wait_ready()
+    return server
+
+
 class _Files(http.server.SimpleHTTPRequestHandler):
     """Serves a folder, plus ``/to/<path>`` (a redirect to ``/<path>`` on the same host), ``/away/<path>`` (a
     redirect to the other loopback name of this host, i.e. another host) and ``/unsized/<path>`` (the file without

@@ -29,7 +29,9 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.labels import everything_labels, label_names
-from tests.apps.vista3d.server.harness import ImageHost, LiveServer, settings, tiny_pipeline, write_phantom
+from tests.apps.vista3d.server.harness import (
+    ImageHost, LiveServer, settings, start_for_class, tiny_pipeline, write_phantom,
+)
 from tests.apps.vista3d.server.nim_client import NimClient
 
 
@@ -53,15 +55,13 @@ class TestNimApi(unittest.TestCase):
         cls.data = Path(cls._data.name)
         write_phantom(cls.data / "local.nii.gz")
         (cls.data / "results").mkdir()
-        cls.server = LiveServer(settings(allow_url_hosts=("127.0.0.1",), allow_private_urls=True,
-                                         data_dir=cls.data)).__enter__()
-        cls.server.wait_ready()
+        cls.server = start_for_class(cls, settings(allow_url_hosts=("127.0.0.1",), allow_private_urls=True,
+                                                   data_dir=cls.data))
         cls.client = NimClient(cls.server.url)
 
     @classmethod
     def tearDownClass(cls):
         cls.client.close()
-        cls.server.__exit__(None, None, None)
         cls.host.__exit__(None, None, None)
         cls._data.cleanup()
 

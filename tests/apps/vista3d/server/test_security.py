@@ -30,7 +30,7 @@ import numpy as np
 from parameterized import parameterized
 
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import ImageHost, LiveServer, settings, write_phantom
+from tests.apps.vista3d.server.harness import ImageHost, LiveServer, settings, start_for_class, write_phantom
 
 
 def _nifti_header(shape, dtype=np.int16) -> bytes:
@@ -146,15 +146,13 @@ class TestBadRequests(unittest.TestCase):
         (cls.host.folder / "large.bin").write_bytes(b"\x00" * (3 << 20))
         limits = Limits(max_body_bytes=1 << 20, max_download_bytes=2 << 20, max_voxels=100_000,
                         request_timeout=120.0)
-        cls.server = LiveServer(settings(data_dir=cls.data, allow_url_hosts=("127.0.0.1",), allow_private_urls=True,
-                                         limits=limits)).__enter__()
-        cls.server.wait_ready()
+        cls.server = start_for_class(cls, settings(data_dir=cls.data, allow_url_hosts=("127.0.0.1",),
+                                                   allow_private_urls=True, limits=limits))
         cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
 
     @classmethod
     def tearDownClass(cls):
         cls.http.close()
-        cls.server.__exit__(None, None, None)
         cls.host.__exit__(None, None, None)
         cls._tmp.cleanup()
 

@@ -26,7 +26,7 @@ import torch
 from monai.apps.vista3d.server.routes import changed_box
 from monai.apps.vista3d.server.settings import Limits
 from monai.apps.vista3d.session import Vista3DSession
-from tests.apps.vista3d.server.harness import LiveServer, settings, tiny_pipeline, write_phantom
+from tests.apps.vista3d.server.harness import settings, start_for_class, tiny_pipeline, write_phantom
 
 # clicks inside the body of the 40 x 40 x 36 phantom: (points, labels, class on the first click)
 CLICKS = [([[20, 20, 18]], [1]), ([[8, 30, 10]], [1]), ([[30, 9, 26]], [0]), ([[20, 21, 18]], [1]),
@@ -53,14 +53,12 @@ class TestSessions(unittest.TestCase):
         cls.ct = write_phantom(cls.data / "ct.nii.gz")
         cls.clock = _Clock()
         limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0)
-        cls.server = LiveServer(settings(data_dir=cls.data, limits=limits), clock=cls.clock).__enter__()
-        cls.server.wait_ready()
+        cls.server = start_for_class(cls, settings(data_dir=cls.data, limits=limits), clock=cls.clock)
         cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
 
     @classmethod
     def tearDownClass(cls):
         cls.http.close()
-        cls.server.__exit__(None, None, None)
         cls._tmp.cleanup()
 
     def _session(self) -> str:
