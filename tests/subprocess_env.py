@@ -8,11 +8,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The environment of a child process that must import this checkout's ``monai``."""
+"""The environment of a child process that must import this checkout's ``monai``, and its Ctrl-C."""
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,3 +27,10 @@ def child_env(**extra: str) -> dict[str, str]:
     """
     paths = [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **extra)
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child that a test stops with SIGINT: Ctrl-C as in a terminal. A child inherits an ignored
+    SIGINT (the suite run as a background job, as ``nohup ... &`` or some CI runners do), and Python then never
+    raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -33,7 +33,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
 from tests.apps.vista3d.stub_vista import phantom
-from tests.subprocess_env import child_env
+from tests.subprocess_env import child_env, default_sigint
 
 ROOT = Path(__file__).parents[3]
 TINY = ["--embed-dim", "8", "--roi-size", "32", "--classes", "1,3", "--device", "cpu", "--quiet"]
@@ -254,11 +254,6 @@ def _write_ct(path: Path, shape=(30, 30, 20), seed: int = 0, four_d: bool = Fals
     return path
 
 
-def _default_sigint() -> None:
-    """In the child: Ctrl-C as in a terminal, even when this test runs where SIGINT is ignored (a background job)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _one_line_errors(test: unittest.TestCase, stderr: str) -> list[str]:
     test.assertNotIn("Traceback", stderr)
     lines = [ln for ln in stderr.splitlines() if ln.strip() and not ln.startswith("WARNING: no --weights")]
@@ -322,7 +317,7 @@ class TestCliAsUsersExpect(unittest.TestCase):
         env = child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         proc = subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", str(self.tmp / "cts"), "-o", str(out),
                                  *TINY[:-1]], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, preexec_fn=_default_sigint)
+                                text=True, preexec_fn=default_sigint)
         first = proc.stdout.readline()  # the first image is finished
         self.assertIn("[1/8]", first)
         proc.send_signal(sig)

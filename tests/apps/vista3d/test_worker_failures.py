@@ -30,7 +30,7 @@ import numpy as np
 from monai.apps.vista3d import batch, gzip_codec
 from tests.apps.vista3d.stub_vista import phantom
 from tests.apps.vista3d.test_cli import ROOT, run_main
-from tests.subprocess_env import child_env
+from tests.subprocess_env import child_env, default_sigint
 
 # the command line with an inflate thread that never ends (a stuck read), telling when it is stuck
 STUCK = """
@@ -139,7 +139,8 @@ class TestWorkerFailures(unittest.TestCase):
 
     def test_one_ctrl_c_is_enough(self):
         with subprocess.Popen([sys.executable, "-c", STUCK, "-i", self.src, "-o", self.out, *FLAGS], cwd=ROOT,
-                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=default_sigint) as proc:
             self.assertEqual(proc.stdout.readline().strip(), "stuck")
             time.sleep(0.5)
             proc.send_signal(signal.SIGINT)
