@@ -727,10 +727,10 @@ class PointMappingSAM(nn.Module):
         self.mask_downsample = nn.Conv3d(2, 2, kernel_size=3, stride=2, padding=1)
         self.transformer = TwoWayTransformer(depth=2, embedding_dim=dim, mlp_dim=512, num_heads=4)
         self.pe_layer = PositionEmbeddingRandom(dim // 2)
-        self.point_embeddings = nn.ModuleList([nn.Embedding(1, dim), nn.Embedding(1, dim)])
-        self.not_a_point_embed = nn.Embedding(1, dim)
-        self.special_class_embed = nn.Embedding(1, dim)
-        self.mask_tokens = nn.Embedding(1, dim)
+        self.point_embeddings = nn.ModuleList([_embedding(1, dim), _embedding(1, dim)])
+        self.not_a_point_embed = _embedding(1, dim)
+        self.special_class_embed = _embedding(1, dim)
+        self.mask_tokens = _embedding(1, dim)
         self.output_upscaling = nn.Sequential(
             nn.ConvTranspose3d(dim, dim, kernel_size=3, stride=2, padding=1, output_padding=1),
             nn.InstanceNorm3d(dim),
@@ -740,9 +740,9 @@ class PointMappingSAM(nn.Module):
         self.output_hypernetworks_mlps = MLP(dim, dim, dim, 3)
         self.n_classes = n_classes
         self.last_supported = last_supported
-        self.class_embeddings = nn.Embedding(n_classes, feature_size)
-        self.zeroshot_embed = nn.Embedding(1, dim)
-        self.supported_embed = nn.Embedding(1, dim)
+        self.class_embeddings = _embedding(n_classes, feature_size)
+        self.zeroshot_embed = _embedding(1, dim)
+        self.supported_embed = _embedding(1, dim)
         self.release_cached_memory = False
 
     def _embed_points(self, point_coords: torch.Tensor, point_labels: torch.Tensor, image_size) -> torch.Tensor:
@@ -837,7 +837,7 @@ class ClassMappingClassify(nn.Module):
                 nn.GELU(),
                 nn.Linear(feature_size, feature_size),
             )
-        self.class_embeddings = nn.Embedding(n_classes, feature_size)
+        self.class_embeddings = _embedding(n_classes, feature_size)
         self.image_post_mapping = nn.Sequential(
             *[
                 UnetrBasicBlock(
@@ -1033,6 +1033,18 @@ class Attention(nn.Module):
         return self.out_proj(self._recombine_heads(out))
 
 
+def _embedding(num: int, dim: int) -> nn.Embedding:
+    """``nn.Embedding(num, dim)`` with the same N(0, 1) initialisation, skipped on the meta device.
+
+    A network built on the meta device (to count its weights, or to take a checkpoint's tensors) has no values
+    to draw; drawing them there would import sympy and dynamo, about a second of a fresh process.
+    """
+    weight = torch.empty((num, dim))
+    if not weight.is_meta:
+        nn.init.normal_(weight)
+    return nn.Embedding(num, dim, _weight=weight)
+
+
 class PositionEmbeddingRandom(nn.Module):
     """Fourier positional encoding with random (fixed, saved) frequencies, as in Segment Anything.
 
@@ -1045,7 +1057,10 @@ class PositionEmbeddingRandom(nn.Module):
         super().__init__()
         if scale is None or scale <= 0.0:
             scale = 1.0
-        self.register_buffer("positional_encoding_gaussian_matrix", scale * torch.randn((3, num_pos_feats)))
+        gaussian = torch.empty((3, num_pos_feats))
+        if not gaussian.is_meta:  # on the meta device (shapes only) randn and * would import sympy and dynamo: ~1 s
+            gaussian = scale * torch.randn((3, num_pos_feats))
+        self.register_buffer("positional_encoding_gaussian_matrix", gaussian)
 
     def _pe_encoding(self, coords: torch.Tensor) -> torch.Tensor:
         """Encode ``[..., 3]`` coordinates in ``[0, 1]`` as ``[..., 2 * num_pos_feats]``."""
