@@ -23,7 +23,7 @@ import torch
 
 from .errors import CheckpointError
 
-__all__ = ["build_network", "load_checkpoint"]
+__all__ = ["build_network", "load_checkpoint", "network_from_checkpoint"]
 
 _EXPECTED = (
     "expected a VISTA3D state dict, e.g. models/model.pt of the VISTA3D bundle from the MONAI model zoo "
@@ -100,6 +100,27 @@ def build_network(network_kwargs: dict | None = None) -> torch.nn.Module:
     return vista3d132(**(network_kwargs or {})).eval()
 
 
+def network_from_checkpoint(path: str | os.PathLike, network_kwargs: dict | None = None) -> torch.nn.Module:
+    """``vista3d132(**network_kwargs)`` holding the weights of ``path``, in eval mode on the CPU.
+
+    The network is built on the meta device and takes the checkpoint's tensors as they are read (memory-mapped
+    where the file is torch's zip format), so no random initialisation is computed only to be overwritten: about
+    a second of a fresh process for the published network.
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`.
+    """
+    from monai.networks.nets import vista3d132
+
+    with torch.device("meta"):
+        network = vista3d132(**(network_kwargs or {}))
+    _check_keys(network, _read_state_dict(Path(path)), Path(path), assign=True)
+    left = [k for k, v in [*network.named_parameters(), *network.named_buffers()] if v.is_meta]
+    if left:  # a tensor no state dict holds (none in vista3d132): it would have no values
+        raise CheckpointError(f"checkpoint {str(path)!r} leaves {len(left)} tensors without values: {left[:3]}")
+    return network.eval()
+
+
 def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.nn.Module:
     """Load a VISTA3D checkpoint strictly, saying which keys or shapes do not match.
 
@@ -110,6 +131,12 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
         CheckpointError: the file cannot be read, or its keys or shapes differ from the network's.
     """
     path = Path(path)
+    _check_keys(network, _read_state_dict(path), path, assign=False)
+    return network
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The state dict of the checkpoint at ``path``, unwrapped and without a DataParallel prefix."""
     if path.is_dir():
         raise CheckpointError(f"checkpoint {str(path)!r} is a folder; {_EXPECTED}")
     if not path.is_file():
@@ -120,7 +147,10 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch's notes on pickle protocols
-            sd = torch.load(path, map_location="cpu", weights_only=True)
+            with open(path, "rb") as f:
+                zipped = f.read(4) == b"PK\x03\x04"
+            # torch's zip format maps the file instead of copying it (the legacy format cannot be mapped)
+            sd = torch.load(path, map_location="cpu", weights_only=True, mmap=zipped)
     except pickle.UnpicklingError as e:
         if not _holds_objects(e):
             raise CheckpointError(
@@ -151,6 +181,12 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
         )
     if sd and all(k.startswith("module.") for k in sd):
         sd = {k[len("module.") :]: v for k, v in sd.items()}
+    return sd
+
+
+def _check_keys(network: torch.nn.Module, sd: dict[str, torch.Tensor], path: Path, assign: bool) -> None:
+    """Load ``sd`` into ``network`` strictly (``assign``: take its tensors, cast to the network's dtypes), or say
+    which keys or shapes do not match."""
     own = network.state_dict()
     missing = [k for k in own if k not in sd]
     unexpected = [k for k in sd if k not in own]
@@ -179,5 +215,6 @@ def load_checkpoint(network: torch.nn.Module, path: str | os.PathLike) -> torch.
             f"checkpoint {str(path)!r} does not match the VISTA3D network: " + "; ".join(problems)
             + " (is it a vista3d132 checkpoint, e.g. the bundle's models/model.pt?)"
         )
-    network.load_state_dict(sd, strict=True)
-    return network
+    if assign:  # a float16 checkpoint still gives the float32 network load_state_dict's copy would
+        sd = {k: v.to(own[k].dtype) for k, v in sd.items()}
+    network.load_state_dict(sd, strict=True, assign=assign)

@@ -50,7 +50,7 @@ import torch
 
 from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
-from .checkpoint import build_network, load_checkpoint
+from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from .errors import PromptError, Vista3DInputError
 from .feasibility import check_image, check_network, check_window
 from .io import (
@@ -267,19 +267,25 @@ def _ready_network(
 ) -> torch.nn.Module | Callable:
     """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
     and fused where the network says its fused path can run there."""
-    from monai.networks.nets import VISTA3D
-
     if network is None:
         check_network_kwargs(network_kwargs)
+        if weights is not None:
+            return _on_device(network_from_checkpoint(weights, network_kwargs), device, fuse)
         network = build_network(network_kwargs)
     if weights is not None:
         if not isinstance(network, torch.nn.Module):
             raise ValueError("weights can only be loaded into a torch.nn.Module network")
         load_checkpoint(network, weights)
-    if isinstance(network, torch.nn.Module):
-        network = network.to(device).eval()
-        if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
-            network.fuse()
+    return _on_device(network, device, fuse) if isinstance(network, torch.nn.Module) else network
+
+
+def _on_device(network: torch.nn.Module, device: torch.device, fuse: bool) -> torch.nn.Module:
+    """``network`` on ``device`` in eval mode, fused where the network says its fused path can run there."""
+    from monai.networks.nets import VISTA3D
+
+    network = network.to(device).eval()
+    if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
+        network.fuse()
     return network
 
 

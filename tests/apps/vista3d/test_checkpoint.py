@@ -12,14 +12,18 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
 
 import torch
+from parameterized import parameterized
 
-from monai.apps.vista3d.checkpoint import load_checkpoint
+from monai.apps.vista3d.checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from monai.apps.vista3d.errors import CheckpointError
+from tests.subprocess_env import child_env
 
 
 class TestLoadCheckpoint(unittest.TestCase):
@@ -48,6 +52,41 @@ class TestLoadCheckpoint(unittest.TestCase):
             path.write_bytes(b"not a checkpoint")
             with self.assertRaisesRegex(CheckpointError, "is a text file, not a checkpoint; expected a VISTA3D state"):
                 load_checkpoint(net, path)
+
+
+class TestNetworkFromCheckpoint(unittest.TestCase):
+    @parameterized.expand([("zip", True, torch.float32), ("legacy", False, torch.float32), ("half", True, torch.float16)])
+    def test_same_network_as_build_then_load(self, _, zipped, dtype):
+        torch.manual_seed(1)
+        reference = build_network({"encoder_embed_dim": 8})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save({k: v.to(dtype) for k, v in reference.state_dict().items()}, path,
+                       _use_new_zipfile_serialization=zipped)
+            loaded = load_checkpoint(build_network({"encoder_embed_dim": 8}), path)
+            net = network_from_checkpoint(path, {"encoder_embed_dim": 8})
+        self.assertFalse(net.training)
+        got, want = net.state_dict(), loaded.state_dict()
+        self.assertEqual(list(got), list(want))
+        for k in want:  # a float16 file still gives the float32 network that load_state_dict's copy gives
+            self.assertEqual(got[k].dtype, want[k].dtype, k)
+            self.assertTrue(torch.equal(got[k], want[k]), k)
+        self.assertFalse(any(t.is_meta for t in [*net.parameters(), *net.buffers()]))
+
+    def test_mismatch_named_as_load_checkpoint_does(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save(build_network({"encoder_embed_dim": 8}).state_dict(), path)
+            with self.assertRaisesRegex(CheckpointError, "encoder_embed_dim=8, the network was built with 16"):
+                network_from_checkpoint(path, {"encoder_embed_dim": 16})
+
+    def test_meta_build_draws_nothing(self):
+        """Counting weights or taking a checkpoint's tensors builds on the meta device; drawing random values there
+        imports sympy and dynamo (about a second of a fresh process), so the build must not."""
+        code = ("import sys, torch\nfrom monai.networks.nets import vista3d132\nwith torch.device('meta'):\n"
+                "    vista3d132(encoder_embed_dim=8)\nprint(sorted(m for m in ('torch._dynamo', 'sympy') if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True)
+        self.assertEqual(out.stdout.strip(), "[]")
 
 
 if __name__ == "__main__":
