@@ -1,0 +1,77 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Where a fresh ``vista3d`` process spends its time before and around its one label map (issue 37, goal 2).
+
+Writes the inputs of ``vista3d_cold_start.py`` (the issue's CT, a random checkpoint of the bundle's size), fills
+the kernel cache with one run, then runs the same command under ``cProfile`` in fresh processes (``--fuse`` and
+``--no-fuse``) and prints, for each, the wall clock and the calls of the main thread that take the most time.
+cProfile sees only the main thread; the loader thread's read of the CT overlaps it and shows up as waits.
+
+    python tests/benchmarks/vista3d_startup_profile.py --device cuda --workdir /tmp/sp --out prof/
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import pstats
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vista3d_cold_start import REPO, write_inputs  # noqa: E402
+
+
+def summary(prof: Path, top: int) -> str:
+    """The ``top`` calls by cumulative and by own time, limited to this repository and torch/triton entry points."""
+    text = io.StringIO()
+    stats = pstats.Stats(str(prof), stream=text)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--workdir", required=True, help="inputs, outputs and the kernel cache go here")
+    p.add_argument("--out", required=True, help="folder for the .prof files")
+    p.add_argument("--top", type=int, default=45, help="rows of each table")
+    args = p.parse_args(argv)
+    work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO))
+    tiny = args.device == "cpu"
+    cts, weights = write_inputs(work, tiny, 1, 0)
+    inherited = [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *inherited]),
+               TRITON_CACHE_DIR=str(work / "triton_cache"))
+    cli = ["-m", "monai.apps.vista3d", "-i", str(cts[0]), "-o", str(work / "out"), "--weights", str(weights),
+           "--device", args.device, "--timing", "--overwrite", *(["--embed-dim", "8", "--roi-size", "32"] if tiny else [])]
+    subprocess.run([sys.executable, *cli], env=env, check=True, capture_output=True)  # fills the kernel cache
+    for name, extra in (("fused", []), ("no-fuse", ["--no-fuse"])):
+        prof = out / f"startup_{name}.prof"
+        t0 = time.perf_counter()
+        run = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), *cli, *extra], env=env,
+                             capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        print(f"=== {name}: {wall:.2f} s under cProfile (exit {run.returncode})\n{run.stdout}{run.stderr[-2000:]}")
+        if prof.is_file():
+            print(summary(prof, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
