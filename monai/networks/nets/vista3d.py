@@ -456,7 +456,7 @@ class VISTA3D(nn.Module):
 
         When every row has clicks the point results are returned as they are, without a filled buffer.
         """
-        if bool(mapping_index.all()):
+        if torch.compiler.is_exporting() or bool(mapping_index.all()):  # exported: every row has clicks
             return point_logits
         logits = torch.full(
             (bs, *point_logits.shape[1:]), self.NINF_VALUE, dtype=point_logits.dtype, device=point_logits.device
@@ -640,6 +640,11 @@ class VISTA3D(nn.Module):
         if point_coords is None or point_labels is None:
             return None
         mapping_index = (point_labels != -1).any(1)
+        if torch.compiler.is_exporting():
+            # an exported program has shapes fixed when it is traced: it takes rows that each hold a click,
+            # checked where it runs (a row of padding only is a prompt for the traced eager module instead)
+            torch._assert_async(mapping_index.all(), "every prompt row of an exported VISTA3D needs a click")
+            return _Clicks(point_coords, point_labels, prompt_class, mapping_index)
         if mapping_index.any():
             rows = prompt_class[mapping_index] if prompt_class is not None else None
             return _Clicks(point_coords[mapping_index], point_labels[mapping_index], rows, mapping_index)
@@ -747,11 +752,12 @@ class PointMappingSAM(nn.Module):
 
     def _embed_points(self, point_coords: torch.Tensor, point_labels: torch.Tensor, image_size) -> torch.Tensor:
         """``[B, N, dim]`` click tokens: positional encoding plus the embedding of the click type."""
-        if ((point_labels < -1) | (point_labels > 3)).any():
-            raise ValueError(
-                "point_labels must be -1 (padding), 0/1 (negative/positive) or 2/3 (special-class negative/positive), "
-                f"got values {torch.unique(point_labels).tolist()}."
-            )
+        bad = ((point_labels < -1) | (point_labels > 3)).any()
+        rule = "point_labels must be -1 (padding), 0/1 (negative/positive) or 2/3 (special-class negative/positive)"
+        if torch.compiler.is_exporting():  # values are unknown while tracing: the exported program checks them
+            torch._assert_async(~bad, rule)
+        elif bad:
+            raise ValueError(f"{rule}, got values {torch.unique(point_labels).tolist()}.")
         # +0.5: a click addresses the centre of its voxel
         embedding = self.pe_layer.forward_with_coords(point_coords + 0.5, image_size)
         neg, pos = self.point_embeddings[0].weight, self.point_embeddings[1].weight
