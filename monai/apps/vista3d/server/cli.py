@@ -125,6 +125,7 @@ def run_serve(args: argparse.Namespace) -> int:
         import uvicorn
 
         from .app import create_app
+        from .protocol import uvicorn_config
     except ImportError as e:
         print(f"error: vista3d serve needs FastAPI and uvicorn ({e}); pip install 'monai[serve]'", file=sys.stderr)
         return 2
@@ -138,7 +139,7 @@ def run_serve(args: argparse.Namespace) -> int:
             server.should_exit = True
 
     app = create_app(settings, on_failure=stop)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1,
+    config = uvicorn_config(app, host=settings.host, port=settings.port, log_level=args.log_level, workers=1,
                             timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     print(f"vista3d serve: http://{settings.host}:{settings.port}/v1/health/ready turns ready once the model has "

@@ -29,6 +29,7 @@ import uvicorn
 
 from monai.apps.vista3d.pipeline import Vista3DPipeline
 from monai.apps.vista3d.server.app import create_app
+from monai.apps.vista3d.server.protocol import uvicorn_config
 from monai.apps.vista3d.server.settings import Limits, ModelSettings, ServerSettings
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
@@ -110,7 +111,7 @@ class LiveServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = _Server(uvicorn.Config(self.app, log_level="warning", lifespan="on"))
+        self._server = _Server(uvicorn_config(self.app, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property

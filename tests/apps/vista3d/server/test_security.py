@@ -210,12 +210,20 @@ class TestBadRequests(unittest.TestCase):
         self._good()
 
     def test_malformed_http_and_long_paths(self):
-        # a request the HTTP parser cannot read is answered by uvicorn itself (400, its own plain-text line: the app
-        # never sees it); a long unknown path gets the app's 404 without the path echoed in full
+        # a request the HTTP parser cannot read never reaches the app: the protocol answers it, in the same JSON
+        # form as every other error; a long unknown path gets the app's 404 without the path echoed in full
         for raw in (b"GARBAGE\r\n\r\n", b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"):
             with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
                 sock.sendall(raw)
-                self.assertTrue(sock.recv(65536).startswith(b"HTTP/1.1 400"))
+                answer = b""
+                while chunk := sock.recv(65536):  # the server closes the connection after its answer
+                    answer += chunk
+            head, _, body = answer.partition(b"\r\n\r\n")
+            self.assertTrue(head.startswith(b"HTTP/1.1 400"), head)
+            self.assertIn(b"content-type: application/json", head.lower())
+            detail = json.loads(body)["detail"]
+            self.assertIn("not valid HTTP/1.1", detail)
+            self.assertNotIn("\n", detail)
         response = self.http.get("/v1/" + "a" * 50_000)
         self.assert_one_line_error(response, 404)
         self.assertLess(len(response.json()["detail"]), 400)
