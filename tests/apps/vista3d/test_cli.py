@@ -226,9 +226,10 @@ class TestBenchmarkCli(unittest.TestCase):
 CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.__main__ import main; sys.argv[0] = 'vista3d'; sys.exit(main())"
 
 
-def vista3d(*args, timeout=300):
-    """Run the ``vista3d`` console script's entry point in a subprocess on this worktree's monai."""
-    env = child_env(OMP_NUM_THREADS="1")
+def vista3d(*args, timeout=300, **env_extra: str):
+    """Run the ``vista3d`` console script's entry point in a subprocess on this worktree's monai (``env_extra``:
+    more environment variables of the child)."""
+    env = child_env(OMP_NUM_THREADS="1", **env_extra)
     return subprocess.run([sys.executable, "-c", CONSOLE_SCRIPT, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

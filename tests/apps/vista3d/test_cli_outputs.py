@@ -244,7 +244,7 @@ class TestWording(unittest.TestCase):
 class TestKernelPreparation(unittest.TestCase):
     @parameterized.expand([("default", []), ("cuda_asked", ["--device", "cuda"])])
     def test_prepare_without_a_gpu_says_so(self, _, extra):
-        res = vista3d("prepare", *extra)
+        res = vista3d("prepare", *extra, CUDA_VISIBLE_DEVICES="")  # no GPU, also on a machine that has one
         self.assertEqual(res.returncode, 0, res.stderr)
         self.assertEqual(res.stderr, "")
         self.assertEqual(res.stdout.splitlines(), [
