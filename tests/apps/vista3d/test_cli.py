@@ -379,9 +379,14 @@ class TestCliAsUsersExpect(unittest.TestCase):
         cts = self.tmp / "cts"
         for i in range(2):
             _write_ct(cts / f"ct{i}.nii.gz", seed=i)
+        import fcntl
         import pty
+        import struct
+        import termios
 
         leader, follower = pty.openpty()  # stderr on a terminal, as for a user at a shell
+        # of a terminal's size: a new pty has 0 x 0, where tqdm (when installed) draws nothing
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
         env = child_env(OMP_NUM_THREADS="1")
         with subprocess.Popen([sys.executable, "-c", CONSOLE_SCRIPT, "-i", cts, "-o", self.tmp / "out", *TINY[:-1]],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=follower, text=True) as proc:
