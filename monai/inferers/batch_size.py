@@ -14,18 +14,22 @@ This is the one definition of ``"auto"``, used by the one window loop
 (:func:`~monai.inferers.sliding_window.run_sliding_window`) whatever the stitcher, so the same for
 :func:`~monai.inferers.sliding_window_inference`, the inferers and tile-by-tile stitching:
 
-- on CUDA, the first batch is a one-window probe: the growth of ``torch.cuda.max_memory_allocated`` during
-  that forward call, times ``SAFETY_FACTOR``, is the per-window cost (kept in a cache across calls, keyed by
-  the predictor, the window size and the shapes of its extra arguments). Then each batch is the largest that
-  fits the available memory (``torch.cuda.mem_get_info`` plus what PyTorch's allocator holds unused), less
-  ``RESERVE_FRACTION`` of the card and, when the result is stitched on the GPU and not allocated yet, room
-  for it;
+- on CUDA, the first batch is a one-window probe: ``torch.cuda.max_memory_allocated`` after that forward
+  call less the memory allocated before it, times ``SAFETY_FACTOR``, is the per-window cost (kept in a cache
+  across calls, keyed by the predictor, the window size and the shapes of its extra arguments). Then each
+  batch is the largest that fits the available memory (``torch.cuda.mem_get_info`` plus what PyTorch's
+  allocator holds unused), less ``RESERVE_FRACTION`` of the card and, when the result is stitched on the GPU
+  and not allocated yet, room for it;
 - elsewhere, ``CPU_AUTO_BATCH`` windows: batching more brings little on a CPU and only raises the peak memory;
 - either way never more windows than remain, split evenly: 18 windows that fit 14 at a time run as two
   batches of 9, not 14 + 4;
 - the batch chosen for one size of the stitched result is kept in the cache too: a later image of that size
   gets the same batches whatever the free memory is then, so it runs the shapes the first one compiled and
   autotuned for.
+
+The probe leaves the caller's peak-memory statistics alone (no reset): when a peak of theirs from before the probe
+is higher than the probe's, it bounds the probe's cost from above, so the batch comes out smaller, never too large;
+``info["probe_peak"]`` says ``"exact"`` or ``"upper bound"``. Reset the peak before the call for an exact probe.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ class _CudaMemory:
         return int(free + max(cached, 0)), int(total)
 
     def start_peak(self) -> int:
-        torch.cuda.reset_peak_memory_stats(self.device)
+        """Bytes allocated now. The peak counter is the user's and is not reset: see ``AutoBatchSize``."""
         return int(torch.cuda.memory_allocated(self.device))
 
     def peak(self) -> int:
@@ -192,6 +196,7 @@ class AutoBatchSize:
             self.info = {"rule": "cpu", "max_batch": CPU_AUTO_BATCH}
         self._probing = False
         self._base = 0
+        self._peak_before = 0
         self._batch_windows = 0
         self._result_bytes = 0
 
@@ -235,11 +240,16 @@ class AutoBatchSize:
     def before_forward(self, num_windows: int) -> None:
         if self._probing:
             self._batch_windows = num_windows
+            self._peak_before = self.memory.peak()  # type: ignore[union-attr]
             self._base = self.memory.start_peak()  # type: ignore[union-attr]
 
     def after_forward(self) -> None:
         if self._probing:
-            used = max(self.memory.peak() - self._base, 0)  # type: ignore[union-attr]
+            # the peak since the user's last reset is max(their earlier peak, the probe's): exact when the probe
+            # raised it, else an upper bound of the probe's use (a smaller batch, never too large a one)
+            peak = self.memory.peak()  # type: ignore[union-attr]
+            self.info["probe_peak"] = "exact" if peak > self._peak_before else "upper bound"
+            used = max(peak - self._base, 0)
             self._window_bytes = SAFETY_FACTOR * used / max(self._batch_windows, 1)
 
     def after_stitch(self, result_bytes: int = 0) -> None:

@@ -81,6 +81,8 @@ class SlidingWindowInferer(Inferer):
         buffer_steps: buffered stitching, see :func:`~monai.inferers.sliding_window_inference`.
         buffer_dim: spatial dimension of the buffered bands.
         with_coord: also pass the window coordinates to the network (its second argument).
+        window_add: add window outputs into CUDA results with the Triton kernel of :mod:`monai.inferers.window_add`
+            (on for the fused VISTA3D path, see ``FusedConfig.window_add``); off: PyTorch's add.
         timing: measure where each call spends its time. After a call, ``timings`` holds seconds for ``total``,
             ``prepare`` (padding, window slicing, copies to ``sw_device``), ``forward`` (the network calls),
             ``stitch`` (weighting and adding window outputs), ``finalize`` (normalising and cropping) and
@@ -111,6 +113,7 @@ class SlidingWindowInferer(Inferer):
         buffer_dim: int = -1,
         with_coord: bool = False,
         timing: bool = False,
+        window_add: bool = False,
     ) -> None:
         super().__init__()
         self.roi_size = roi_size
@@ -128,6 +131,7 @@ class SlidingWindowInferer(Inferer):
         self.buffer_dim = buffer_dim
         self.with_coord = with_coord
         self.timing = timing
+        self.window_add = window_add
         self.timings: dict[str, Any] = {}
         self._auto_cache: dict = {}  # sw_batch_size="auto": measured per-window memory, reused across calls
 

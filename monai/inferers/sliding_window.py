@@ -70,6 +70,8 @@ class SlidingWindowSettings:
         buffer_steps: buffered stitching in bands of this many window positions (``None`` / non-positive: off).
         buffer_dim: spatial dimension of the bands.
         with_coord: pass the window coordinates to the predictor.
+        window_add: stitch with the Triton window-add kernel (see :class:`~monai.inferers.stitcher.WindowStitcher`);
+            not an argument of ``sliding_window_inference``: an inferer's setting, on for the fused VISTA3D path.
     """
 
     roi_size: Sequence[int | None] | int | None
@@ -87,6 +89,7 @@ class SlidingWindowSettings:
     buffer_steps: int | None = None
     buffer_dim: int = -1
     with_coord: bool = False
+    window_add: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SlidingWindowSettings:
@@ -195,6 +198,7 @@ def run_sliding_window(
             buffer_steps=settings.buffer_steps,
             buffer_dim=settings.buffer_dim,
             process_fn=settings.process_fn,
+            window_add=settings.window_add,
         )
     with timer.stage("total"):
         extra = (tuple(args), dict(kwargs or {}))

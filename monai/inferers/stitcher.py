@@ -117,6 +117,8 @@ class WindowStitcher:
         buffer_dim: spatial dimension of the bands.
         process_fn: ``process_fn(outputs, windows, weight) -> (outputs, weight)`` applied to each batch before it is
             added; the weight sum is then accumulated window by window.
+        window_add: add windows into CUDA results with the Triton kernel of :mod:`monai.inferers.window_add` where
+            it takes the tensors (a setting of the fused VISTA3D path, ``FusedConfig.window_add``); off: PyTorch.
 
     Raises:
         ValueError: for a ``buffer_dim`` out of range when buffered.
@@ -131,8 +133,10 @@ class WindowStitcher:
         buffer_steps: int | None = None,
         buffer_dim: int = -1,
         process_fn: Callable | None = None,
+        window_add: bool = False,
     ):
         self.plan = plan
+        self.window_add = window_add
         self.ndim = len(plan.roi_size)
         self.window_weight = weight  # as given, for process_fn
         self.weight = _as_5d_weight(weight, self.ndim)
@@ -265,7 +269,7 @@ class WindowStitcher:
                 idx = self._target_index(k, c)
                 pj = p[j : j + 1]
                 wj = None if wsrc is None else wsrc[j : j + 1] if wsrc.shape[0] > 1 else wsrc
-                _add_weighted(target[idx], pj, wj)
+                _add_weighted(target[idx], pj, wj, self.window_add)
                 if self.per_window_weights:
                     wc = (w[j : j + 1] if w.shape[0] > 1 else w).to(self.device)
                     if wc.shape[1] > 1:
@@ -348,10 +352,10 @@ class WindowStitcher:
         return results
 
 
-def _add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None) -> None:
-    """``target += src * weight`` (``+= src`` without a weight): on a GPU through the window-add kernel where it takes
-    the tensors (PyTorch's mixed-dtype path over a strided slice is slow there), else in PyTorch."""
-    if target.is_cuda and add_window_supported(target, src, weight):
+def _add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None, kernel: bool) -> None:
+    """``target += src * weight`` (``+= src`` without a weight): with ``kernel``, through the window-add kernel where it
+    takes the tensors (PyTorch's mixed-dtype path over a strided slice is slow on a GPU), else in PyTorch."""
+    if kernel and add_window_supported(target, src, weight):
         add_window(target, src, weight)
     elif weight is None:
         target.add_(src)

@@ -191,5 +191,45 @@ class TestAutoOnMockedGPU(unittest.TestCase):
         self.assertEqual(self.calls, [1, 5, 6, 6])  # bands of 6 windows: probe + 5, then 6 and 6
 
 
+class TestProbeKeepsPeakStatistics(unittest.TestCase):
+    """The probe reads the caller's CUDA peak counter without resetting it (torch.cuda faked at its API)."""
+
+    def setUp(self):
+        self.allocated, self.peak, self.calls = 3 * GB, 0, []
+        cuda = {
+            "memory_allocated": lambda device=None: self.allocated,
+            "max_memory_allocated": lambda device=None: self.peak,
+            "memory_reserved": lambda device=None: self.allocated,
+            "mem_get_info": lambda device=None: (20 * GB, 40 * GB),
+            "reset_peak_memory_stats": mock.Mock(side_effect=AssertionError("the caller's peak was reset")),
+        }
+        self.reset = cuda["reset_peak_memory_stats"]
+        self.patches = [mock.patch.object(bsz, "_is_cuda", lambda device: True)]
+        self.patches += [mock.patch.object(torch.cuda, name, fn) for name, fn in cuda.items()]
+        for p in self.patches:
+            p.start()
+
+    def tearDown(self):
+        for p in reversed(self.patches):
+            p.stop()
+
+    def net(self, w):
+        self.peak = max(self.peak, self.allocated + w.shape[0] * GB)  # each window costs 1 GB at its peak
+        self.calls.append(w.shape[0])
+        return w + 1
+
+    @parameterized.expand([(2 * GB, "exact", [1, 9, 8]), (30 * GB, "upper bound", [1] * 18)])
+    def test_probe(self, earlier_peak, kind, calls):
+        # an earlier peak of 30 GB bounds the probe's cost by 27 GB: one window per call, never too many
+        self.peak = earlier_peak
+        x = torch.rand(1, 1, 20, 20, 14)
+        inferer = SlidingWindowInferer(8, "auto", 0.25, timing=True)
+        out = inferer(x, self.net)
+        self.assertTrue(torch.allclose(out, x + 1))
+        self.assertEqual(inferer.timings["auto_batch"]["probe_peak"], kind)
+        self.assertEqual(self.calls, calls)
+        self.reset.assert_not_called()
+
+
 if __name__ == "__main__":
     unittest.main()

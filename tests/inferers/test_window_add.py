@@ -17,8 +17,9 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from monai.networks.kernels import unavailable_reason
+from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt, sliding_window_inference
 from monai.inferers.window_add import add_window, add_window_supported
+from monai.networks.kernels import unavailable_reason
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 KERNELS_RUN = unavailable_reason(DEVICE) is None
@@ -72,15 +73,15 @@ class TestStitchThroughTheKernel(unittest.TestCase):
     def test_sliding_window_equals_pytorch_stitch(self):
         from unittest import mock
 
-        from monai.inferers import sliding_window_inference
         from monai.inferers import stitcher
 
         x = torch.randn(1, 3, 40, 36, 30, device="cuda")
         net = torch.nn.Conv3d(3, 5, 3, padding=1).cuda().half()
+        inferer = SlidingWindowInferer((16, 16, 16), 3, overlap=0.25, mode="gaussian", window_add=True)
 
         def run():
             with torch.no_grad():
-                return sliding_window_inference(x.half(), (16, 16, 16), 3, net, overlap=0.25, mode="gaussian")
+                return inferer(x.half(), net)
 
         with mock.patch.object(stitcher, "add_window", wraps=stitcher.add_window) as spy:
             fused = run()
@@ -88,6 +89,46 @@ class TestStitchThroughTheKernel(unittest.TestCase):
         with mock.patch.object(stitcher, "add_window_supported", return_value=False):
             plain = run()
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+
+
+def _add_in_torch(target, src, weight=None):
+    """What the kernel computes, in PyTorch: the spy's body on a machine without the kernel."""
+    target.add_(src if weight is None else src * weight)
+    return target
+
+
+class TestWindowAddIsASetting(unittest.TestCase):
+    """The generic stitch adds in PyTorch; only an inferer told ``window_add=True`` (the fused path) uses the kernel."""
+
+    def _stitch(self, run):
+        from unittest import mock
+
+        from monai.inferers import stitcher
+
+        x = torch.randn(1, 2, 20, 18, 14)
+        net = torch.nn.Conv3d(2, 3, 3, padding=1)
+        with mock.patch.object(stitcher, "add_window_supported", return_value=True):  # as on a GPU with Triton
+            with mock.patch.object(stitcher, "add_window", side_effect=_add_in_torch) as spy:
+                with torch.no_grad():
+                    out = run(x, net)
+        with torch.no_grad():
+            plain = sliding_window_inference(x, (8, 8, 8), 2, net, overlap=0.25, mode="gaussian")
+        torch.testing.assert_close(out, plain)
+        return spy.call_count
+
+    def test_generic_stitch_does_not_call_the_kernel(self):
+        self.assertEqual(self._stitch(lambda x, net: sliding_window_inference(x, 8, 2, net, 0.25, "gaussian")), 0)
+        self.assertEqual(self._stitch(lambda x, net: SlidingWindowInferer(8, 2, 0.25, "gaussian")(x, net)), 0)
+
+    def test_told_stitch_calls_the_kernel(self):
+        inferer = SlidingWindowInfererAdapt(8, 2, 0.25, "gaussian", window_add=True)
+        self.assertGreater(self._stitch(lambda x, net: inferer(x, net)), 0)
+
+    @parameterized.expand([({}, True), ({"window_add": False}, False), ({"kernels": "torch"}, False)])
+    def test_fused_config(self, fields, on):
+        from monai.networks.kernels.dispatch import FusedConfig
+
+        self.assertIs(FusedConfig(**fields).stitch_window_add, on)
 
 
 if __name__ == "__main__":

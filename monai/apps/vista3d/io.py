@@ -30,7 +30,7 @@ import io
 import math
 import os
 import pathlib
-import tempfile
+import secrets
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -69,10 +69,6 @@ __all__ = [
 #: gzip level used when ``save_label_map(compresslevel=None)``: label maps are mostly long runs, so level 1
 #: is several times faster than the gzip default (6) for a few percent larger files.
 DEFAULT_COMPRESSLEVEL = 1
-
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
 
 @dataclass
 class ImageGeometry:
@@ -533,7 +529,7 @@ def _write_part(
     parent = p.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{name}.", suffix=".part")
+        fd, tmp = _create_temp(parent, name)
     except OSError as e:
         raise Vista3DOutputError(
             f"{p}: cannot write to folder {parent} ({e.strerror or e}); choose a writable output folder."
@@ -549,7 +545,6 @@ def _write_part(
                 for slab in slabs:
                     f.write(memoryview(slab()).cast("B"))
             f.flush()
-            os.fchmod(f.fileno(), 0o666 & ~_UMASK)
             os.fsync(f.fileno())
     except BaseException as e:
         _unlink_quietly([tmp])
@@ -558,6 +553,22 @@ def _write_part(
             raise Vista3DOutputError(msg) from e
         raise
     return tmp
+
+
+def _create_temp(parent: pathlib.Path, name: str) -> tuple[int, str]:
+    """Open a new ``.<name>.<8 hex>.part`` beside the output for writing; return its descriptor and path.
+
+    Created with mode 0o666 so that the kernel applies the umask (and any default ACL) as for a plain ``open``:
+    the renamed output gets the permissions the user expects, and the umask is never read or changed
+    (``os.umask`` is process-wide, so reading it by setting it races with other threads).
+    """
+    for _ in range(100):
+        tmp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.part")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{parent}: no unused temporary name for {name}")
 
 
 def _unlink_quietly(paths: list[str]) -> None:

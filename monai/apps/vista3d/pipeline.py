@@ -457,11 +457,14 @@ class Vista3DPipeline:
     def _sliding_inferer(self) -> Any:
         """The sliding-window inferer, kept across calls so that ``sw_batch_size="auto"`` probes only once."""
         from monai.inferers import SlidingWindowInfererAdapt
+        from monai.networks.nets import VISTA3D
 
         if self._inferer is None:
+            # the stitch's Triton window add is a setting of the fused path: on where the network was fused with it
+            fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
             self._inferer = SlidingWindowInfererAdapt(
                 roi_size=self.roi_size, sw_batch_size=self.sw_batch_size, overlap=self.overlap, with_coord=True,
-                timing=self.timing,
+                timing=self.timing, window_add=fused is not None and fused.stitch_window_add,
             )
         return self._inferer
 

@@ -58,6 +58,9 @@ from __future__ import annotations
 
 import torch
 
+from monai.networks.kernels.gluon_compat import GLUON_EXPECTED_FROM as OLDEST_TRITON
+from monai.networks.kernels.gluon_compat import GLUON_MISSING as _GLUON_MISSING
+from monai.networks.kernels.gluon_compat import triton_release
 from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import interpreting, triton
 
@@ -69,28 +72,21 @@ __all__ = [
     "triton_release",
 ]
 
-_GLUON_MISSING: str | None = None
-if triton is None:
-    _GLUON_MISSING = "Triton is not installed (it ships with the CUDA builds of PyTorch)"
-else:
-    try:
-        from triton.experimental import gluon
-        from triton.experimental.gluon import language as gl
-        from triton.experimental.gluon.language.nvidia.hopper import (
-            fence_async_shared,
-            mbarrier,
-            tma,
-            warpgroup_mma,
-            warpgroup_mma_wait,
-        )
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-        # newer Tritons (3.9) name the TMA copies async_load / async_store and make the old names raise; 3.5-3.6
-        # have only the old ones
-        _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-        _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-    except ImportError as e:  # a Triton without Gluon's Hopper API; the fused path then keeps the Triton kernel
-        _GLUON_MISSING = f"Triton {triton.__version__} has no usable Gluon ({e})"
+if _GLUON_MISSING is None:
+    from monai.networks.kernels.gluon_compat import (
+        NEW_REINTERPRET,
+        TensorDescriptor,
+        ast_source,
+        fence_async_shared,
+        gl,
+        gluon,
+        mbarrier,
+        tma,
+        tma_load,
+        tma_store,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
 
 _C_IN = 48  # input channels read, as two power-of-two pieces (the MMA's K): channels 0-31 and 32-47
 _K0, _K1 = 32, 16
@@ -106,8 +102,6 @@ _STAGES = {True: 3, False: 4}
 # subview") and build the four patch forms; 3.5.1 builds neither. tests/networks/kernels/test_conv3d_resident.py
 # holds the installed Triton (and, where it can install it, 3.6) to this table.
 SLAB_TRITONS = ((3, 6), (3, 7))
-# the oldest release that builds the kernel at all (3.5's Gluon lacks what it uses)
-OLDEST_TRITON = (3, 6)
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
 # 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
 # average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
@@ -115,16 +109,6 @@ _MAXNREG = 168
 _CONSUMER_REGS = 232
 _PRODUCER_REGS = 24
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
-
-
-def triton_release(version: str | None = None) -> tuple[int, int] | None:
-    """``(major, minor)`` of a Triton version string (the installed Triton's when ``None``); ``None`` without one."""
-    if version is None:
-        if triton is None:
-            return None
-        version = triton.__version__
-    major, minor = version.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
 
 def slab_loads_supported(version: str | None = None) -> bool:
@@ -156,9 +140,6 @@ def resident_unavailable_reason(device: torch.device | str) -> str | None:
 
 
 if _GLUON_MISSING is None:
-    # Triton 3.9 renames a shared-memory view's _reinterpret to reinterpret (and 3.6 has only the old name)
-    _NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
-
     @gluon.jit
     def _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr):
         # (sample, first output plane, first row, first column) of `tile`: columns vary fastest, then rows, plane
@@ -190,7 +171,7 @@ if _GLUON_MISSING is None:
         # must start at a multiple of its own size, so this slices one row and reinterprets it as the longer view;
         # rows are whole swizzle atoms, so the bytes are where that view expects them
         start = ring.slice(row * 16, 16)
-        if _NEW_REINTERPRET:
+        if NEW_REINTERPRET:
             return start.reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
         else:
             return start._reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
@@ -199,7 +180,7 @@ if _GLUON_MISSING is None:
     def _ring_box(ring, row: gl.constexpr, desc):
         # the ring's rows from `row` on as the box of `desc` ([rows, 1, 1, 16, K]), for its TMA load
         start = ring.slice(row * 16, 16)
-        if _NEW_REINTERPRET:
+        if NEW_REINTERPRET:
             return start.reinterpret(gl.float16, desc.block_type.shape, desc.layout)
         else:
             return start._reinterpret(gl.float16, desc.block_type.shape, desc.layout)
@@ -235,19 +216,19 @@ if _GLUON_MISSING is None:
                                     + x1_desc.block_type.nbytes + x1h_desc.block_type.nbytes)  # fmt: skip
                     # (the slab's first ring row as an expression: a variable assigned in the unrolled loop would be
                     # a run-time integer, and a view's offset must be known when compiling)
-                    _tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar,
+                    tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar,
                               _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2), x0_desc))
-                    _tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
+                    tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
                               _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x0h_desc))
-                    _tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar,
+                    tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar,
                               _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2), x1_desc))
-                    _tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
+                    tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
                               _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x1h_desc))  # fmt: skip
                 else:
                     mbarrier.expect(bar, x0_desc.block_type.nbytes + x1_desc.block_type.nbytes)
                     hs = h0 + (u % 9) // 3 - 1
-                    _tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(u % STAGES))
-                    _tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(u % STAGES))
+                    tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(u % STAGES))
+                    tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(u % STAGES))
             i += 1
 
     @gluon.jit
@@ -344,7 +325,7 @@ if _GLUON_MISSING is None:
             out = acc.to(gl.float16)
             y_s.reshape([BM, N]).store(gl.permute(out, (1, 0)))
             fence_async_shared()
-            _tma_store(y_desc, [b, d0 + PLANE, h0, w0, 0], y_s)
+            tma_store(y_desc, [b, d0 + PLANE, h0, w0, 0], y_s)
             if STATS:  # while the store reads the staging buffer out
                 shift = _plane_stats(out, shift, count_ptr, mean_ptr, m2_ptr, 2 * tile + PLANE, d0 + PLANE, h0, w0,
                                      D, H, W, N, BLOCK_H, BLOCK_W, acc_layout)  # fmt: skip
@@ -358,7 +339,7 @@ if _GLUON_MISSING is None:
             if RESIDUAL:
                 if more:
                     mbarrier.expect(y_bar.index(1 - PLANE), r_desc.block_type.nbytes)
-                    _tma_load(r_desc, [hb, hd, hh, hw, 0], y_bar.index(1 - PLANE), y_s)
+                    tma_load(r_desc, [hb, hd, hh, hw, 0], y_bar.index(1 - PLANE), y_s)
             else:
                 mbarrier.arrive(y_bar.index(1 - PLANE), count=1)
             i += 1
@@ -406,8 +387,8 @@ if _GLUON_MISSING is None:
         mbarrier.init(w_bar, count=1)
         mbarrier.expect(w_bar, 27 * (w0_desc.block_type.nbytes + w1_desc.block_type.nbytes))
         for tap in gl.static_range(27):
-            _tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
-            _tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
+            tma_load(w0_desc, [tap * (K0 + K1), 0], w_bar, w0_s.index(tap))
+            tma_load(w1_desc, [tap * (K0 + K1) + K0, 0], w_bar, w1_s.index(tap))
         if SLABS:
             # the slab ring: voxels x channels in the boxes' swizzle (a voxel's K fp16 channels are 2 * K bytes), the
             # STAGES slabs' (BLOCK_H + 2) rows of BLOCK_W voxels rounded up to a power of two (3 x 10 -> 32 rows)
@@ -436,7 +417,7 @@ if _GLUON_MISSING is None:
         b, d0, h0, w0 = _tile_origin(gl.program_id(0), tiles_w, tiles_h, gl.cdiv(D, 2), BLOCK_H, BLOCK_W)
         if RESIDUAL:
             mbarrier.expect(y_bar.index(0), r_desc.block_type.nbytes)
-            _tma_load(r_desc, [b, d0, h0, w0, 0], y_bar.index(0), y_s)
+            tma_load(r_desc, [b, d0, h0, w0, 0], y_bar.index(0), y_s)
         else:
             mbarrier.arrive(y_bar.index(0), count=1)
         # (a worker partition takes no distributed tensors: each consumer builds its accumulator itself)
@@ -484,15 +465,11 @@ if _GLUON_MISSING is None:
         ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests, CI and the experiments;
         ``slabs``: the slab loads (else per-shift patches).
 
-        Not on the production path: Gluon names its AST source publicly only from Triton 3.9 on; on older releases
-        this reaches it in ``gluon._runtime``, where they keep it.
+        Not on the production path (Gluon's AST source: :py:func:`~.gluon_compat.ast_source`).
         """
         from triton.backends.compiler import GPUTarget
 
-        source = getattr(gluon, "GluonASTSource", None)
-        if source is None:
-            from triton.experimental.gluon._runtime import GluonASTSource as source
-
+        source = ast_source()
         boxes = _boxes(slabs)
         sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in boxes.items()}
         # a descriptor the kernel does not use is None, a constexpr as the launcher specialises it: no parameter

@@ -16,6 +16,8 @@ import hashlib
 import os
 import pathlib
 import re
+import subprocess
+import sys
 import tempfile
 import unittest
 from unittest import mock
@@ -249,9 +251,22 @@ class TestAtomicWrite(TempDirCase):
         self.assertEqual(_sha(target), before)
         self.assertEqual(self._names(), ["in.nii.gz", "seg.nii.gz"])
 
-    def test_file_mode_follows_umask(self):
-        target = save_label_map(self.image > 0, self.geom, self.tmp / "seg.nii.gz")
-        self.assertEqual(target.stat().st_mode & 0o777, 0o666 & ~vio._UMASK)
+    @parameterized.expand([(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+    def test_file_mode_follows_umask(self, umask, mode):
+        old = os.umask(umask)  # the test sets the umask; the library must only obey it
+        try:
+            with mock.patch.object(os, "umask", side_effect=AssertionError("io must not touch the umask")):
+                target = save_label_map(self.image > 0, self.geom, self.tmp / f"seg{umask}.nii.gz")
+        finally:
+            os.umask(old)
+        self.assertEqual(target.stat().st_mode & 0o777, mode)
+        self.assertEqual(self._names(), ["in.nii.gz", f"seg{umask}.nii.gz"])
+
+    def test_importing_io_leaves_the_umask_alone(self):
+        code = "import os, unittest.mock as m; m.patch.object(os, 'umask', side_effect=SystemExit(3)).start(); "
+        code += "import monai.apps.vista3d.io"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.assertEqual(subprocess.run([sys.executable, "-c", code], env=env).returncode, 0)
 
 
 class TestBadInput(TempDirCase):

@@ -1,0 +1,85 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Library calls leave the process as they found it: umask, RNG states, cuDNN and precision flags, environment,
+threads; only ``__main__`` may change them."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import unittest
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import torch
+
+from monai.apps.vista3d.batch import run_batch
+from monai.apps.vista3d.phantom import write_phantom
+from tests.apps.vista3d.stub_vista import StubVista
+
+
+def _umask() -> str | None:
+    """The umask as the kernel reports it (Linux 4.7+), read without setting it; ``None`` elsewhere."""
+    try:
+        with open("/proc/self/status") as f:
+            return next((line.split()[1] for line in f if line.startswith("Umask:")), None)
+    except OSError:
+        return None
+
+
+def _process_state() -> dict:
+    cudnn = torch.backends.cudnn
+    return {
+        "umask": _umask(),
+        "torch_rng": torch.get_rng_state().tolist(),
+        "numpy_rng": repr(np.random.get_state()),
+        "python_rng": random.getstate(),
+        "cudnn": (cudnn.benchmark, cudnn.deterministic, cudnn.enabled, cudnn.allow_tf32),
+        "matmul": (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "threads": torch.get_num_threads(),
+        "dtype": torch.get_default_dtype(),
+        "grad": torch.is_grad_enabled(),
+        "environ": dict(os.environ),
+        "cwd": os.getcwd(),
+    }
+
+
+class TestNoProcessWideChanges(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.inputs = [write_phantom(self.tmp / f"ct{i}.nii.gz", (24, 20, 16), seed=i) for i in range(2)]
+
+    def test_run_batch(self):
+        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "classes": [1, 20]}
+        before = _process_state()
+        forbidden = {
+            "umask": mock.patch.object(os, "umask", side_effect=AssertionError("os.umask")),
+            "seed": mock.patch.object(torch, "manual_seed", side_effect=AssertionError("torch.manual_seed")),
+            "device": mock.patch.object(torch.cuda, "set_device", side_effect=AssertionError("set_device")),
+            "peak": mock.patch.object(torch.cuda, "reset_peak_memory_stats", side_effect=AssertionError("reset")),
+        }
+        for patch in forbidden.values():
+            patch.start()
+            self.addCleanup(patch.stop)
+        result = run_batch(self.inputs, self.tmp / "out", pipeline_kwargs=kw, device="cpu")
+        self.assertEqual((result.exit_code, len(result.records)), (0, 2))
+        after = _process_state()
+        for key in before:
+            self.assertEqual(after[key], before[key], f"run_batch changed the process's {key}")
+
+
+if __name__ == "__main__":
+    unittest.main()
