@@ -526,13 +526,53 @@ def pipeline_segment_fn(
     return PipelineSegmenter(pipe, prompt)
 
 
+_PROMPT_KEYS = ("classes", "points", "point_labels")
+
+
+def _prompt_of(pipeline_kwargs: dict | None) -> Prompt:
+    """The prompt given among ``pipeline_kwargs`` (every class when none is)."""
+    kwargs = pipeline_kwargs or {}
+    classes = kwargs.get("classes", "everything")
+    return classes if isinstance(classes, Prompt) else parse_prompt(classes, kwargs.get("points"),
+                                                                    kwargs.get("point_labels"))
+
+
+def _as_segmenter(segment_fn: Any, pipeline_kwargs: dict | None) -> Any:
+    """What segments each image, checked before any work: a ``Vista3DPipeline`` runs with the prompt of
+    ``pipeline_kwargs`` (its own settings stay); anything that cannot be called is refused."""
+    if segment_fn is None or isinstance(segment_fn, PipelineSegmenter):
+        return segment_fn
+    if isinstance(segment_fn, Vista3DPipeline):
+        other = sorted(set(pipeline_kwargs or {}) - set(_PROMPT_KEYS))
+        if other:
+            raise Vista3DInputError(
+                f"pipeline_kwargs {other} configure the pipeline run_batch builds, but segment_fn is a pipeline "
+                "already; set them on it (pipe.replace(...)) and give only the prompt in pipeline_kwargs."
+            )
+        return PipelineSegmenter(segment_fn, _prompt_of(pipeline_kwargs))
+    if not callable(segment_fn):
+        raise TypeError(
+            f"segment_fn must be callable as segment_fn(image, geometry) or be a Vista3DPipeline, got "
+            f"{type(segment_fn).__name__}"
+        )
+    return segment_fn
+
+
+def _one_setting(name: str, given: Any, own: Any, default: Any) -> Any:
+    """``given`` (a field of :class:`BatchOptions`) or the pipeline's ``own`` value: a pipeline's settings are never
+    silently replaced, so two different values are refused."""
+    if given is None:
+        return default if own is None else own
+    if own is not None and own != given:
+        raise Vista3DInputError(f"{name}={given!r} disagrees with the pipeline's {name}={own!r}; give it once.")
+    return given
+
+
 def _build_segmenter(device: torch.device, pipeline_kwargs: dict | None) -> PipelineSegmenter:
     """The VISTA3D pipeline of ``pipeline_kwargs`` on ``device`` (the prompt is parsed before the slow build)."""
-    kwargs = dict(pipeline_kwargs or {})
-    classes = kwargs.pop("classes", "everything")
-    points, point_labels = kwargs.pop("points", None), kwargs.pop("point_labels", None)
+    prompt = _prompt_of(pipeline_kwargs)
+    kwargs = {k: v for k, v in (pipeline_kwargs or {}).items() if k not in _PROMPT_KEYS}
     kwargs.pop("device", None)  # resolved by run_batch (under torchrun: this rank's GPU)
-    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
     return PipelineSegmenter(Vista3DPipeline(device=device, **kwargs), prompt)
 
 
@@ -752,7 +792,8 @@ class BatchOptions:
             it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
         nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
-            fails such images.
+            fails such images. None: the pipeline's (given, or ``pipeline_kwargs["nonfinite"]``), else ``"air"``.
+            A value that disagrees with the pipeline's is refused (as ``output_dtype`` and ``device``).
         part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
             by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
             then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
@@ -770,7 +811,7 @@ class BatchOptions:
     pipeline_kwargs: dict | None = None
     on_image: Callable[[dict[str, Any]], None] | None = None
     quiet: bool = True
-    nonfinite: str = "air"
+    nonfinite: str | None = None
     part: tuple[int, int] | str | None = None
 
 
@@ -800,7 +841,8 @@ def run_batch(
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
             :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
             ``(labels, {"windows": ...})``; one with a ``load(path, volume_index, nonfinite)`` method (a
-            :class:`PipelineSegmenter`) reads the images itself. ``None``: the VISTA3D pipeline on this rank's
+            :class:`PipelineSegmenter`) reads the images itself; a :class:`~.pipeline.Vista3DPipeline` runs with
+            its own settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D pipeline on this rank's
             device, built from ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt)
             while the first image loads.
         overwrite: redo images whose output exists.
@@ -816,20 +858,21 @@ def run_batch(
     Raises:
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
-        TypeError: a keyword that is no field of :class:`BatchOptions`.
+        TypeError: a keyword that is no field of :class:`BatchOptions`, or a ``segment_fn`` that cannot be called.
+        Vista3DInputError: a setting that disagrees with the given pipeline's (nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
+    segment_fn = _as_segmenter(segment_fn, opts.pipeline_kwargs)
     paths, outs = _planned_outputs(inputs, output_dir, opts)
-    if opts.nonfinite not in ("air", "error"):
-        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
+    nonfinite, output_dtype = _pipeline_settings(segment_fn, opts)
     device = _batch_device(opts.device, opts.pipeline_kwargs)
     check_environment()
     if segment_fn is None:  # what cannot fit is refused before the first image
         check_images(paths, resolve_device(device))
     pipeline_kwargs = opts.pipeline_kwargs
-    if opts.output_dtype is not None and segment_fn is None:
-        pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}
-    work = functools.partial(_Work, segment_fn, pipeline_kwargs, opts.output_dtype, opts.nonfinite, opts.prefetch)
+    if segment_fn is None:  # the pipeline built here reads and writes as the run does
+        pipeline_kwargs = {**(pipeline_kwargs or {}), "output_dtype": output_dtype, "nonfinite": nonfinite}
+    work = functools.partial(_Work, segment_fn, pipeline_kwargs, output_dtype, nonfinite, opts.prefetch)
     mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
@@ -860,6 +903,24 @@ def run_batch(
     if rank == 0:
         result.summary_path = _write_summary(summary, result)
     return result
+
+
+def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
+    """``(nonfinite, output_dtype)`` of the run: a field of ``opts``, or the pipeline's (given, or built from
+    ``pipeline_kwargs``); the two disagreeing is refused, never silently settled."""
+    pipe = segment_fn.pipeline if isinstance(segment_fn, PipelineSegmenter) else None
+    own = dataclasses.asdict(pipe.options) if pipe is not None else dict(opts.pipeline_kwargs or {})
+    if segment_fn is not None and pipe is None:
+        own = {}  # a caller's function: nothing of its own to agree with
+    if pipe is not None and opts.device is not None:
+        given = torch.device(opts.device)
+        if given.type != pipe.device.type or given.index not in (None, pipe.device.index):
+            raise Vista3DInputError(f"device={str(opts.device)!r} disagrees with the pipeline's device="
+                                    f"{str(pipe.device)!r}; give it once.")
+    nonfinite = _one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air")
+    if nonfinite not in ("air", "error"):
+        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
+    return nonfinite, _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
 
 
 def _rank_device(device: str | torch.device | None, local_rank: int) -> torch.device:
@@ -1034,7 +1095,7 @@ class _Work:
 
     segment_fn: SegmentFn | None
     pipeline_kwargs: dict | None
-    output_dtype: str | None
+    output_dtype: str
     nonfinite: str
     prefetch: int
     device: torch.device
@@ -1064,10 +1125,6 @@ class _Work:
             _agree_on_setup(error, self.world)
         return fn  # type: ignore[return-value]
 
-    def dtype(self, fn: SegmentFn | None) -> str:
-        """The label maps' type on disk."""
-        pipe = getattr(fn, "pipeline", None)
-        return self.output_dtype or getattr(pipe, "output_dtype", None) or DEFAULT_OUTPUT_DTYPE
 
 
 def _load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
@@ -1139,7 +1196,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.dtype(fn)) as saver:
+        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.output_dtype) as saver:
             for k, (i, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[i]
                 rec["load_seconds"] = round(t_load, 4)
