@@ -313,11 +313,12 @@ def _embed_dim(value: int | None, default: int) -> int:
     return dim
 
 
-def _device(name: str | None, local_rank: int = 0) -> torch.device:
-    from .pipeline import resolve_device
+def _device(name: str | None, env: Any = None) -> torch.device:
+    """The device of this process, decided once here (under torchrun: ``LOCAL_RANK``'s GPU)."""
+    from .batch import TorchrunEnv, rank_device
 
     try:
-        return resolve_device(name, local_rank)
+        return rank_device(name, env if env is not None else TorchrunEnv())
     except ValueError as e:
         raise _UsageError(_flagged(str(e))) from None
 
@@ -379,7 +380,7 @@ def _segment(args: argparse.Namespace) -> int:
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
     embed_dim = _embed_dim(args.embed_dim, 48)
     env = TorchrunEnv.read()
-    device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
+    device = _device(args.device, env)  # under torchrun: this rank's GPU
     check_settings(roi, embed_dim, device)
     if device.type == "cuda":
         _usable_kernel_cache()

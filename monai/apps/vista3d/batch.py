@@ -98,6 +98,7 @@ __all__ = [
     "output_path",
     "resolve_device",
     "dist_context",
+    "rank_device",
     "TorchrunEnv",
     "check_summary_path",
     "summary_path_for",
@@ -359,13 +360,14 @@ class TorchrunEnv:
     world_size: int = 1
     rank: int = 0
     local_rank: int | None = None
+    local_world_size: int | None = None
 
     @classmethod
     def read(cls) -> TorchrunEnv:
         """The variables of this process's environment: the one place they are read."""
-        local = os.environ.get("LOCAL_RANK")
+        local, local_world = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
         return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
-                   None if local is None else int(local))
+                   None if local is None else int(local), None if local_world is None else int(local_world))
 
     @property
     def gpu(self) -> int:
@@ -373,11 +375,32 @@ class TorchrunEnv:
         return self.local_rank or 0
 
 
+def rank_device(device: str | torch.device | None, env: TorchrunEnv) -> torch.device:
+    """This process's device (see :func:`~.pipeline.resolve_device`; a bare ``"cuda"`` is ``LOCAL_RANK``'s GPU),
+    decided once where a job enters. CUDA is not touched for ``"cpu"``.
+
+    Raises:
+        Vista3DInputError: the GPU asked for does not exist on this machine (one line, before any work).
+    """
+    dev = resolve_device(device, env.gpu)
+    if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            if env.local_rank is not None and (device is None or torch.device(device).index is None):
+                ranks = env.local_world_size or env.local_rank + 1
+                raise Vista3DInputError(
+                    f"torchrun started {ranks} ranks on this node but it has {count} GPUs; start at most {count} "
+                    f"(--nproc_per_node={count}) or run on the CPU (--device cpu)."
+                )
+            raise Vista3DInputError(f"device {str(dev)!r} does not exist: this machine has {count} GPUs.")
+    return dev
+
+
 class dist_context:
     """``(rank, world_size, local_rank)``; starts a process group from torchrun's variables if none exists.
 
-    The group is destroyed on exit only if this context started it. The backend is NCCL when CUDA is
-    available, else gloo (``backend`` overrides).
+    The group is destroyed on exit only if this context started it. The backend is gloo (``backend`` overrides):
+    the batch driver only gathers small records, and gloo needs no GPU bound to the process.
     """
 
     def __init__(self, backend: str | None = None):
@@ -386,10 +409,7 @@ class dist_context:
     def __enter__(self) -> tuple[int, int, int]:
         env = TorchrunEnv.read()
         if dist.is_available() and not dist.is_initialized() and env.world_size > 1:
-            backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-            if backend == "nccl":
-                torch.cuda.set_device(env.gpu)
-            dist.init_process_group(backend=backend)
+            dist.init_process_group(backend=self.backend or "gloo")
             self.owned = True
         if dist.is_available() and dist.is_initialized():
             rank, world = dist.get_rank(), dist.get_world_size()
@@ -442,6 +462,10 @@ class _Loader:
                 continue
 
     def _load_all(self) -> None:
+        with _current(self._device):  # this thread's current device: the one its loads go to
+            self._load_each()
+
+    def _load_each(self) -> None:
         side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
         for path, volume_index in self._items:
             if self._stop.is_set():
@@ -865,10 +889,10 @@ def run_batch(
     segment_fn = _as_segmenter(segment_fn, opts.pipeline_kwargs)
     paths, outs = _planned_outputs(inputs, output_dir, opts)
     nonfinite, output_dtype = _pipeline_settings(segment_fn, opts)
-    device = _batch_device(opts.device, opts.pipeline_kwargs)
+    dev = _run_device(segment_fn, _batch_device(opts.device, opts.pipeline_kwargs))
     check_environment()
     if segment_fn is None:  # what cannot fit is refused before the first image
-        check_images(paths, resolve_device(device))
+        check_images(paths, dev)
     pipeline_kwargs = opts.pipeline_kwargs
     if segment_fn is None:  # the pipeline built here reads and writes as the run does
         pipeline_kwargs = {**(pipeline_kwargs or {}), "output_dtype": output_dtype, "nonfinite": nonfinite}
@@ -878,8 +902,8 @@ def run_batch(
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
-    with dist_context(opts.backend) as (rank, world, local_rank):
-        dev = _rank_device(device, local_rank)
+    # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
+    with _current(dev), dist_context(opts.backend) as (rank, world, _):
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
         info = [_header_info(p) for p in paths]
@@ -923,12 +947,23 @@ def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
     return nonfinite, _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
 
 
-def _rank_device(device: str | torch.device | None, local_rank: int) -> torch.device:
-    """This rank's device (see :func:`~.pipeline.resolve_device`), made the current CUDA device when it is one."""
-    dev = resolve_device(device, local_rank)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    return dev
+def _run_device(segment_fn: Any, device: str | torch.device | None) -> torch.device:
+    """Where this process computes: the given pipeline's device, this rank's (see :func:`rank_device`) for the
+    pipeline built here, the CPU for a caller's function (which gets its images there)."""
+    if isinstance(segment_fn, PipelineSegmenter):
+        return segment_fn.pipeline.device
+    if segment_fn is not None:
+        return torch.device("cpu")
+    env = TorchrunEnv.read()
+    if env.local_rank is None and dist.is_available() and dist.is_initialized():
+        # a process group the caller started without torchrun's variables: one GPU per rank
+        env = dataclasses.replace(env, local_rank=dist.get_rank() if dist.get_world_size() > 1 else 0)
+    return rank_device(device, env)
+
+
+def _current(device: torch.device) -> contextlib.AbstractContextManager:
+    """``device`` made the current CUDA device for a block (the caller's comes back after); nothing for the CPU."""
+    return torch.cuda.device(device) if device.type == "cuda" else nullcontext()
 
 
 def _planned_outputs(
