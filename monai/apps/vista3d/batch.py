@@ -60,6 +60,7 @@ from .distributed import (
 from .errors import OutputCollisionError, Vista3DInputError
 from .feasibility import check_environment, check_images, failure_reason
 from .inputs import collect_inputs, plan_outputs, read_input_list
+from .job import check_nonfinite, check_output_dtype
 from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
 from .parts import (
     check_part,
@@ -490,9 +491,8 @@ def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
         if given.type != pipe.device.type or given.index not in (None, pipe.device.index):
             raise Vista3DInputError(f"device={str(opts.device)!r} disagrees with the pipeline's device="
                                     f"{str(pipe.device)!r}; give it once.")
-    nonfinite = _one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air")
-    if nonfinite not in ("air", "error"):
-        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {nonfinite!r}")
-    return nonfinite, _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
+    nonfinite = check_nonfinite(_one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air"))
+    dtype = _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
+    return nonfinite, check_output_dtype(dtype)
 
 

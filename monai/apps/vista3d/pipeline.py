@@ -52,6 +52,14 @@ from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from .errors import PromptError, Vista3DInputError
+from .job import (
+    ROI_MULTIPLE,
+    check_nonfinite,
+    check_output_dtype,
+    check_overlap,
+    check_roi_size,
+    check_sw_batch_size,
+)
 from .feasibility import check_image, check_network, check_window
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
@@ -189,10 +197,6 @@ class _CountingPredictor:
 
 
 
-_OUTPUT_DTYPES = ("float32", "uint8", "int16")
-
-#: VISTA3D's encoder halves the grid four times, so windows are multiples of this
-ROI_MULTIPLE = 16
 
 
 def _encoder_shape(network: Any) -> tuple[int, int]:
@@ -204,22 +208,12 @@ def _encoder_shape(network: Any) -> tuple[int, int]:
 
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
-    """A window size as three ints: one int is a cube; each must be a positive multiple of ``multiple``.
+    """A window size as three ints (see :func:`~.job.check_roi_size`, the one check of it).
 
     Raises:
-        Vista3DInputError: not one or three positive multiples of ``multiple``.
+        SettingError: not one or three positive multiples of ``multiple``.
     """
-    try:
-        roi = (int(value),) * 3 if isinstance(value, (int, np.integer)) else tuple(int(r) for r in value)
-    except (TypeError, ValueError):
-        roi = ()
-    if len(roi) != 3 or any(r < multiple or r < 1 or r % multiple for r in roi):
-        why = " (VISTA3D halves the window four times)" if multiple > 1 else ""
-        raise Vista3DInputError(
-            f"roi_size must be one or three positive multiples of {multiple}{why}, got {value!r}; e.g. 128 (the "
-            "bundle's) or 64."
-        )
-    return roi
+    return check_roi_size(value, multiple)
 
 
 def check_network_kwargs(network_kwargs: dict | None) -> None:
@@ -385,22 +379,18 @@ class Vista3DPipeline:
                 if self._roi_multiple == ROI_MULTIPLE:
                     width, halvings = _encoder_shape(self.network)
                     check_window(value, width, self.device, halvings)
-            elif key == "nonfinite" and value not in ("air", "error"):
-                raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
+            elif key == "nonfinite":
+                value = check_nonfinite(value)
             elif key == "overlap":
-                value = float(value)
-                if not 0.0 <= value < 1.0:
-                    raise ValueError(f"overlap must be in [0, 1), got {value}; the bundle's is 0.25")
-            elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
-                if int(value) < 1:
-                    raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
-                value = int(value)
+                value = check_overlap(value)
+            elif key == "sw_batch_size":
+                value = check_sw_batch_size(value)
             elif key == "per_class":
                 value = bool(value)
             elif key == "amp":
                 value = (self.device.type == "cuda") if value is None else bool(value)
-            elif key == "output_dtype" and value not in _OUTPUT_DTYPES:
-                raise ValueError(f"output_dtype must be float32, uint8 or int16, got {value!r}")
+            elif key == "output_dtype":
+                value = check_output_dtype(value)
             setattr(self, key, value)
         self._inferer: Any = None
         self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"

@@ -253,7 +253,7 @@ class TestKernelPreparation(unittest.TestCase):
     def test_prepare_checks_its_flags(self):
         res = vista3d("prepare", "--roi-size", "50")
         self.assertEqual(res.returncode, 2)
-        self.assertIn("--roi-size must be multiples of 16", res.stderr)
+        self.assertIn("--roi-size must be one or three positive multiples of 16", res.stderr)
 
     def test_unwritable_kernel_cache_costs_speed_not_the_run(self):
         from monai.apps.vista3d.__main__ import _usable_kernel_cache
