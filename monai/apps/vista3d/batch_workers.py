@@ -28,7 +28,7 @@ import torch
 
 from monai.utils.profiling import StageTimer
 
-from .io import ImageGeometry, save_class_masks, save_label_map
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, label_map_to_host, save_class_masks, save_label_map
 from .pipeline import load_input
 from .distributed import on_device
 from .feasibility import failure_reason
@@ -72,13 +72,15 @@ class AsyncSaver:
     def submit(self, labels: Any, geometry: ImageGeometry, path: str | os.PathLike, **kwargs: Any) -> Future:
         """Queue ``save_label_map(labels, geometry, path, **kwargs)``; returns its Future (result: the path).
 
-        ``labels`` must not be modified afterwards; a CUDA tensor is copied to the CPU here (on the caller's
-        stream, so the copy sees the finished result).
+        ``labels`` must not be modified afterwards. A tensor on a GPU crosses to the host here, on the caller's
+        stream (so the copy sees the finished result), cast there to the narrowest type that holds it (see
+        :func:`~.io.label_map_to_host`): the save then only widens and compresses.
         """
         if self._closed:
             raise RuntimeError("AsyncSaver is closed")
-        if isinstance(labels, torch.Tensor) and labels.device.type != "cpu":
-            labels = labels.detach().to("cpu")
+        if _on_device(labels):
+            dtype = {**self._defaults, **kwargs}.get("dtype", DEFAULT_OUTPUT_DTYPE)
+            labels = label_map_to_host(labels, geometry, dtype)
         self._slots.acquire()
         try:
             save = self._save_fn or save_label_map
@@ -128,6 +130,11 @@ class AsyncSaver:
         self._closed = True
         for e in errors:
             print(f"vista3d: a background save failed: {e}", file=sys.stderr)
+
+
+def _on_device(labels: Any) -> bool:
+    """Whether ``labels`` is a tensor off the host (what :meth:`AsyncSaver.submit` copies)."""
+    return isinstance(labels, torch.Tensor) and labels.device.type != "cpu"
 
 
 _LOADER_JOIN_SECONDS = 5.0
@@ -205,7 +212,9 @@ class _Loader:
         self._thread.join(timeout=_LOADER_JOIN_SECONDS)
 
 
-def _timed_save(labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any) -> tuple[Path, float]:
+def _timed_save(
+    labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any
+) -> tuple[Path, float]:
     """Save one image's results on the saver's thread: its class masks first (when asked for), the label map last,
     so that an image whose label map exists has every file."""
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread

@@ -50,6 +50,7 @@ __all__ = [
     "ImageGeometry",
     "load_image",
     "save_label_map",
+    "label_map_to_host",
     "save_class_masks",
     "class_file_name",
     "class_mask_dir",
@@ -413,6 +414,22 @@ def _to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
                 carrier = narrow
                 break
     return t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+
+
+def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:
+    """``labels`` on the host, ready for :func:`save_label_map` to write as ``dtype``.
+
+    A label map on the input grid is range-checked, cast and laid out in file order where it is, and crosses to
+    the host as one copy in the narrowest type that holds it (see :func:`_to_host_file_order`): a GPU map moves
+    one byte a voxel. Anything else (another grid, a type the device cannot cast to) is copied as it is, and the
+    save reports what is wrong with it.
+    """
+    t = labels.detach()
+    if t.ndim == 4 and t.shape[0] == 1:
+        t = t[0]
+    if str(dtype) in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
+        return _to_host_file_order(t, np.dtype(str(dtype)))
+    return t.cpu()
 
 
 def _label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
