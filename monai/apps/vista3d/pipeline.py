@@ -216,6 +216,17 @@ def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int
     return check_roi_size(value, multiple)
 
 
+def as_compute_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a contiguous floating tensor (float32 unless it is floating already), in one pass over the volume.
+
+    A file-order image (see :func:`load_input`) is cast and re-laid out by the same copy (resampling strided data
+    is slow); one that is both already is returned as it is.
+    """
+    if x.dtype.is_floating_point:
+        return x.contiguous()  # (Tensor.to returns a strided tensor of the same type as it is)
+    return x.to(dtype=torch.float32, memory_format=torch.contiguous_format)
+
+
 def check_network_kwargs(network_kwargs: dict | None) -> None:
     """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
 
@@ -424,10 +435,7 @@ class Vista3DPipeline:
 
     def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
-        x = torch.as_tensor(image).to(self.device, non_blocking=True)
-        if not x.dtype.is_floating_point:
-            x = x.float()
-        x = x.contiguous()  # a file-order image (see load) is re-laid out here; resampling strided data is slow
+        x = as_compute_layout(torch.as_tensor(image).to(self.device, non_blocking=True))
         cfg = bundle_config()["preprocessing"]
         sir = cfg["scale_intensity_range"]
         return preprocess(
