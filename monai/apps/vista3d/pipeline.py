@@ -710,7 +710,7 @@ class Vista3DPipeline:
         Raises:
             PromptError: ``per_class`` with a point prompt that names no class.
         """
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
         timer = StageTimer()
         if isinstance(image, (str, os.PathLike)):
@@ -790,7 +790,7 @@ class Vista3DPipeline:
             raise Vista3DInputError(f"{path}: is a folder, not an image; give a .nii or .nii.gz file.")
         if not path.is_file():
             raise Vista3DInputError(f"{path}: no such file; check the path.")
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
         out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
         check_output(path, out_path, overwrite)
