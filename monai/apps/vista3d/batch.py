@@ -77,7 +77,6 @@ from .segmenter import (
     _as_segmenter,
     _batch_device,
     _build_segmenter,
-    _image_label,
     _labels_and_info,
     _mask_ids,
     _one_setting,
@@ -85,6 +84,7 @@ from .segmenter import (
     pipeline_segment_fn,
     PipelineSegmenter,
     SegmentFn,
+    Segmenter,
 )
 from .summary import (
     _counted,
@@ -101,6 +101,8 @@ __all__ = [
     "BatchOptions",
     "BatchResult",
     "PipelineSegmenter",
+    "Segmenter",
+    "ImageJob",
     "pipeline_segment_fn",
     "AsyncSaver",
     "collect_inputs",
@@ -234,7 +236,7 @@ def run_batch(
         report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
         records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
         todo = _triage(records, mask_ids, overwrite, claims, report)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims)
+        jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
             _segment_all(jobs, work(dev, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
@@ -347,14 +349,21 @@ def _stopped_records(
     return every
 
 
+@dataclass(frozen=True)
+class ImageJob:
+    """One image this rank segments: its place in the run, its file (and volume of a 4D file) and its output."""
+
+    index: int
+    image: Path
+    output: Path
+    volume: int | None = None
+
+
 @dataclass
 class _Jobs:
-    """This rank's images to segment (indices into the run's lists) and every image's record."""
+    """This rank's images to segment, every image's record (by index), and the outputs this process claims."""
 
-    todo: list[int]
-    paths: list[Path]
-    outs: list[Path]
-    volumes: list[int | None]
+    todo: list[ImageJob]
     records: dict[int, dict]
     claims: OutputClaims
     started: bool = False
@@ -374,17 +383,17 @@ class _Work:
 
     def loader(self, jobs: _Jobs) -> _Loader:
         """Start reading this rank's images with the policy of what will segment them."""
-        if hasattr(self.segment_fn, "load"):  # a PipelineSegmenter: its pipeline reads onto its device
-            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)  # type: ignore[union-attr]
-            load_device = getattr(getattr(self.segment_fn, "pipeline", None), "device", torch.device("cpu"))
+        if isinstance(self.segment_fn, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
+            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)
+            load_device = self.segment_fn.device
         else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
             load_device = self.device if self.segment_fn is None else torch.device("cpu")
             load = functools.partial(_load_for, device=load_device, nonfinite=self.nonfinite)
-        items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
-        load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])  # each output claimed before its read
+        items = [(job.image, job.volume) for job in jobs.todo]
+        load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
         return _Loader(load, items, self.prefetch, load_device)
 
-    def segmenter(self, todo: list[int]) -> SegmentFn:
+    def segmenter(self, todo: list[ImageJob]) -> Segmenter:
         """What segments each image; the pipeline is built here, while the loader reads the first image."""
         fn, error = self.segment_fn, None
         if fn is None and todo:
@@ -418,16 +427,16 @@ class _Finisher:
         self.jobs, self.report = jobs, report
         self.lock = threading.Lock()
 
-    def __call__(self, i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
-        rec = self.jobs.records[i]
+    def __call__(self, job: ImageJob, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
+        rec = self.jobs.records[job.index]
         error = error or (fut.exception() if fut is not None else None)
-        self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
+        self.jobs.claims.release(job.output)  # the file is written, or the image failed
         with self.lock:
             if isinstance(error, OutputTaken):  # another process's, or written since the plan
                 rec["status"], rec["note"] = error.status, str(error)
             elif error is not None:
                 _remove_empty(created)
-                rec["status"], rec["error"] = "failed", failure_reason(error, self.jobs.paths[i])
+                rec["status"], rec["error"] = "failed", failure_reason(error, job.image)
             else:
                 _, seconds = fut.result()  # type: ignore[union-attr]
                 rec["status"] = "done"
@@ -439,7 +448,7 @@ class _Finisher:
 
 def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
-    records, paths, outs = jobs.records, jobs.paths, jobs.outs
+    records = jobs.records
     loads = work.loader(jobs)  # before the build: the first image and the weights load together
     try:
         fn = work.segmenter(jobs.todo)
@@ -449,30 +458,31 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         raise
     jobs.started = True
     finish = _Finisher(jobs, report)
-    rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
+    rank = records[jobs.todo[0].index]["rank"] if jobs.todo else 0
     try:
         with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.output_dtype) as saver:
-            for k, (i, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
-                rec = records[i]
+            for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
+                rec = records[job.index]
                 rec["load_seconds"] = round(t_load, 4)
                 timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
                 try:
                     if err is not None:
                         raise err
-                    _image_label(fn, k, len(jobs.todo), paths[i], rank, work.world)
+                    if isinstance(fn, PipelineSegmenter):
+                        fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
                     with timer.stage("segment"):
                         labels, info = _labels_and_info(fn(image, geom))
                     rec.update(_segmented_fields(t_load, timer.timings["segment"], info))
-                    created = missing_folders(outs[i].parent)
-                    fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
+                    created = missing_folders(job.output.parent)
+                    fut = saver.submit(labels, geom, job.output, masks=info.get("masks"))
                 except Exception as e:
                     rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
-                    finish(i, [], None, e)
+                    finish(job, [], None, e)
                     continue
                 finally:
                     del image
                 # reported on the saver's thread as soon as the file is written (at once if it already is)
-                fut.add_done_callback(functools.partial(finish, i, created))
+                fut.add_done_callback(functools.partial(finish, job, created))
             saver.close(raise_errors=False)
     finally:
         loads.close()

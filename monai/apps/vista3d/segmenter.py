@@ -13,9 +13,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -27,10 +26,19 @@ from .pipeline import SegmentationResult, Vista3DPipeline, load_input
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt
 
-__all__ = ["SegmentFn", "PipelineSegmenter", "pipeline_segment_fn"]
+__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn"]
 
 
-SegmentFn = Callable[[torch.Tensor, ImageGeometry], Any]
+@runtime_checkable
+class Segmenter(Protocol):
+    """What :func:`~.batch.run_batch` calls on each image: ``(image, geometry)`` to a label map, a
+    :class:`~.pipeline.SegmentationResult`, or ``(labels, {"windows": ..., "timings": ...})``."""
+
+    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> Any: ...
+
+
+#: the type of ``segment_fn`` (kept for the callers that name it)
+SegmentFn = Segmenter
 
 
 class PipelineSegmenter:
@@ -50,6 +58,21 @@ class PipelineSegmenter:
     def load(self, path: Path, volume_index: int | None, nonfinite: str) -> tuple[torch.Tensor, ImageGeometry]:
         """The pipeline's own load (see :func:`~.pipeline.load_input`)."""
         return self.pipeline.load(path, volume_index, nonfinite)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the pipeline computes, and so where its images are read to."""
+        return self.pipeline.device
+
+    def show_image(self, k: int, n: int, path: Path, rank: int, world: int) -> None:
+        """Name image ``k`` of ``n`` in the pipeline's window progress bar (``images [###---] 2/7 ct.nii.gz |
+        windows``; under torchrun the rank's line)."""
+        if not self.pipeline.progress:
+            return
+        if world == 1:
+            self.pipeline.progress_label = f"images {text_bar(k - 1, n)} {k}/{n} {path.name} | windows"
+        else:
+            self.pipeline.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
 
     def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
         return self.pipeline.segment(image, geometry.affine, self.prompt)
@@ -163,14 +186,3 @@ def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> lis
     if pipe is not None and getattr(pipe, "per_class", False):
         return list(segment_fn.prompt.label_ids or [])  # type: ignore[union-attr]
     return None
-
-
-def _image_label(fn: SegmentFn, k: int, n: int, path: Path, rank: int, world: int) -> None:
-    """Name the image in a pipeline's window progress bar: ``images [###---] 2/7 ct.nii.gz | windows``."""
-    pipe = getattr(fn, "pipeline", None)
-    if pipe is None or not getattr(pipe, "progress", False):
-        return
-    if world == 1:
-        pipe.progress_label = f"images {text_bar(k - 1, n)} {k}/{n} {path.name} | windows"
-    else:
-        pipe.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
