@@ -315,11 +315,9 @@ def _roi(text: str, what: str = "--roi-size") -> tuple[int, ...]:
 
 
 def _embed_dim(value: int | None, default: int) -> int:
-    dim = default if value is None else value
-    if dim < 8 or dim % 8:
-        raise _UsageError(f"--embed-dim must be a positive multiple of 8, got {dim}; the published checkpoint "
-                          "uses 48 (the default)")
-    return dim
+    from .job import check_embed_dim
+
+    return check_embed_dim(default if value is None else value)
 
 
 def _device(name: str | None, env: Any = None) -> torch.device:

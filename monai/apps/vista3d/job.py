@@ -33,6 +33,7 @@ __all__ = [
     "check_sw_batch_size",
     "check_output_dtype",
     "check_nonfinite",
+    "check_embed_dim",
 ]
 
 #: voxel types a label map may be saved as (uint8 holds every label id and the 255 sentinel)
@@ -106,3 +107,12 @@ def check_nonfinite(value: Any) -> str:
     if value not in NONFINITE:
         raise SettingError("nonfinite", f"must be 'air' or 'error', got {value!r}.")
     return value
+
+
+def check_embed_dim(value: Any) -> int:
+    """A ``vista3d132`` width the network can be built with: a positive multiple of 8 (the point head's attention
+    splits half of it over 4 heads)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 8 or value % 8:
+        raise SettingError("encoder_embed_dim", f"must be a positive multiple of 8, got {value!r}; the published "
+                                                "checkpoint uses 48 (the default).")
+    return int(value)

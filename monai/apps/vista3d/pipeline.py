@@ -54,6 +54,7 @@ from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from .errors import PromptError, Vista3DInputError
 from .job import (
     ROI_MULTIPLE,
+    check_embed_dim,
     check_nonfinite,
     check_output_dtype,
     check_overlap,
@@ -231,14 +232,9 @@ def check_network_kwargs(network_kwargs: dict | None) -> None:
     """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
 
     Raises:
-        Vista3DInputError: ``encoder_embed_dim`` is not a positive multiple of 8 (the point head's attention
-            splits half of it over 4 heads).
+        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~.job.check_embed_dim`).
     """
-    dim = (network_kwargs or {}).get("encoder_embed_dim", 48)
-    if not isinstance(dim, (int, np.integer)) or dim < 8 or dim % 8:
-        raise Vista3DInputError(
-            f"encoder_embed_dim must be a positive multiple of 8, got {dim!r}; the published checkpoint uses 48."
-        )
+    check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", 48))
 
 
 def load_options(device: torch.device) -> dict[str, Any]:

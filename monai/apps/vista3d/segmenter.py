@@ -82,7 +82,7 @@ def pipeline_segment_fn(
     pipe: Vista3DPipeline, classes: Any = "everything", points: Any = None, point_labels: Any = None
 ) -> PipelineSegmenter:
     """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline``; the prompt is parsed here."""
-    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+    prompt = parse_prompt(classes, points, point_labels)
     return PipelineSegmenter(pipe, prompt)
 
 
@@ -92,9 +92,7 @@ _PROMPT_KEYS = ("classes", "points", "point_labels")
 def _prompt_of(pipeline_kwargs: dict | None) -> Prompt:
     """The prompt given among ``pipeline_kwargs`` (every class when none is)."""
     kwargs = pipeline_kwargs or {}
-    classes = kwargs.get("classes", "everything")
-    return classes if isinstance(classes, Prompt) else parse_prompt(classes, kwargs.get("points"),
-                                                                    kwargs.get("point_labels"))
+    return parse_prompt(kwargs.get("classes", "everything"), kwargs.get("points"), kwargs.get("point_labels"))
 
 
 def _as_segmenter(segment_fn: Any, pipeline_kwargs: dict | None) -> Any:
@@ -177,12 +175,7 @@ def _run_device(segment_fn: Any, device: str | torch.device | None) -> torch.dev
 def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
     """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
     if segment_fn is None and (pipeline_kwargs or {}).get("per_class"):
-        kwargs = pipeline_kwargs or {}
-        classes = kwargs.get("classes", "everything")
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(
-            classes, kwargs.get("points"), kwargs.get("point_labels"))
-        return list(prompt.label_ids or [])
-    pipe = getattr(segment_fn, "pipeline", None)
-    if pipe is not None and getattr(pipe, "per_class", False):
-        return list(segment_fn.prompt.label_ids or [])  # type: ignore[union-attr]
+        return list(_prompt_of(pipeline_kwargs).label_ids or [])
+    if isinstance(segment_fn, PipelineSegmenter) and segment_fn.pipeline.per_class:
+        return list(segment_fn.prompt.label_ids or [])
     return None

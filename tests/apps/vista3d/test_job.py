@@ -32,6 +32,7 @@ CASES = [
     ("roi_size", 50, "--roi-size", "50"),
     ("overlap", 1.0, "--overlap", "1.0"),
     ("sw_batch_size", 0, "--sw-batch-size", "0"),
+    ("encoder_embed_dim", 12, "--embed-dim", "12"),
 ]
 
 
@@ -44,10 +45,11 @@ class TestOneValidation(unittest.TestCase):
 
     @parameterized.expand(CASES)
     def test_python_names_the_field(self, field, value, flag, _):
-        for build in (lambda: Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 8},
-                                              warn_random=False, **{field: value}),
+        network = {"encoder_embed_dim": value} if field == "encoder_embed_dim" else {"encoder_embed_dim": 8}
+        given = {} if field == "encoder_embed_dim" else {field: value}
+        for build in (lambda: Vista3DPipeline(device="cpu", network_kwargs=network, warn_random=False, **given),
                       lambda: run_batch([self.image], self.tmp / "o", device="cpu", pipeline_kwargs={
-                          "network_kwargs": {"encoder_embed_dim": 8}, "warn_random": False, field: value})):
+                          "network_kwargs": network, "warn_random": False, **given})):
             with self.assertRaises(SettingError) as ctx:
                 build()
             self.assertEqual(ctx.exception.field, field)
@@ -59,7 +61,7 @@ class TestOneValidation(unittest.TestCase):
     def test_cli_names_the_flag(self, field, _, flag, text):
         err = io.StringIO()
         argv = ["-i", str(self.image), "-o", str(self.tmp / "c"), "--embed-dim", "8", "--device", "cpu", "--quiet",
-                flag, text]
+                flag, text]  # (a second --embed-dim replaces the first)
         with redirect_stderr(err):
             self.assertEqual(main(argv), 2)
         lines = [x for x in err.getvalue().splitlines() if x.startswith("error:")]
