@@ -25,6 +25,7 @@ from typing import Any
 from .errors import OutputPathError, Vista3DOutputError
 from .feasibility import os_message
 from .io import check_name_lengths
+from .layout import TEMP_SUFFIX, summary_path_for, temp_prefix
 from .parts import claim_summary, keep_earlier_done
 
 __all__ = ["SUMMARY_MARK", "check_summary_path", "BatchResult", "summary_path_for"]
@@ -66,7 +67,7 @@ def check_summary_path(path: str | os.PathLike) -> None:
 
 def _write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` atomically (a temporary file renamed); on failure nothing is left and one line says why."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    tmp = path.with_name(f"{temp_prefix(path.name)}{os.getpid()}{TEMP_SUFFIX}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as f:
@@ -187,14 +188,3 @@ def _write_summary(path: Path, result: BatchResult) -> Path:
         if held is not None:
             held.release()
     return path
-
-
-def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Path]) -> Path:
-    """Where a run's summary goes: ``output_dir/summary.json``; for one output file ``seg.nii.gz``, beside it
-    as ``seg.summary.json`` (so that runs into one folder keep their own, and no ``summary.json`` of the user's
-    is touched)."""
-    if output_dir is not None:
-        return Path(output_dir) / "summary.json"
-    first = Path(outputs[0])
-    stem = first.name[: -len(".nii.gz")] if first.name.endswith(".nii.gz") else first.stem
-    return first.with_name(f"{stem}.summary.json")
