@@ -90,6 +90,9 @@ from .summary import (
     _counted,
     _print_record,
     _remove_empty,
+    _new_record,
+    _segmented_fields,
+    _stopped_records,
     _write_summary,
     BatchResult,
     check_summary_path,
@@ -186,11 +189,11 @@ def run_batch(
             output raise before any work starts.
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
             :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
-            ``(labels, {"windows": ...})``; one with a ``load(path, volume_index, nonfinite)`` method (a
-            :class:`PipelineSegmenter`) reads the images itself; a :class:`~.pipeline.Vista3DPipeline` runs with
-            its own settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D pipeline on this rank's
-            device, built from ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt)
-            while the first image loads.
+            ``(labels, {"windows": ...})`` (a :class:`Segmenter`); a :class:`PipelineSegmenter` reads the images
+            itself, with its pipeline's load policy; a :class:`~.pipeline.Vista3DPipeline` runs with its own
+            settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D
+            pipeline on this rank's device, built from ``pipeline_kwargs`` (``classes``, ``points``,
+            ``point_labels`` are the prompt) while the first image loads.
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
@@ -242,7 +245,8 @@ def run_batch(
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = _stopped_records(records, paths, outs, sizes, pool)
-                _write_summary(summary, result_of(stopped, wall_seconds=time.perf_counter() - started, interrupted=True))
+                wall = time.perf_counter() - started
+                _write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
             raise
         every = _gathered([records[i] for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
@@ -295,12 +299,6 @@ def _my_images(
     return pool, [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
 
 
-def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
-    """The record of image ``i`` before anything was done with it."""
-    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
-            "status": None, "error": None, "seconds": 0.0, "windows": None}
-
-
 def _triage(
     records: dict[int, dict],
     mask_ids: list[int] | None,
@@ -329,24 +327,6 @@ def _triage(
         if rec["status"] is not None and report is not None:
             report(rec)
     return todo
-
-
-def _stopped_records(
-    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
-) -> list[dict]:
-    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
-    got, the others' unknown."""
-    every = []
-    for i in sorted(pool):
-        path, out = paths[i], outs[i]
-        rec = records.get(i)
-        if rec is None:
-            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
-                       error="on another rank, which was stopped too")
-        elif rec["status"] is None:
-            rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
-        every.append(rec)
-    return every
 
 
 @dataclass(frozen=True)
@@ -406,19 +386,6 @@ class _Work:
         return fn  # type: ignore[return-value]
 
 
-def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
-    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
-    fields: dict[str, Any] = {
-        "segment_seconds": round(t_segment, 4),
-        "seconds": round(t_load + t_segment, 4),
-        "windows": info.get("windows"),
-    }
-    if info.get("sw_batch_size") is not None:
-        fields["sw_batch_size"] = info["sw_batch_size"]
-    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-    return fields
-
-
 class _Finisher:
     """Gives an image's record its final status once its file is written (on the saver's thread) or it failed (on
     the main one), releases its output's claim and reports it; one report at a time."""
@@ -427,7 +394,9 @@ class _Finisher:
         self.jobs, self.report = jobs, report
         self.lock = threading.Lock()
 
-    def __call__(self, job: ImageJob, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
+    def __call__(
+        self, job: ImageJob, created: list[Path], fut: Future | None, error: BaseException | None = None
+    ) -> None:
         rec = self.jobs.records[job.index]
         error = error or (fut.exception() if fut is not None else None)
         self.jobs.claims.release(job.output)  # the file is written, or the image failed

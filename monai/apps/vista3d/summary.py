@@ -188,3 +188,40 @@ def _write_summary(path: Path, result: BatchResult) -> Path:
         if held is not None:
             held.release()
     return path
+
+
+def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
+    """The record of image ``i`` before anything was done with it."""
+    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
+            "status": None, "error": None, "seconds": 0.0, "windows": None}
+
+
+def _stopped_records(
+    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
+) -> list[dict]:
+    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
+    got, the others' unknown."""
+    every = []
+    for i in sorted(pool):
+        path, out = paths[i], outs[i]
+        rec = records.get(i)
+        if rec is None:
+            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
+                       error="on another rank, which was stopped too")
+        elif rec["status"] is None:
+            rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
+        every.append(rec)
+    return every
+
+
+def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
+    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
+    fields: dict[str, Any] = {
+        "segment_seconds": round(t_segment, 4),
+        "seconds": round(t_load + t_segment, 4),
+        "windows": info.get("windows"),
+    }
+    if info.get("sw_batch_size") is not None:
+        fields["sw_batch_size"] = info["sw_batch_size"]
+    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
+    return fields
