@@ -11,9 +11,9 @@
 """Every name a run writes, in one room: label maps, per-class masks, summaries, part summaries, claims and the
 temporary files of atomic writes; and the checks that a name can be written.
 
-:class:`OutputLayout` answers each name of a run that writes into a folder. ``parts.py`` spells its two names
-(:func:`~.parts.lock_path`, :func:`~.parts.part_summary_name`) itself, as it is also loaded on its own by
-processes that only hold claims; the layout asks it for them.
+:class:`OutputLayout` answers each name of a run that writes into a folder. The claims' two names
+(:func:`~.parts.lock_path`, :func:`~.parts.part_summary_name`) are spelled in ``parts.py``, which processes that
+only hold claims load on its own, and which imports this room: so this room does not import it back.
 """
 
 from __future__ import annotations
@@ -196,19 +196,6 @@ class OutputLayout:
     def summary(self) -> pathlib.Path:
         """The run's summary."""
         return summary_path_for(self.output_dir, [])
-
-    def part_summary(self, part: Sequence[int]) -> pathlib.Path:
-        """The summary of part ``(i, N)`` of a split run."""
-        from .parts import part_summary_name
-
-        return self.output_dir / part_summary_name(part)
-
-    @staticmethod
-    def lock(path: str | os.PathLike) -> pathlib.Path:
-        """The lock file that claims the output ``path`` while a process writes it."""
-        from .parts import lock_path
-
-        return lock_path(path)
 
     @staticmethod
     def temp_glob(path: str | os.PathLike) -> str:

@@ -21,6 +21,7 @@ from parameterized import parameterized
 from monai.apps.vista3d import io
 from monai.apps.vista3d.batch import run_batch
 from monai.apps.vista3d.layout import OutputLayout
+from monai.apps.vista3d.parts import lock_path, part_summary_name
 from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
 
@@ -33,8 +34,8 @@ NAMES = [
     ("mask_dir", LAYOUT.mask_dir("ct.nii.gz"), "out/ct"),
     ("masks", LAYOUT.masks("ct.nii.gz", [1, 999]), {1: "out/ct/liver.nii.gz", 999: "out/ct/label_999.nii.gz"}),
     ("summary", LAYOUT.summary(), "out/summary.json"),
-    ("part_summary", LAYOUT.part_summary((2, 5)), "out/summary.part-2-of-5.json"),
-    ("lock", LAYOUT.lock("out/ct/ct_trans.nii.gz"), "out/ct/.ct_trans.nii.gz.lock"),
+    ("part_summary", LAYOUT.output_dir / part_summary_name((2, 5)), "out/summary.part-2-of-5.json"),
+    ("lock", lock_path(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
     ("temp_files", LAYOUT.temp_glob("out/ct/ct_trans.nii.gz"), ".ct_trans.nii.gz.*.part"),
 ]
 
