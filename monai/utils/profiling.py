@@ -51,8 +51,12 @@ WINDOW_STAGES = ("prepare", "forward", "stitch", "finalize")
 
 
 def cuda_active() -> bool:
-    """Whether CUDA is usable here (the condition for NVTX ranges and synchronisation)."""
-    return torch.cuda.is_available()
+    """Whether this process uses CUDA (the condition for NVTX ranges and synchronisation).
+
+    A process that never initialised CUDA (a CPU run on a GPU machine) has no GPU work to wait for, and must not
+    create a CUDA context on GPU 0 to find that out.
+    """
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 class StageTimer:

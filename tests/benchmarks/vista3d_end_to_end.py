@@ -14,8 +14,9 @@ Both sides segment the same CT-like phantoms (int16 ``.nii.gz``, written once by
 ``monai.apps.vista3d.phantom.write_phantom``) with the same random weights (one state dict, written by this
 script, loaded strictly on both sides) and the same class prompt, and write a label map file:
 
-* fork: ``Vista3DPipeline.segment_file`` (streamed class prompts, the pipeline's I/O) for each
-  ``--output-dtypes`` entry;
+* fork: ``run_batch``, the code the ``segment`` command runs (its loader and saver threads, the label map's
+  one narrow copy to the host, the summary), with a ``Vista3DPipeline`` built once per ``--output-dtypes`` entry
+  and one image per call;
 * upstream (``--upstream PATH``: a folder where MONAI 1.6.1 is installed with ``pip install --target``): the
   bundle's ``configs/inference.json`` rebuilt from upstream transforms: ``LoadImaged`` -> ``EnsureChannelFirstd``
   -> ``EnsureTyped(device)`` -> ``Spacingd(1.5 mm)`` -> ``CropForegroundd(margin 10)`` -> ``VistaPreTransformd``
@@ -26,7 +27,8 @@ script, loaded strictly on both sides) and the same class prompt, and write a la
 
 Each side runs in its own process; each case is run once as a warm-up, then ``--repeats`` times, and the
 median of each stage is reported (load / preprocess / inference / post = label ids + inversion / save /
-total = the whole file-to-file call). Afterwards both written label maps are read back with nibabel and the
+total = the whole file-to-file call; the fork's stages are those of ``run_batch``'s image record, its total the
+``run_batch`` call, summary included). Afterwards both written label maps are read back with nibabel and the
 share of equal voxels is reported, with the output file sizes.
 
     python tests/benchmarks/vista3d_end_to_end.py --device cuda --upstream /tmp/up --json e2e.json
@@ -167,10 +169,11 @@ def _sync(dev: Any) -> None:
 
 
 def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
-    """This fork: ``Vista3DPipeline.segment_file`` per case and output dtype."""
+    """This fork: ``run_batch`` (what ``python -m monai.apps.vista3d segment`` runs) per case and output dtype."""
     import torch
 
     import monai
+    from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
     from monai.apps.vista3d.pipeline import Vista3DPipeline
 
     dev = torch.device(args.device)
@@ -181,15 +184,19 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
     for dtype in args.output_dtypes:
         pipe = Vista3DPipeline(network=net, device=dev, roi_size=(args.roi,) * 3, overlap=cfg["inference"]["overlap"],
                                sw_batch_size=args.sw_batch_size, output_dtype=dtype, warn_random=False)
+        segment = pipeline_segment_fn(pipe, classes=ids)
         for path in args.inputs:
             out_dir = Path(args.out) / f"fork_{dtype}"
             runs, out = [], None
             for i in range(args.repeats + 1):
                 t0 = time.perf_counter()
-                result = pipe.segment_file(path, out_dir, classes=ids, overwrite=True)
+                result = run_batch([path], out_dir, segment_fn=segment, overwrite=True)
                 _sync(dev)
                 total = time.perf_counter() - t0
-                t, out = result.timings, result.output
+                (rec,) = result.records
+                if rec["status"] != "done":
+                    raise RuntimeError(f"{path}: {rec['status']}: {rec['error']}")
+                t, out = rec["stages"], rec["output"]
                 run = {"load": t.get("load", 0.0), "preprocess": t.get("preprocess", 0.0),
                        "inference": t.get("inference", 0.0),
                        "post": t.get("postprocess", 0.0) + t.get("invert", 0.0), "save": t.get("save", 0.0),

@@ -42,6 +42,7 @@ import torch
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
+from .job import OUTPUT_DTYPES, SettingError
 from .server.cli import add_serve_command
 from .workers import WorkerError
 
@@ -65,6 +66,18 @@ _FLAGS = (
     ("device='cpu'", "--device cpu"),
     ("sw_batch_size", "--sw-batch-size"),
 )
+
+
+# The flag of each field of the job's one validation (see .job.SettingError).
+_FIELD_FLAGS = {
+    "roi_size": "--roi-size",
+    "overlap": "--overlap",
+    "sw_batch_size": "--sw-batch-size",
+    "output_dtype": "--output-dtype",
+    "nonfinite": "--strict",
+    "device": "--device",
+    "encoder_embed_dim": "--embed-dim",
+}
 
 
 def _flagged(text: str) -> str:
@@ -149,7 +162,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
     p.add_argument("--embed-dim", type=int, default=None,
                    help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
-    p.add_argument("--output-dtype", choices=("uint8", "int16", "float32"), default="uint8",
+    p.add_argument("--output-dtype", choices=OUTPUT_DTYPES, default="uint8",
                    help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
                         "fit; float32 writes the bundle's files, 4x the bytes)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
@@ -296,28 +309,23 @@ def _list_classes() -> int:
 
 
 def _roi(text: str, what: str = "--roi-size") -> tuple[int, ...]:
-    from .pipeline import ROI_MULTIPLE
+    from .job import ROI_MULTIPLE, check_roi_size
 
-    roi = _ints(text, 3, what)
-    if any(r % ROI_MULTIPLE for r in roi):
-        raise _UsageError(f"{what} must be multiples of {ROI_MULTIPLE} (VISTA3D halves the window four times), "
-                          f"got {text!r}; e.g. 128 (the bundle's) or 64")
-    return roi
+    return check_roi_size(_ints(text, 3, what), ROI_MULTIPLE)
 
 
 def _embed_dim(value: int | None, default: int) -> int:
-    dim = default if value is None else value
-    if dim < 8 or dim % 8:
-        raise _UsageError(f"--embed-dim must be a positive multiple of 8, got {dim}; the published checkpoint "
-                          "uses 48 (the default)")
-    return dim
+    from .job import check_embed_dim
+
+    return check_embed_dim(default if value is None else value)
 
 
-def _device(name: str | None, local_rank: int = 0) -> torch.device:
-    from .pipeline import resolve_device
+def _device(name: str | None, env: Any = None) -> torch.device:
+    """The device of this process, decided once here (under torchrun: ``LOCAL_RANK``'s GPU)."""
+    from .batch import TorchrunEnv, rank_device
 
     try:
-        return resolve_device(name, local_rank)
+        return rank_device(name, env if env is not None else TorchrunEnv())
     except ValueError as e:
         raise _UsageError(_flagged(str(e))) from None
 
@@ -365,6 +373,7 @@ def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ..
 def _segment(args: argparse.Namespace) -> int:
     from .batch import TorchrunEnv, run_batch
     from .feasibility import check_settings
+    from .job import check_overlap, check_sw_batch_size
     from .prompts import parse_prompt
 
     if args.list_classes:
@@ -372,14 +381,12 @@ def _segment(args: argparse.Namespace) -> int:
     items = _collect_images(args)
     output, output_dir, part = _segment_outputs(args, items)
     sw = args.sw_batch_size
-    if sw != "auto":
-        sw = _ints(sw, what="--sw-batch-size")[0]
-    if not 0.0 <= args.overlap < 1.0:
-        raise _UsageError(f"--overlap must be in [0, 1), got {args.overlap}")
+    sw = check_sw_batch_size(sw if sw == "auto" else _ints(sw, what="--sw-batch-size")[0])
+    check_overlap(args.overlap)
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
     embed_dim = _embed_dim(args.embed_dim, 48)
     env = TorchrunEnv.read()
-    device = _device(args.device, env.gpu)  # under torchrun: this rank's GPU
+    device = _device(args.device, env)  # under torchrun: this rank's GPU
     check_settings(roi, embed_dim, device)
     if device.type == "cuda":
         _usable_kernel_cache()
@@ -738,6 +745,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "prepare":
             return _prepare(args)
         return _benchmark(args)
+    except SettingError as e:  # the library names the field; here it is the flag
+        print(f"error: {_FIELD_FLAGS.get(e.field, e.field)} {_flagged(e.problem)}", file=sys.stderr)
+        return 2
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

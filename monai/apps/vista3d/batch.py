@@ -29,66 +29,83 @@ Example::
 
 from __future__ import annotations
 
-import atexit
-import contextlib
+import dataclasses
 import functools
 import json
 import os
-import queue
 import socket
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
-import dataclasses
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nibabel as nib
-import numpy as np
 import torch
-import torch.distributed as dist
 
 from monai.utils.profiling import StageTimer
 
-from .errors import OutputCollisionError, OutputPathError, Vista3DInputError, Vista3DOutputError
-from .feasibility import check_environment, check_images, friendly_memory_error
-from .io import (
-    DEFAULT_OUTPUT_DTYPE,
-    ImageGeometry,
-    check_name_lengths,
-    check_output,
-    class_mask_paths,
-    is_vista3d_output,
-    output_path,
-    save_class_masks,
-    save_label_map,
+from .batch_workers import _load_for, _Loader, _timed_save, AsyncSaver
+from .distributed import (
+    _agree_on_setup,
+    _gathered,
+    _header_info,
+    dist_context,
+    on_device,
+    rank_device,
+    shard_by_size,
+    TorchrunEnv,
 )
+from .errors import OutputCollisionError, Vista3DInputError
+from .feasibility import check_environment, check_images, failure_reason
+from .inputs import collect_inputs, plan_outputs, read_input_list
+from .job import check_nonfinite, check_output_dtype
+from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
 from .parts import (
+    check_part,
     missing_folders,
     OutputClaims,
     OutputTaken,
-    check_part,
-    claim_summary,
-    keep_earlier_done,
     parse_part,
     part_keys,
     part_summary_name,
     split_parts,
 )
-from .pipeline import SegmentationResult, Vista3DPipeline, load_input, resolve_device
-from .progress import text_bar
-from .prompts import Prompt, parse_prompt
-from .workers import WorkerError, get_from
+from .pipeline import resolve_device, SegmentationResult, Vista3DPipeline
+from .segmenter import (
+    _as_segmenter,
+    _batch_device,
+    _build_segmenter,
+    _labels_and_info,
+    _mask_ids,
+    _one_setting,
+    _run_device,
+    pipeline_segment_fn,
+    PipelineSegmenter,
+    SegmentFn,
+    Segmenter,
+)
+from .summary import (
+    _counted,
+    _print_record,
+    _remove_empty,
+    _new_record,
+    _segmented_fields,
+    _stopped_records,
+    _write_summary,
+    BatchResult,
+    check_summary_path,
+    summary_path_for,
+)
 
 __all__ = [
     "run_batch",
     "BatchOptions",
     "BatchResult",
     "PipelineSegmenter",
+    "Segmenter",
+    "ImageJob",
     "pipeline_segment_fn",
     "AsyncSaver",
     "collect_inputs",
@@ -98,639 +115,11 @@ __all__ = [
     "output_path",
     "resolve_device",
     "dist_context",
+    "rank_device",
     "TorchrunEnv",
     "check_summary_path",
     "summary_path_for",
 ]
-
-SegmentFn = Callable[[torch.Tensor, ImageGeometry], Any]
-
-
-class AsyncSaver:
-    """Save label maps on one background thread, so that writing one overlaps loading or inferring the next.
-
-    Saves run in submission order. At most ``max_pending`` label maps wait in memory: ``submit`` blocks
-    until one finishes (so a slow disk throttles the producer instead of filling memory). Each save is
-    atomic (see :func:`save_label_map`). Errors are kept on each save's ``Future`` and raised by
-    :meth:`close` (or at the end of a ``with`` block); pending saves also finish at interpreter exit.
-
-    Example::
-
-        with AsyncSaver() as saver:
-            for path in paths:
-                image, geom = load_image(path)
-                saver.submit(segment(image), geom, out_dir / path.name)
-
-    Args:
-        max_pending: label maps queued or being written at once (>= 1).
-        save_fn: called instead of :func:`save_label_map` with the same arguments (e.g. to time each save).
-        save_kwargs: defaults for :func:`save_label_map` (``dtype``, ``compresslevel``, ``threads``).
-    """
-
-    def __init__(self, max_pending: int = 1, save_fn: Callable[..., Any] | None = None, **save_kwargs: Any) -> None:
-        if max_pending < 1:
-            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
-        self._save_fn = save_fn
-        self._defaults = save_kwargs
-        self._slots = threading.BoundedSemaphore(max_pending)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vista3d-save")
-        self._futures: list[Future] = []
-        self._closed = False
-        atexit.register(self._at_exit)
-
-    def submit(self, labels: Any, geometry: ImageGeometry, path: str | os.PathLike, **kwargs: Any) -> Future:
-        """Queue ``save_label_map(labels, geometry, path, **kwargs)``; returns its Future (result: the path).
-
-        ``labels`` must not be modified afterwards; a CUDA tensor is copied to the CPU here (on the caller's
-        stream, so the copy sees the finished result).
-        """
-        if self._closed:
-            raise RuntimeError("AsyncSaver is closed")
-        if isinstance(labels, torch.Tensor) and labels.device.type != "cpu":
-            labels = labels.detach().to("cpu")
-        self._slots.acquire()
-        try:
-            save = self._save_fn or save_label_map
-            fut = self._pool.submit(save, labels, geometry, path, **{**self._defaults, **kwargs})
-        except BaseException:
-            self._slots.release()
-            raise
-        fut.add_done_callback(lambda _: self._slots.release())
-        # keep pending and failed saves only, so a long run does not accumulate finished Futures
-        self._futures = [f for f in self._futures if not f.done() or f.exception() is not None] + [fut]
-        return fut
-
-    def wait(self) -> list[BaseException]:
-        """Block until every submitted save has finished; return the errors (oldest first), raising none."""
-        errors = []
-        for f in list(self._futures):
-            e = f.exception()
-            if e is not None:
-                errors.append(e)
-        return errors
-
-    def close(self, raise_errors: bool = True) -> None:
-        """Finish all saves and stop the thread; raise the first save error (others are chained in the note)."""
-        if not self._closed:
-            self._closed = True
-            errors = self.wait()
-            self._pool.shutdown(wait=True)
-            atexit.unregister(self._at_exit)
-            self._futures = []
-            if errors and raise_errors:
-                first = errors[0]
-                if len(errors) > 1 and hasattr(first, "add_note"):
-                    first.add_note(f"{len(errors) - 1} more save(s) failed: " + "; ".join(map(str, errors[1:])))
-                raise first
-
-    def __enter__(self) -> AsyncSaver:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        # On an exception in the body, still finish the saves but do not hide that exception.
-        self.close(raise_errors=exc_type is None)
-
-    def _at_exit(self) -> None:
-        if self._closed:
-            return
-        errors = self.wait()
-        self._closed = True
-        for e in errors:
-            print(f"vista3d: a background save failed: {e}", file=sys.stderr)
-
-
-_NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
-def _is_nifti(path: Path) -> bool:
-    return path.name.lower().endswith(_NIFTI_SUFFIXES)
-
-
-def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> list[Path]:
-    """The ``.nii`` / ``.nii.gz`` files under ``folder``, recursively, sorted; hidden entries are ignored.
-
-    A broken symbolic link is listed too (it fails as its image, saying so). ``skip(path)`` leaves files and
-    folders out (the outputs of an earlier run).
-    """
-    found = []
-    for p in folder.rglob("*"):
-        rel = p.relative_to(folder).parts
-        if any(part.startswith(".") for part in rel) or (skip is not None and skip(p)):
-            continue
-        if _is_nifti(p) and (p.is_file() or (p.is_symlink() and not p.exists())):
-            found.append(p)
-    return sorted(found)
-
-
-def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool]:
-    """What a folder search must leave out so that a run never reads the outputs of an earlier one.
-
-    Every label map and mask this program wrote, in any folder, by the mark in its header
-    (:func:`~.io.is_vista3d_output`); and under ``output_dir`` what it names as an output,
-    ``<name>/<name>_<postfix>.nii.gz`` (the outputs of versions that did not mark them yet). An image named
-    explicitly is never left out.
-    """
-    root = None if output_dir is None else Path(os.path.abspath(output_dir))
-
-    def skip(p: Path) -> bool:
-        full = Path(os.path.abspath(p))
-        if not _is_nifti(full):
-            return False
-        if root is not None and full.is_relative_to(root) and full.name == f"{full.parent.name}_{postfix}.nii.gz":
-            return True
-        return is_vista3d_output(full)
-
-    return skip
-
-
-def _collect(
-    inputs: str | os.PathLike | Sequence[str | os.PathLike], skip: Callable[[Path], bool] | None = None
-) -> list[tuple[Path, Path]]:
-    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder."""
-    items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
-    found: list[tuple[Path, Path]] = []
-    for item in items:
-        src = Path(item)
-        if src.is_dir():
-            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src, skip)]
-        elif src.is_file() and not _is_nifti(src) and isinstance(inputs, (str, os.PathLike)):
-            found += [(p, Path()) for p in read_input_list(src)]
-        else:
-            found.append((src, Path()))
-    return found
-
-
-def read_input_list(path: str | os.PathLike) -> list[Path]:
-    """The paths of a text file, one per line (``#`` starts a comment line); relative ones are taken from the
-    file's folder."""
-    src = Path(path)
-    try:
-        lines = [ln.strip() for ln in src.read_text().splitlines()]
-    except (OSError, UnicodeDecodeError) as e:
-        raise Vista3DInputError(f"{src}: cannot read it as a list of image paths ({e}); give a text file.") from None
-    return [Path(ln) if Path(ln).is_absolute() else src.parent / ln for ln in lines if ln and not ln.startswith("#")]
-
-
-def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
-    """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
-
-    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, and the label
-    maps and masks this program wrote, are skipped).
-    """
-    return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
-
-
-def plan_outputs(
-    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike, postfix: str = "trans"
-) -> list[tuple[Path, Path]]:
-    """``(image, output)`` for every input, each output unique; checked before any work starts.
-
-    An image given directly goes to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming); an
-    image found in a given folder keeps its subfolder under ``output_dir`` (``cts/p1/ct.nii.gz`` ->
-    ``output_dir/p1/ct/ct_<postfix>.nii.gz``), so patient folders that all hold ``ct.nii.gz`` stay apart. The
-    same file given twice is segmented once. A folder search leaves out the outputs of an earlier run under
-    ``output_dir`` (an output folder inside, or equal to, the input folder is never read back as input).
-
-    Raises:
-        OutputCollisionError: two different images would be written to the same output.
-    """
-    plan: list[tuple[Path, Path]] = []
-    seen: dict[Path, Path] = {}
-    for path, sub in _collect(inputs, _own_outputs(output_dir, postfix)):
-        out = output_path(path, Path(output_dir) / sub, postfix)
-        key = Path(os.path.abspath(out))
-        if key in seen:
-            if _same_input(seen[key], path):
-                continue
-            raise OutputCollisionError(
-                f"{seen[key]} and {path} would both be written to {out}; nothing was started. Give their common "
-                "folder as the input instead (its subfolders are kept under the output folder), or rename one."
-            )
-        seen[key] = path
-        plan.append((path, out))
-    return plan
-
-
-def _same_input(a: Path, b: Path) -> bool:
-    try:
-        return os.path.abspath(a) == os.path.abspath(b) or os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
-def _header_info(path: Path) -> tuple[int, bool]:
-    """``(voxels of one volume, whether it is 4D)`` from the header only (``(0, False)`` when unreadable: the
-    image then fails where it is processed)."""
-    try:
-        dims = list(nib.load(path).header.get_data_shape())
-    except Exception:
-        return 0, False
-    while len(dims) > 3 and dims[-1] == 1:
-        dims.pop()
-    return int(np.prod(dims[:3])), len(dims) == 4
-
-
-def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
-    """Greedy balance: indices by decreasing size (ties by index) onto the least-loaded rank (ties by rank).
-
-    Returns, per rank, its indices in increasing order. Deterministic, so every rank computes the same plan.
-    """
-    loads = [0] * world_size
-    counts = [0] * world_size
-    plan: list[list[int]] = [[] for _ in range(world_size)]
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        r = min(range(world_size), key=lambda r: (loads[r], counts[r], r))
-        plan[r].append(i)
-        loads[r] += max(int(sizes[i]), 1)
-        counts[r] += 1
-    return [sorted(p) for p in plan]
-
-
-@dataclass(frozen=True)
-class TorchrunEnv:
-    """What ``torchrun`` tells this process (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); one process without it.
-
-    Attributes:
-        world_size: processes of the run.
-        rank: this process among them.
-        local_rank: this process on its machine (its GPU), or None where ``LOCAL_RANK`` is not set.
-    """
-
-    world_size: int = 1
-    rank: int = 0
-    local_rank: int | None = None
-
-    @classmethod
-    def read(cls) -> TorchrunEnv:
-        """The variables of this process's environment: the one place they are read."""
-        local = os.environ.get("LOCAL_RANK")
-        return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
-                   None if local is None else int(local))
-
-    @property
-    def gpu(self) -> int:
-        """This process's GPU index on its machine (0 without ``torchrun``)."""
-        return self.local_rank or 0
-
-
-class dist_context:
-    """``(rank, world_size, local_rank)``; starts a process group from torchrun's variables if none exists.
-
-    The group is destroyed on exit only if this context started it. The backend is NCCL when CUDA is
-    available, else gloo (``backend`` overrides).
-    """
-
-    def __init__(self, backend: str | None = None):
-        self.backend, self.owned = backend, False
-
-    def __enter__(self) -> tuple[int, int, int]:
-        env = TorchrunEnv.read()
-        if dist.is_available() and not dist.is_initialized() and env.world_size > 1:
-            backend = self.backend or ("nccl" if torch.cuda.is_available() else "gloo")
-            if backend == "nccl":
-                torch.cuda.set_device(env.gpu)
-            dist.init_process_group(backend=backend)
-            self.owned = True
-        if dist.is_available() and dist.is_initialized():
-            rank, world = dist.get_rank(), dist.get_world_size()
-        else:
-            rank, world = 0, 1
-        local = env.local_rank if env.local_rank is not None else (rank if world > 1 else 0)
-        return rank, world, local
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.owned and dist.is_initialized():
-            dist.destroy_process_group()
-
-
-_LOADER_JOIN_SECONDS = 5.0
-
-
-class _Loader:
-    """Loads images ahead of the one being segmented, in order, on one thread.
-
-    It starts at once, so the first image is read while the network is built and its weights load. On a GPU the
-    loads run on a stream of their own (an image's slabs cross while the previous image is segmented); each image
-    is complete on the GPU when it is handed over.
-
-    Args:
-        load: ``load(path, volume_index) -> (image, geometry)``.
-        items: ``(path, volume_index)`` in the order they are wanted.
-        depth: images loaded ahead.
-        device: the device ``load`` puts the images on.
-    """
-
-    def __init__(self, load: Callable, items: list[tuple[Path, int | None]], depth: int, device: torch.device):
-        self._load, self._items, self._device = load, items, device
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="vista3d-prefetch", daemon=True)
-        self._thread.start()
-
-    def _work(self) -> None:
-        try:
-            self._load_all()
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
-            self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {_reason(e)}")))
-
-    def _hand_on(self, item: tuple) -> None:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def _load_all(self) -> None:
-        side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
-        for path, volume_index in self._items:
-            if self._stop.is_set():
-                return
-            timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
-            try:
-                with timer.stage("load"), torch.cuda.stream(side) if side is not None else nullcontext():
-                    image, geom = self._load(path, volume_index)
-                    if side is not None:
-                        side.synchronize()
-                item = (image, geom, timer.timings["load"], None)
-            except Exception as e:  # reported per image
-                item = (None, None, timer.timings["load"], e)
-            self._hand_on(item)
-
-    def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None]]:
-        for _ in self._items:
-            image, geom, seconds, error = get_from(self._queue, self._thread, "load")
-            if isinstance(error, WorkerError):
-                raise error  # the loader itself failed: no image after this one can come
-            if isinstance(image, torch.Tensor) and image.is_cuda:
-                # made on the loader's stream, used and freed on this one: keep the allocator from reusing it early
-                image.record_stream(torch.cuda.current_stream(image.device))
-            yield image, geom, seconds, error
-
-    def close(self) -> None:
-        """Stop loading and wait for the thread, a few seconds at most: a load that hangs (a stuck read) must not
-        turn one Ctrl-C into two; the thread is a daemon and stops at its next image."""
-        self._stop.set()
-        self._thread.join(timeout=_LOADER_JOIN_SECONDS)
-
-
-def _os_message(e: OSError) -> str:
-    """What went wrong, in the system's words but without the errno number (``[Errno 28] ...``)."""
-    what = e.strerror or type(e).__name__
-    return f"{what[:1].lower()}{what[1:]}" + (f" ({e.filename})" if e.filename else "")
-
-
-def _reason(e: BaseException, path: Path | None = None) -> str:
-    """One line for a failed image, without the image's path (the record names it)."""
-    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    if friendly_memory_error(e) is not None:
-        return friendly_memory_error(e)
-    if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
-        return _os_message(e)
-    if isinstance(e, MemoryError):
-        return f"not enough memory ({msg or 'allocation failed'}); free memory or segment it on a larger machine"
-    if not isinstance(e, Vista3DInputError):
-        return f"{type(e).__name__}: {msg}"
-    if path is not None and msg.startswith(f"{path}: "):
-        msg = msg[len(f"{path}: "):]
-    return msg
-
-
-class PipelineSegmenter:
-    """A ``segment_fn`` for :func:`run_batch` that runs a ``Vista3DPipeline`` with one prompt.
-
-    ``run_batch`` reads each image with the pipeline's :meth:`~.pipeline.Vista3DPipeline.load` (its device and
-    load policy), and shows the images' progress in the pipeline's window bar.
-
-    Args:
-        pipeline: the pipeline to run.
-        prompt: the parsed prompt of every image.
-    """
-
-    def __init__(self, pipeline: Vista3DPipeline, prompt: Prompt):
-        self.pipeline, self.prompt = pipeline, prompt
-
-    def load(self, path: Path, volume_index: int | None, nonfinite: str) -> tuple[torch.Tensor, ImageGeometry]:
-        """The pipeline's own load (see :func:`~.pipeline.load_input`)."""
-        return self.pipeline.load(path, volume_index, nonfinite)
-
-    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
-        return self.pipeline.segment(image, geometry.affine, self.prompt)
-
-
-def pipeline_segment_fn(
-    pipe: Vista3DPipeline, classes: Any = "everything", points: Any = None, point_labels: Any = None
-) -> PipelineSegmenter:
-    """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline``; the prompt is parsed here."""
-    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
-    return PipelineSegmenter(pipe, prompt)
-
-
-def _build_segmenter(device: torch.device, pipeline_kwargs: dict | None) -> PipelineSegmenter:
-    """The VISTA3D pipeline of ``pipeline_kwargs`` on ``device`` (the prompt is parsed before the slow build)."""
-    kwargs = dict(pipeline_kwargs or {})
-    classes = kwargs.pop("classes", "everything")
-    points, point_labels = kwargs.pop("points", None), kwargs.pop("point_labels", None)
-    kwargs.pop("device", None)  # resolved by run_batch (under torchrun: this rank's GPU)
-    prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
-    return PipelineSegmenter(Vista3DPipeline(device=device, **kwargs), prompt)
-
-
-def _batch_device(device: str | torch.device | None, pipeline_kwargs: dict | None) -> str | torch.device | None:
-    """The one device asked for, by ``device=`` or by ``pipeline_kwargs["device"]``."""
-    other = (pipeline_kwargs or {}).get("device")
-    if device is None or other is None:
-        return device if device is not None else other
-    if torch.device(device) != torch.device(other):
-        raise Vista3DInputError(
-            f"device={str(device)!r} and pipeline_kwargs['device']={str(other)!r} disagree; give the device once."
-        )
-    return device
-
-
-def _agree_on_setup(error: BaseException | None, world: int) -> None:
-    """Raise on every rank when the pipeline could not be built on one (so no rank waits for the others)."""
-    if world > 1:
-        errors: list[Any] = [None] * world
-        dist.all_gather_object(errors, None if error is None else f"{type(error).__name__}: {_reason(error)}")
-        first = next(((r, e) for r, e in enumerate(errors) if e is not None), None)
-        if error is None and first is not None:
-            raise Vista3DInputError(f"rank {first[0]} could not build the pipeline ({first[1]}); nothing was started.")
-    if error is not None:
-        raise error
-
-
-def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
-    """What a ``segment_fn`` returned, as ``(labels, {"windows", "sw_batch_size", "stages"})``."""
-    if isinstance(result, SegmentationResult):
-        return result.labels, {"windows": result.windows, "sw_batch_size": result.sw_batch_size,
-                               "stages": result.timings, "masks": result.masks}
-    if isinstance(result, tuple):
-        labels, info = result
-        info = dict(info or {})
-        return labels, {"windows": info.get("windows"), "stages": info.get("timings") or {}}
-    return result, {}
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove the folders a failed save created, deepest first, as long as they are empty."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-
-
-def _timed_save(labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any) -> tuple[Path, float]:
-    """Save one image's results on the saver's thread: its class masks first (when asked for), the label map last,
-    so that an image whose label map exists has every file."""
-    timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
-    with timer.stage("save"):
-        written = {} if masks is None else save_class_masks(masks, geometry, Path(path).parent)
-        try:
-            path = save_label_map(labels, geometry, path, **kwargs)
-        except BaseException:  # an image's set is written completely or not at all
-            for p in written.values():
-                Path(p).unlink(missing_ok=True)
-            raise
-    return Path(path), timer.timings["save"]
-
-
-#: the key that marks a JSON summary as this program's (another file of that name is never replaced)
-SUMMARY_MARK = ("written_by", "monai.apps.vista3d")
-
-
-def check_summary_path(path: str | os.PathLike) -> None:
-    """Refuse, before any work, a summary path that holds a file this program did not write.
-
-    Raises:
-        OutputPathError: the file exists and is not a summary written by ``run_batch``.
-    """
-    p = Path(path)
-    check_name_lengths(p)
-    if not os.path.lexists(p):
-        return
-    try:
-        ours = json.loads(p.read_text()).get(SUMMARY_MARK[0]) == SUMMARY_MARK[1]
-    except (OSError, ValueError, AttributeError):
-        ours = False
-    if not ours:
-        raise OutputPathError(
-            f"{p}: exists and is not a summary written by vista3d, so it is not replaced; move it, or choose "
-            "another output folder."
-        )
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` atomically (a temporary file renamed); on failure nothing is left and one line says why."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(json.dumps(obj, indent=1))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise Vista3DOutputError(
-            f"{path}: the summary could not be written ({_os_message(e)}); the label maps written are kept."
-        ) from None
-
-
-def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[dict[str, Any]], None] | None:
-    """``report`` called with a copy of each record that carries ``progress``: ``(k, n)``."""
-    if report is None:
-        return None
-    count = [0]
-
-    def counted(rec: dict[str, Any]) -> None:
-        count[0] += 1
-        report(dict(rec, progress=(count[0], n)))
-
-    return counted
-
-
-def _print_record(rec: dict[str, Any]) -> None:
-    extra = f": {rec['error']}" if rec["error"] else ""
-    print(f"[rank {rec['rank']}] {rec['status']} {rec['image']}{extra}", flush=True)
-
-
-@dataclass
-class BatchResult:
-    """What :func:`run_batch` did, over every rank.
-
-    Attributes:
-        records: one dict per image, in input order: ``image``, ``output``, ``status`` ("done", "skipped",
-            "failed", or "busy": claimed by another process, which writes it), ``error`` (one line, or None),
-            ``seconds``, ``windows``, ``rank``, ``voxels``, per-stage ``stages`` of the images that ran.
-        world_size: processes that shared the work.
-        host: the machine of rank 0.
-        wall_seconds: the run's wall clock on this rank, from the plan to the last save.
-        summary_path: the JSON summary rank 0 wrote (None on the other ranks).
-        interrupted: the run was stopped (Ctrl-C, SIGTERM, an error); images it did not finish are
-            "interrupted", and under ``torchrun`` the other ranks' images are "unknown".
-        part: ``(i, N)`` of a run of one part, else None.
-        inputs: images of the whole batch (of every part).
-        started: ``time.time()`` when the run began.
-    """
-
-    records: list[dict[str, Any]]
-    world_size: int = 1
-    host: str = ""
-    wall_seconds: float = 0.0
-    summary_path: Path | None = None
-    interrupted: bool = False
-    part: tuple[int, int] | None = None
-    inputs: int = 0
-    started: float = 0.0
-
-    def count(self, status: str) -> int:
-        """Images whose status is ``status``."""
-        return sum(r["status"] == status for r in self.records)
-
-    @property
-    def done(self) -> int:
-        return self.count("done")
-
-    @property
-    def skipped(self) -> int:
-        return self.count("skipped")
-
-    @property
-    def failed(self) -> int:
-        return self.count("failed")
-
-    @property
-    def volumes_per_minute(self) -> float | None:
-        return round(60.0 * self.done / self.wall_seconds, 3) if self.wall_seconds > 0 else None
-
-    @property
-    def exit_code(self) -> int:
-        """The command line's status: 0 when no image failed, else 1."""
-        return 1 if self.failed else 0
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON summary (what ``summary.json`` holds)."""
-        return {
-            SUMMARY_MARK[0]: SUMMARY_MARK[1],
-            "interrupted": self.interrupted,
-            "images": len(self.records),
-            "done": self.done,
-            "skipped": self.skipped,
-            "failed": self.failed,
-            "world_size": self.world_size,
-            "host": self.host,
-            "wall_seconds": round(self.wall_seconds, 3),
-            "volumes_per_minute": self.volumes_per_minute,
-            "busy": self.count("busy"),
-            "part": list(self.part) if self.part else None,
-            "inputs": self.inputs,
-            "started": round(self.started, 3),
-            "finished": round(self.started + self.wall_seconds, 3),
-            "per_image": self.records,
-        }
 
 
 @dataclass(frozen=True)
@@ -752,7 +141,8 @@ class BatchOptions:
             it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
         nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
-            fails such images.
+            fails such images. None: the pipeline's (given, or ``pipeline_kwargs["nonfinite"]``), else ``"air"``.
+            A value that disagrees with the pipeline's is refused (as ``output_dtype`` and ``device``).
         part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
             by voxel count, the same in every process (see :mod:`.parts`); its ranks shard it. The summary is
             then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
@@ -770,7 +160,7 @@ class BatchOptions:
     pipeline_kwargs: dict | None = None
     on_image: Callable[[dict[str, Any]], None] | None = None
     quiet: bool = True
-    nonfinite: str = "air"
+    nonfinite: str | None = None
     part: tuple[int, int] | str | None = None
 
 
@@ -799,10 +189,11 @@ def run_batch(
             output raise before any work starts.
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
             :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
-            ``(labels, {"windows": ...})``; one with a ``load(path, volume_index, nonfinite)`` method (a
-            :class:`PipelineSegmenter`) reads the images itself. ``None``: the VISTA3D pipeline on this rank's
-            device, built from ``pipeline_kwargs`` (``classes``, ``points``, ``point_labels`` are the prompt)
-            while the first image loads.
+            ``(labels, {"windows": ...})`` (a :class:`Segmenter`); a :class:`PipelineSegmenter` reads the images
+            itself, with its pipeline's load policy; a :class:`~.pipeline.Vista3DPipeline` runs with its own
+            settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D
+            pipeline on this rank's device, built from ``pipeline_kwargs`` (``classes``, ``points``,
+            ``point_labels`` are the prompt) while the first image loads.
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
@@ -816,27 +207,28 @@ def run_batch(
     Raises:
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
-        TypeError: a keyword that is no field of :class:`BatchOptions`.
+        TypeError: a keyword that is no field of :class:`BatchOptions`, or a ``segment_fn`` that cannot be called.
+        Vista3DInputError: a setting that disagrees with the given pipeline's (nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
+    segment_fn = _as_segmenter(segment_fn, opts.pipeline_kwargs)
     paths, outs = _planned_outputs(inputs, output_dir, opts)
-    if opts.nonfinite not in ("air", "error"):
-        raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {opts.nonfinite!r}")
-    device = _batch_device(opts.device, opts.pipeline_kwargs)
+    nonfinite, output_dtype = _pipeline_settings(segment_fn, opts)
+    dev = _run_device(segment_fn, _batch_device(opts.device, opts.pipeline_kwargs))
     check_environment()
     if segment_fn is None:  # what cannot fit is refused before the first image
-        check_images(paths, resolve_device(device))
+        check_images(paths, dev)
     pipeline_kwargs = opts.pipeline_kwargs
-    if opts.output_dtype is not None and segment_fn is None:
-        pipeline_kwargs = {"output_dtype": opts.output_dtype, **(pipeline_kwargs or {})}
-    work = functools.partial(_Work, segment_fn, pipeline_kwargs, opts.output_dtype, opts.nonfinite, opts.prefetch)
+    if segment_fn is None:  # the pipeline built here reads and writes as the run does
+        pipeline_kwargs = {**(pipeline_kwargs or {}), "output_dtype": output_dtype, "nonfinite": nonfinite}
+    work = functools.partial(_Work, segment_fn, pipeline_kwargs, output_dtype, nonfinite, opts.prefetch)
     mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
-    with dist_context(opts.backend) as (rank, world, local_rank):
-        dev = _rank_device(device, local_rank)
+    # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
+    with on_device(dev), dist_context(opts.backend) as (rank, world, _):
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
         info = [_header_info(p) for p in paths]
@@ -847,27 +239,20 @@ def run_batch(
         report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
         records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
         todo = _triage(records, mask_ids, overwrite, claims, report)
-        jobs = _Jobs(todo, paths, outs, volumes, records, claims)
+        jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
             _segment_all(jobs, work(dev, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = _stopped_records(records, paths, outs, sizes, pool)
-                _write_summary(summary, result_of(stopped, wall_seconds=time.perf_counter() - started, interrupted=True))
+                wall = time.perf_counter() - started
+                _write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
             raise
         every = _gathered([records[i] for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
     if rank == 0:
         result.summary_path = _write_summary(summary, result)
     return result
-
-
-def _rank_device(device: str | torch.device | None, local_rank: int) -> torch.device:
-    """This rank's device (see :func:`~.pipeline.resolve_device`), made the current CUDA device when it is one."""
-    dev = resolve_device(device, local_rank)
-    if dev.type == "cuda":
-        torch.cuda.set_device(dev)
-    return dev
 
 
 def _planned_outputs(
@@ -914,12 +299,6 @@ def _my_images(
     return pool, [pool[k] for k in shard_by_size([sizes[j] for j in pool], world)[rank]]
 
 
-def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
-    """The record of image ``i`` before anything was done with it."""
-    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
-            "status": None, "error": None, "seconds": 0.0, "windows": None}
-
-
 def _triage(
     records: dict[int, dict],
     mask_ids: list[int] | None,
@@ -938,7 +317,7 @@ def _triage(
             for f in files:
                 check_output(image, f, overwrite=True)
         except Vista3DInputError as e:
-            rec["status"], rec["error"] = "failed", _reason(e, image)
+            rec["status"], rec["error"] = "failed", failure_reason(e, image)
         else:
             if not overwrite and all(f.exists() for f in files):
                 rec["status"] = "skipped"
@@ -950,79 +329,21 @@ def _triage(
     return todo
 
 
-def _gathered(local: list[dict], world: int) -> list[dict]:
-    """Every rank's records in input order (``local`` itself on one process)."""
-    if world == 1:
-        return local
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, local)
-    return sorted((r for records in gathered for r in records), key=lambda r: r["index"])
+@dataclass(frozen=True)
+class ImageJob:
+    """One image this rank segments: its place in the run, its file (and volume of a 4D file) and its output."""
 
-
-def _write_summary(path: Path, result: BatchResult) -> Path:
-    """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
-    (of the same part, or another whole run) wrote ``path`` since this run began (see
-    :func:`.parts.claim_summary`); images done by the run whose summary it replaces stay done."""
-    path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
-    try:
-        _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())
-    finally:
-        if held is not None:
-            held.release()
-    return path
-
-
-def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
-    """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
-    if segment_fn is None and (pipeline_kwargs or {}).get("per_class"):
-        kwargs = pipeline_kwargs or {}
-        classes = kwargs.get("classes", "everything")
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(
-            classes, kwargs.get("points"), kwargs.get("point_labels"))
-        return list(prompt.label_ids or [])
-    pipe = getattr(segment_fn, "pipeline", None)
-    if pipe is not None and getattr(pipe, "per_class", False):
-        return list(segment_fn.prompt.label_ids or [])  # type: ignore[union-attr]
-    return None
-
-
-def summary_path_for(output_dir: str | os.PathLike | None, outputs: Sequence[Path]) -> Path:
-    """Where a run's summary goes: ``output_dir/summary.json``; for one output file ``seg.nii.gz``, beside it
-    as ``seg.summary.json`` (so that runs into one folder keep their own, and no ``summary.json`` of the user's
-    is touched)."""
-    if output_dir is not None:
-        return Path(output_dir) / "summary.json"
-    first = Path(outputs[0])
-    stem = first.name[: -len(".nii.gz")] if first.name.endswith(".nii.gz") else first.stem
-    return first.with_name(f"{stem}.summary.json")
-
-
-def _stopped_records(
-    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
-) -> list[dict]:
-    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
-    got, the others' unknown."""
-    every = []
-    for i in sorted(pool):
-        path, out = paths[i], outs[i]
-        rec = records.get(i)
-        if rec is None:
-            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
-                       error="on another rank, which was stopped too")
-        elif rec["status"] is None:
-            rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
-        every.append(rec)
-    return every
+    index: int
+    image: Path
+    output: Path
+    volume: int | None = None
 
 
 @dataclass
 class _Jobs:
-    """This rank's images to segment (indices into the run's lists) and every image's record."""
+    """This rank's images to segment, every image's record (by index), and the outputs this process claims."""
 
-    todo: list[int]
-    paths: list[Path]
-    outs: list[Path]
-    volumes: list[int | None]
+    todo: list[ImageJob]
     records: dict[int, dict]
     claims: OutputClaims
     started: bool = False
@@ -1034,7 +355,7 @@ class _Work:
 
     segment_fn: SegmentFn | None
     pipeline_kwargs: dict | None
-    output_dtype: str | None
+    output_dtype: str
     nonfinite: str
     prefetch: int
     device: torch.device
@@ -1042,17 +363,17 @@ class _Work:
 
     def loader(self, jobs: _Jobs) -> _Loader:
         """Start reading this rank's images with the policy of what will segment them."""
-        if hasattr(self.segment_fn, "load"):  # a PipelineSegmenter: its pipeline reads onto its device
-            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)  # type: ignore[union-attr]
-            load_device = getattr(getattr(self.segment_fn, "pipeline", None), "device", torch.device("cpu"))
+        if isinstance(self.segment_fn, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
+            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)
+            load_device = self.segment_fn.device
         else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
             load_device = self.device if self.segment_fn is None else torch.device("cpu")
             load = functools.partial(_load_for, device=load_device, nonfinite=self.nonfinite)
-        items = [(jobs.paths[i], jobs.volumes[i]) for i in jobs.todo]
-        load = jobs.claims.claiming(load, [jobs.outs[i] for i in jobs.todo])  # each output claimed before its read
+        items = [(job.image, job.volume) for job in jobs.todo]
+        load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
         return _Loader(load, items, self.prefetch, load_device)
 
-    def segmenter(self, todo: list[int]) -> SegmentFn:
+    def segmenter(self, todo: list[ImageJob]) -> Segmenter:
         """What segments each image; the pipeline is built here, while the loader reads the first image."""
         fn, error = self.segment_fn, None
         if fn is None and todo:
@@ -1064,39 +385,6 @@ class _Work:
             _agree_on_setup(error, self.world)
         return fn  # type: ignore[return-value]
 
-    def dtype(self, fn: SegmentFn | None) -> str:
-        """The label maps' type on disk."""
-        pipe = getattr(fn, "pipeline", None)
-        return self.output_dtype or getattr(pipe, "output_dtype", None) or DEFAULT_OUTPUT_DTYPE
-
-
-def _load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
-    return load_input(path, device, volume_index, nonfinite)
-
-
-def _image_label(fn: SegmentFn, k: int, n: int, path: Path, rank: int, world: int) -> None:
-    """Name the image in a pipeline's window progress bar: ``images [###---] 2/7 ct.nii.gz | windows``."""
-    pipe = getattr(fn, "pipeline", None)
-    if pipe is None or not getattr(pipe, "progress", False):
-        return
-    if world == 1:
-        pipe.progress_label = f"images {text_bar(k - 1, n)} {k}/{n} {path.name} | windows"
-    else:
-        pipe.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
-
-
-def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
-    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
-    fields: dict[str, Any] = {
-        "segment_seconds": round(t_segment, 4),
-        "seconds": round(t_load + t_segment, 4),
-        "windows": info.get("windows"),
-    }
-    if info.get("sw_batch_size") is not None:
-        fields["sw_batch_size"] = info["sw_batch_size"]
-    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-    return fields
-
 
 class _Finisher:
     """Gives an image's record its final status once its file is written (on the saver's thread) or it failed (on
@@ -1106,16 +394,18 @@ class _Finisher:
         self.jobs, self.report = jobs, report
         self.lock = threading.Lock()
 
-    def __call__(self, i: int, created: list[Path], fut: Future | None, error: BaseException | None = None) -> None:
-        rec = self.jobs.records[i]
+    def __call__(
+        self, job: ImageJob, created: list[Path], fut: Future | None, error: BaseException | None = None
+    ) -> None:
+        rec = self.jobs.records[job.index]
         error = error or (fut.exception() if fut is not None else None)
-        self.jobs.claims.release(self.jobs.outs[i])  # the file is written, or the image failed
+        self.jobs.claims.release(job.output)  # the file is written, or the image failed
         with self.lock:
             if isinstance(error, OutputTaken):  # another process's, or written since the plan
                 rec["status"], rec["note"] = error.status, str(error)
             elif error is not None:
                 _remove_empty(created)
-                rec["status"], rec["error"] = "failed", _reason(error, self.jobs.paths[i])
+                rec["status"], rec["error"] = "failed", failure_reason(error, job.image)
             else:
                 _, seconds = fut.result()  # type: ignore[union-attr]
                 rec["status"] = "done"
@@ -1127,7 +417,7 @@ class _Finisher:
 
 def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
-    records, paths, outs = jobs.records, jobs.paths, jobs.outs
+    records = jobs.records
     loads = work.loader(jobs)  # before the build: the first image and the weights load together
     try:
         fn = work.segmenter(jobs.todo)
@@ -1137,31 +427,51 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         raise
     jobs.started = True
     finish = _Finisher(jobs, report)
-    rank = records[jobs.todo[0]]["rank"] if jobs.todo else 0
+    rank = records[jobs.todo[0].index]["rank"] if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.dtype(fn)) as saver:
-            for k, (i, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
-                rec = records[i]
+        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.output_dtype) as saver:
+            for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
+                rec = records[job.index]
                 rec["load_seconds"] = round(t_load, 4)
                 timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
                 try:
                     if err is not None:
                         raise err
-                    _image_label(fn, k, len(jobs.todo), paths[i], rank, work.world)
+                    if isinstance(fn, PipelineSegmenter):
+                        fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
                     with timer.stage("segment"):
                         labels, info = _labels_and_info(fn(image, geom))
                     rec.update(_segmented_fields(t_load, timer.timings["segment"], info))
-                    created = missing_folders(outs[i].parent)
-                    fut = saver.submit(labels, geom, outs[i], masks=info.get("masks"))
+                    created = missing_folders(job.output.parent)
+                    fut = saver.submit(labels, geom, job.output, masks=info.get("masks"))
                 except Exception as e:
                     rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
-                    finish(i, [], None, e)
+                    finish(job, [], None, e)
                     continue
                 finally:
                     del image
                 # reported on the saver's thread as soon as the file is written (at once if it already is)
-                fut.add_done_callback(functools.partial(finish, i, created))
+                fut.add_done_callback(functools.partial(finish, job, created))
             saver.close(raise_errors=False)
     finally:
         loads.close()
         jobs.claims.release_all()
+
+
+def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
+    """``(nonfinite, output_dtype)`` of the run: a field of ``opts``, or the pipeline's (given, or built from
+    ``pipeline_kwargs``); the two disagreeing is refused, never silently settled."""
+    pipe = segment_fn.pipeline if isinstance(segment_fn, PipelineSegmenter) else None
+    own = dataclasses.asdict(pipe.options) if pipe is not None else dict(opts.pipeline_kwargs or {})
+    if segment_fn is not None and pipe is None:
+        own = {}  # a caller's function: nothing of its own to agree with
+    if pipe is not None and opts.device is not None:
+        given = torch.device(opts.device)
+        if given.type != pipe.device.type or given.index not in (None, pipe.device.index):
+            raise Vista3DInputError(f"device={str(opts.device)!r} disagrees with the pipeline's device="
+                                    f"{str(pipe.device)!r}; give it once.")
+    nonfinite = check_nonfinite(_one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air"))
+    dtype = _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
+    return nonfinite, check_output_dtype(dtype)
+
+

@@ -22,14 +22,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from .errors import ResourceError
+from .errors import ResourceError, Vista3DInputError
 from .nifti_read import _MAX_DEFLATE_RATIO, _memory_available
 
 __all__ = [
+    "failure_reason",
+    "os_message",
     "check_environment",
     "check_settings",
     "check_network",
@@ -199,3 +202,25 @@ def friendly_memory_error(e: BaseException) -> str | None:
     ):
         return "not enough memory for this image; free memory, use a smaller --roi-size, or a larger machine"
     return None
+
+
+def os_message(e: OSError) -> str:
+    """What went wrong, in the system's words but without the errno number (``[Errno 28] ...``)."""
+    what = e.strerror or type(e).__name__
+    return f"{what[:1].lower()}{what[1:]}" + (f" ({e.filename})" if e.filename else "")
+
+
+def failure_reason(e: BaseException, path: Path | None = None) -> str:
+    """One line for a failed image, without the image's path (the record names it)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if friendly_memory_error(e) is not None:
+        return friendly_memory_error(e)
+    if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
+        return os_message(e)
+    if isinstance(e, MemoryError):
+        return f"not enough memory ({msg or 'allocation failed'}); free memory or segment it on a larger machine"
+    if not isinstance(e, Vista3DInputError):
+        return f"{type(e).__name__}: {msg}"
+    if path is not None and msg.startswith(f"{path}: "):
+        msg = msg[len(f"{path}: "):]
+    return msg

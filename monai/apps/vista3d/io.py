@@ -41,15 +41,27 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from .errors import OutputPathError, Vista3DInputError, Vista3DOutputError
+from .errors import Vista3DInputError, Vista3DOutputError
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .labels import label_name
+from .layout import (
+    TEMP_SUFFIX,
+    _same_file,
+    check_name_lengths,
+    check_output,
+    class_file_name,
+    class_mask_dir,
+    class_mask_paths,
+    output_path,
+    temp_prefix,
+)
 from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
 
 __all__ = [
     "ImageGeometry",
     "load_image",
     "save_label_map",
+    "label_map_to_host",
     "save_class_masks",
     "class_file_name",
     "class_mask_dir",
@@ -309,17 +321,6 @@ def _header_bytes(hdr: Any) -> bytes:
     return out + b"\x00" * (int(hdr["vox_offset"]) - len(out))
 
 
-def _same_file(a: pathlib.Path, b: str | None) -> bool:
-    if not b:
-        return False
-    try:
-        if a.resolve() == pathlib.Path(b).resolve():
-            return True
-        return a.exists() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 #: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
 _DEVICE_DTYPES = {
     "uint8": torch.uint8,
@@ -409,6 +410,22 @@ def _to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
                 carrier = narrow
                 break
     return t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+
+
+def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:
+    """``labels`` on the host, ready for :func:`save_label_map` to write as ``dtype``.
+
+    A label map on the input grid is range-checked, cast and laid out in file order where it is, and crosses to
+    the host as one copy in the narrowest type that holds it (see :func:`_to_host_file_order`): a GPU map moves
+    one byte a voxel. Anything else (another grid, a type the device cannot cast to) is copied as it is, and the
+    save reports what is wrong with it.
+    """
+    t = labels.detach()
+    if t.ndim == 4 and t.shape[0] == 1:
+        t = t[0]
+    if str(dtype) in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
+        return _to_host_file_order(t, np.dtype(str(dtype)))
+    return t.cpu()
 
 
 def _label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
@@ -563,7 +580,7 @@ def _create_temp(parent: pathlib.Path, name: str) -> tuple[int, str]:
     (``os.umask`` is process-wide, so reading it by setting it races with other threads).
     """
     for _ in range(100):
-        tmp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.part")
+        tmp = os.path.join(parent, f"{temp_prefix(name)}{secrets.token_hex(4)}{TEMP_SUFFIX}")
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
         except FileExistsError:
@@ -601,100 +618,7 @@ def _commit(parts: list[tuple[str, pathlib.Path]]) -> None:
             pass
 
 
-def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:
-    """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
-    name = pathlib.Path(image).name
-    for ext in (".nii.gz", ".nii", ".gz"):
-        if name.lower().endswith(ext):
-            name = name[: -len(ext)]
-            break
-    return pathlib.Path(output_dir) / name / f"{name}_{postfix}.nii.gz"
-
-
-def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, overwrite: bool = False) -> None:
-    """Check, before any work, that a result can be written to ``path``; creates nothing.
-
-    Raises:
-        OutputPathError: ``path`` is the input file, exists (without ``overwrite``), or its folder cannot be
-            created or written.
-    """
-    p = pathlib.Path(path)
-    if not p.name.endswith((".nii", ".nii.gz")):
-        raise OutputPathError(f"{p}: an output file name must end with .nii.gz or .nii, in lower case; e.g. seg.nii.gz.")
-    folder = p.parent
-    while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
-        folder = folder.parent
-    check_name_lengths(p, folder)
-    if _same_file(p, None if input_path is None else str(input_path)):
-        raise OutputPathError(f"{p}: the output path is the input file; choose another output folder or name.")
-    if p.exists() and not overwrite:
-        raise OutputPathError(f"{p}: exists; pass overwrite=True to replace it.")
-    if not folder.is_dir():
-        raise OutputPathError(f"cannot create the output folder {p.parent}: {folder} is a file.")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise OutputPathError(f"the output folder {folder} is not writable; choose another one.")
-
-
-def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) -> None:
-    """Refuse names the file system will not take (the temporary name of an atomic write is longer still).
-
-    Args:
-        p: the file to be written (its missing folders are checked too).
-        existing: the nearest existing folder above ``p`` (found when not given).
-
-    Raises:
-        OutputPathError: a name longer than the file system of ``existing`` takes.
-    """
-    if existing is None:
-        existing = p.parent
-        while not os.path.exists(existing) and existing != existing.parent:
-            existing = existing.parent
-    try:
-        name_max = os.pathconf(existing, "PC_NAME_MAX")
-    except (OSError, ValueError, AttributeError):  # not every platform or file system says
-        return
-    for part in p.relative_to(existing).parts if p.is_relative_to(existing) else (p.name,):
-        # save_label_map writes ".<name>.<random>.part" first, then renames it
-        longest = len(os.fsencode(part)) + (_TMP_EXTRA if part == p.name else 0)
-        if longest > name_max:
-            raise OutputPathError(
-                f"{p}: the name {part[:24]}... is {len(os.fsencode(part))} bytes; this file system takes names of "
-                f"at most {name_max - (_TMP_EXTRA if part == p.name else 0)} bytes for an output; choose a shorter "
-                "name or folder."
-            )
-
-
-#: what the temporary name of an atomic write adds to the output's name: "." + ".xxxxxxxx" + ".part"
-_TMP_EXTRA = 1 + 9 + 5
-
-
 # ------------------------------------------------------------------------------------------ per-class masks
-
-
-def class_file_name(label_id: int) -> str:
-    """File name of a class's mask: its name in the label list, spaces as underscores (``left_kidney.nii.gz``).
-
-    Ids without a name get ``label_<id>.nii.gz``.
-    """
-    return f"{label_name(label_id).replace(' ', '_')}.nii.gz"
-
-
-def class_mask_dir(image: str | os.PathLike, output_dir: str | os.PathLike) -> pathlib.Path:
-    """The folder of an image's per-class masks, ``output_dir/<name>`` for ``<name>.nii[.gz]``.
-
-    The folder of the label map of :func:`output_path`, so an image's results stay together.
-    """
-    return output_path(image, output_dir).parent
-
-
-def class_mask_paths(folder: str | os.PathLike, label_ids: Any) -> dict[int, pathlib.Path]:
-    """Label id -> ``folder/<class name>.nii.gz``, the files :func:`save_class_masks` writes into ``folder``.
-
-    ``folder`` is :func:`class_mask_dir` of the image (the label map's folder). An image is done when every one of
-    these files exists: the set is renamed into place only once all of them have been written.
-    """
-    folder = pathlib.Path(folder)
-    return {int(i): folder / class_file_name(int(i)) for i in label_ids}
 
 
 def save_class_masks(

@@ -52,6 +52,15 @@ from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from .errors import PromptError, Vista3DInputError
+from .job import (
+    ROI_MULTIPLE,
+    check_embed_dim,
+    check_nonfinite,
+    check_output_dtype,
+    check_overlap,
+    check_roi_size,
+    check_sw_batch_size,
+)
 from .feasibility import check_image, check_network, check_window
 from .io import (
     DEFAULT_OUTPUT_DTYPE,
@@ -189,10 +198,6 @@ class _CountingPredictor:
 
 
 
-_OUTPUT_DTYPES = ("float32", "uint8", "int16")
-
-#: VISTA3D's encoder halves the grid four times, so windows are multiples of this
-ROI_MULTIPLE = 16
 
 
 def _encoder_shape(network: Any) -> tuple[int, int]:
@@ -204,36 +209,32 @@ def _encoder_shape(network: Any) -> tuple[int, int]:
 
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
-    """A window size as three ints: one int is a cube; each must be a positive multiple of ``multiple``.
+    """A window size as three ints (see :func:`~.job.check_roi_size`, the one check of it).
 
     Raises:
-        Vista3DInputError: not one or three positive multiples of ``multiple``.
+        SettingError: not one or three positive multiples of ``multiple``.
     """
-    try:
-        roi = (int(value),) * 3 if isinstance(value, (int, np.integer)) else tuple(int(r) for r in value)
-    except (TypeError, ValueError):
-        roi = ()
-    if len(roi) != 3 or any(r < multiple or r < 1 or r % multiple for r in roi):
-        why = " (VISTA3D halves the window four times)" if multiple > 1 else ""
-        raise Vista3DInputError(
-            f"roi_size must be one or three positive multiples of {multiple}{why}, got {value!r}; e.g. 128 (the "
-            "bundle's) or 64."
-        )
-    return roi
+    return check_roi_size(value, multiple)
+
+
+def as_compute_layout(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a contiguous floating tensor (float32 unless it is floating already), in one pass over the volume.
+
+    A file-order image (see :func:`load_input`) is cast and re-laid out by the same copy (resampling strided data
+    is slow); one that is both already is returned as it is.
+    """
+    if x.dtype.is_floating_point:
+        return x.contiguous()  # (Tensor.to returns a strided tensor of the same type as it is)
+    return x.to(dtype=torch.float32, memory_format=torch.contiguous_format)
 
 
 def check_network_kwargs(network_kwargs: dict | None) -> None:
     """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
 
     Raises:
-        Vista3DInputError: ``encoder_embed_dim`` is not a positive multiple of 8 (the point head's attention
-            splits half of it over 4 heads).
+        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~.job.check_embed_dim`).
     """
-    dim = (network_kwargs or {}).get("encoder_embed_dim", 48)
-    if not isinstance(dim, (int, np.integer)) or dim < 8 or dim % 8:
-        raise Vista3DInputError(
-            f"encoder_embed_dim must be a positive multiple of 8, got {dim!r}; the published checkpoint uses 48."
-        )
+    check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", 48))
 
 
 def load_options(device: torch.device) -> dict[str, Any]:
@@ -385,22 +386,18 @@ class Vista3DPipeline:
                 if self._roi_multiple == ROI_MULTIPLE:
                     width, halvings = _encoder_shape(self.network)
                     check_window(value, width, self.device, halvings)
-            elif key == "nonfinite" and value not in ("air", "error"):
-                raise Vista3DInputError(f"nonfinite must be 'air' or 'error', got {value!r}")
+            elif key == "nonfinite":
+                value = check_nonfinite(value)
             elif key == "overlap":
-                value = float(value)
-                if not 0.0 <= value < 1.0:
-                    raise ValueError(f"overlap must be in [0, 1), got {value}; the bundle's is 0.25")
-            elif key == "sw_batch_size" and not (isinstance(value, str) and value == "auto"):
-                if int(value) < 1:
-                    raise ValueError(f"sw_batch_size must be >= 1 or 'auto', got {value!r}")
-                value = int(value)
+                value = check_overlap(value)
+            elif key == "sw_batch_size":
+                value = check_sw_batch_size(value)
             elif key == "per_class":
                 value = bool(value)
             elif key == "amp":
                 value = (self.device.type == "cuda") if value is None else bool(value)
-            elif key == "output_dtype" and value not in _OUTPUT_DTYPES:
-                raise ValueError(f"output_dtype must be float32, uint8 or int16, got {value!r}")
+            elif key == "output_dtype":
+                value = check_output_dtype(value)
             setattr(self, key, value)
         self._inferer: Any = None
         self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"
@@ -434,10 +431,7 @@ class Vista3DPipeline:
 
     def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
-        x = torch.as_tensor(image).to(self.device, non_blocking=True)
-        if not x.dtype.is_floating_point:
-            x = x.float()
-        x = x.contiguous()  # a file-order image (see load) is re-laid out here; resampling strided data is slow
+        x = as_compute_layout(torch.as_tensor(image).to(self.device, non_blocking=True))
         cfg = bundle_config()["preprocessing"]
         sir = cfg["scale_intensity_range"]
         return preprocess(
@@ -715,7 +709,7 @@ class Vista3DPipeline:
         Raises:
             PromptError: ``per_class`` with a point prompt that names no class.
         """
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
         timer = StageTimer()
         if isinstance(image, (str, os.PathLike)):
@@ -795,7 +789,7 @@ class Vista3DPipeline:
             raise Vista3DInputError(f"{path}: is a folder, not an image; give a .nii or .nii.gz file.")
         if not path.is_file():
             raise Vista3DInputError(f"{path}: no such file; check the path.")
-        prompt = classes if isinstance(classes, Prompt) else parse_prompt(classes, points, point_labels)
+        prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
         out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
         check_output(path, out_path, overwrite)

@@ -57,12 +57,17 @@ def parse_prompt(classes: ClassSpec = "everything", points=None, point_labels=No
     Args:
         classes: ``"everything"`` (the bundle's 117 labels), label ids / names (``"3,14,liver"`` or a sequence).
             With points: at most one class (the clicked object's); ``"everything"`` or ``None`` means none.
+            A :class:`Prompt` parsed already is returned as it is.
         points: ``"x,y,z;x,y,z"`` or ``[N, 3]`` voxel indices of the input image, or ``None``.
         point_labels: ``"1,0"`` or ``[N]``, one per point.
 
     Raises:
         PromptError, ClassPromptError: for anything that cannot be used; the message says what to change.
     """
+    if isinstance(classes, Prompt):
+        if points is not None or point_labels is not None:
+            raise PromptError("give the points in the Prompt or beside classes, not both")
+        return classes
     pts, labs = parse_points(points, point_labels)
     if pts is None:
         return Prompt(parse_classes(classes))

@@ -29,7 +29,7 @@ import torch
 import torch.multiprocessing as mp
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch
+from monai.apps.vista3d import batch, batch_workers
 from monai.apps.vista3d.batch import (
     AsyncSaver,
     BatchOptions,
@@ -192,7 +192,7 @@ class TestOutputsAndVolumes(unittest.TestCase):
                 pathlib.Path(args[2]).parent.mkdir(parents=True)
                 raise Vista3DOutputError("disk full (simulated)")
 
-            with mock.patch.object(batch, "save_label_map", broken_save):
+            with mock.patch.object(batch_workers, "save_label_map", broken_save):
                 self.assertEqual(run_batch([d / "cts"], d / "o", tiny_segment).exit_code, 1)
             self.assertEqual(sorted(p.name for p in (d / "o").rglob("*")), ["summary.json"])
             self.assertTrue(src.is_file())
@@ -411,13 +411,13 @@ class TestAsyncSaver(unittest.TestCase):
 
     def test_saves_all_in_order(self):
         order = []
-        real = batch.save_label_map
+        real = batch_workers.save_label_map
 
         def slow_save(labels, geom, path, **kw):
             order.append(pathlib.Path(path).name)
             return real(labels, geom, path, **kw)
 
-        with mock.patch.object(batch, "save_label_map", side_effect=slow_save):
+        with mock.patch.object(batch_workers, "save_label_map", side_effect=slow_save):
             with AsyncSaver(max_pending=2, dtype="uint8") as saver:
                 futs = [saver.submit(self.image[0] > i * 10, self.geom, self.tmp / f"o{i}.nii.gz") for i in range(4)]
         self.assertEqual(order, [f"o{i}.nii.gz" for i in range(4)])

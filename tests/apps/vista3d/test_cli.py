@@ -490,7 +490,7 @@ class TestCliOneLineErrors(unittest.TestCase):
         self.assertFalse((self.tmp / kind).exists())
 
     @parameterized.expand([
-        ("roi_50", ["--roi-size", "50"], "--roi-size must be multiples of 16"),
+        ("roi_50", ["--roi-size", "50"], "--roi-size must be one or three positive multiples of 16"),
         ("embed_7", ["--embed-dim", "7"], "--embed-dim must be a positive multiple of 8, got 7"),
         ("file_output_for_a_folder", ["-o", "x.nii.gz"], "-o FILE.nii.gz names one output"),
     ])

@@ -24,7 +24,7 @@ import nibabel as nib
 import numpy as np
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch
+from monai.apps.vista3d import batch, batch_workers
 from monai.apps.vista3d.io import load_image
 from monai.apps.vista3d.pipeline import Vista3DPipeline
 from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main, vista3d
@@ -118,7 +118,7 @@ class TestSummary(unittest.TestCase):
         def full(*args, **kwargs):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[2]))
 
-        with mock.patch.object(batch, "save_label_map", full):
+        with mock.patch.object(batch_workers, "save_label_map", full):
             code, _, err = run_main(["-i", self.src, "-o", self.tmp / "out", *TINY])
         self.assertEqual(code, 1, err)
         self.assertIn("error: ", err)
@@ -253,7 +253,7 @@ class TestKernelPreparation(unittest.TestCase):
     def test_prepare_checks_its_flags(self):
         res = vista3d("prepare", "--roi-size", "50")
         self.assertEqual(res.returncode, 2)
-        self.assertIn("--roi-size must be multiples of 16", res.stderr)
+        self.assertIn("--roi-size must be one or three positive multiples of 16", res.stderr)
 
     def test_unwritable_kernel_cache_costs_speed_not_the_run(self):
         from monai.apps.vista3d.__main__ import _usable_kernel_cache

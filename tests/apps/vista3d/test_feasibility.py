@@ -23,7 +23,7 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d import feasibility
-from monai.apps.vista3d.batch import _reason
+from monai.apps.vista3d.feasibility import failure_reason
 from monai.apps.vista3d.checkpoint import load_checkpoint
 from monai.apps.vista3d.errors import CheckpointError, ResourceError
 from monai.apps.vista3d.pipeline import Vista3DPipeline
@@ -86,8 +86,8 @@ class TestFeasibility(unittest.TestCase):
     def test_raw_allocator_errors_get_one_line(self):
         raw = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")
         for e in (raw, MemoryError("Unable to allocate 12 GiB")):
-            self.assertNotIn("DefaultCPUAllocator", _reason(e))
-            self.assertIn("not enough memory", _reason(e))
+            self.assertNotIn("DefaultCPUAllocator", failure_reason(e))
+            self.assertIn("not enough memory", failure_reason(e))
 
     @parameterized.expand([
         (["--roi-size", "16"], "deepest level"),

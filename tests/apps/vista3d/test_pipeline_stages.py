@@ -234,5 +234,40 @@ class TestLabels(unittest.TestCase):
             parse_classes(spec)
 
 
+
+class TestComputeLayout(unittest.TestCase):
+    """Preprocessing's cast and re-layout of a file-order image is one pass over the volume."""
+
+    @staticmethod
+    def _full_volume_ops(x):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        from monai.apps.vista3d.pipeline import as_compute_layout
+
+        ops = []
+
+        class Record(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if isinstance(out, torch.Tensor) and out.numel() == x.numel():
+                    ops.append(str(func))
+                return out
+
+        with Record():
+            y = as_compute_layout(x)
+        return y, [o for o in ops if not o.startswith(("aten.alias", "aten.detach"))]
+
+    @parameterized.expand([("int16_file_order", torch.int16, True, 1), ("float32_file_order", torch.float32, True, 1),
+                           ("uint8_contiguous", torch.uint8, False, 1), ("float32_contiguous", torch.float32, False, 0)])
+    def test_one_pass(self, _, dtype, file_order, passes):
+        base = torch.arange(4 * 5 * 6).reshape(1, 6, 5, 4).to(dtype)
+        x = base.permute(0, 3, 2, 1) if file_order else base.permute(0, 3, 2, 1).contiguous()
+        y, ops = self._full_volume_ops(x)
+        self.assertEqual(len(ops), passes, ops)
+        self.assertTrue(y.is_contiguous())
+        self.assertEqual(y.dtype, torch.float32)
+        torch.testing.assert_close(y, x.float())
+
+
 if __name__ == "__main__":
     unittest.main()

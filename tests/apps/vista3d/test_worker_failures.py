@@ -27,7 +27,7 @@ from unittest import mock
 import nibabel as nib
 import numpy as np
 
-from monai.apps.vista3d import batch, gzip_codec
+from monai.apps.vista3d import batch, batch_workers, gzip_codec
 from tests.apps.vista3d.stub_vista import phantom
 from tests.apps.vista3d.test_cli import ROOT, run_main
 from tests.subprocess_env import child_env, default_sigint
@@ -117,21 +117,21 @@ class TestWorkerFailures(unittest.TestCase):
         self.assertEqual(self._left_behind(), [])
 
     def test_save_thread_failure(self):
-        with mock.patch.object(batch, "save_label_map", side_effect=OSError(28, "No space left on device")):
+        with mock.patch.object(batch_workers, "save_label_map", side_effect=OSError(28, "No space left on device")):
             code, lines = self._run()
         self.assertEqual(code, 1)
         self.assertIn("no space left on device", lines[0])
         self.assertEqual(self._left_behind(), [])
 
     def test_mask_save_failure(self):
-        with mock.patch.object(batch, "save_class_masks", side_effect=OSError(28, "No space left on device")):
+        with mock.patch.object(batch_workers, "save_class_masks", side_effect=OSError(28, "No space left on device")):
             code, lines = self._run("--per-class")
         self.assertEqual(code, 1)
         self.assertIn("no space left on device", lines[0])
         self.assertEqual(self._left_behind(), [])
 
     def test_label_map_failure_after_the_masks_removes_them(self):
-        with mock.patch.object(batch, "save_label_map", side_effect=OSError(28, "No space left on device")):
+        with mock.patch.object(batch_workers, "save_label_map", side_effect=OSError(28, "No space left on device")):
             code, lines = self._run("--per-class")
         self.assertEqual(code, 1)
         self.assertEqual(self._left_behind(), [])  # the masks written first are gone with their label map

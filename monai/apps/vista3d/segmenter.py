@@ -1,0 +1,181 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What segments each image of a batch: a :class:`~.pipeline.Vista3DPipeline`, or a caller's function."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+import torch.distributed as dist
+
+from .distributed import TorchrunEnv, rank_device
+from .errors import Vista3DInputError
+from .io import ImageGeometry
+from .pipeline import SegmentationResult, Vista3DPipeline, load_input
+from .progress import text_bar
+from .prompts import Prompt, parse_prompt
+
+__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn"]
+
+
+@runtime_checkable
+class Segmenter(Protocol):
+    """What :func:`~.batch.run_batch` calls on each image: ``(image, geometry)`` to a label map, a
+    :class:`~.pipeline.SegmentationResult`, or ``(labels, {"windows": ..., "timings": ...})``."""
+
+    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> Any: ...
+
+
+#: the type of ``segment_fn`` (kept for the callers that name it)
+SegmentFn = Segmenter
+
+
+class PipelineSegmenter:
+    """A ``segment_fn`` for :func:`run_batch` that runs a ``Vista3DPipeline`` with one prompt.
+
+    ``run_batch`` reads each image with the pipeline's :meth:`~.pipeline.Vista3DPipeline.load` (its device and
+    load policy), and shows the images' progress in the pipeline's window bar.
+
+    Args:
+        pipeline: the pipeline to run.
+        prompt: the parsed prompt of every image.
+    """
+
+    def __init__(self, pipeline: Vista3DPipeline, prompt: Prompt):
+        self.pipeline, self.prompt = pipeline, prompt
+
+    def load(self, path: Path, volume_index: int | None, nonfinite: str) -> tuple[torch.Tensor, ImageGeometry]:
+        """The pipeline's own load (see :func:`~.pipeline.load_input`)."""
+        return self.pipeline.load(path, volume_index, nonfinite)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the pipeline computes, and so where its images are read to."""
+        return self.pipeline.device
+
+    def show_image(self, k: int, n: int, path: Path, rank: int, world: int) -> None:
+        """Name image ``k`` of ``n`` in the pipeline's window progress bar (``images [###---] 2/7 ct.nii.gz |
+        windows``; under torchrun the rank's line)."""
+        if not self.pipeline.progress:
+            return
+        if world == 1:
+            self.pipeline.progress_label = f"images {text_bar(k - 1, n)} {k}/{n} {path.name} | windows"
+        else:
+            self.pipeline.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
+
+    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
+        return self.pipeline.segment(image, geometry.affine, self.prompt)
+
+
+def pipeline_segment_fn(
+    pipe: Vista3DPipeline, classes: Any = "everything", points: Any = None, point_labels: Any = None
+) -> PipelineSegmenter:
+    """A ``segment_fn`` for :func:`run_batch` that runs an existing ``Vista3DPipeline``; the prompt is parsed here."""
+    prompt = parse_prompt(classes, points, point_labels)
+    return PipelineSegmenter(pipe, prompt)
+
+
+_PROMPT_KEYS = ("classes", "points", "point_labels")
+
+
+def _prompt_of(pipeline_kwargs: dict | None) -> Prompt:
+    """The prompt given among ``pipeline_kwargs`` (every class when none is)."""
+    kwargs = pipeline_kwargs or {}
+    return parse_prompt(kwargs.get("classes", "everything"), kwargs.get("points"), kwargs.get("point_labels"))
+
+
+def _as_segmenter(segment_fn: Any, pipeline_kwargs: dict | None) -> Any:
+    """What segments each image, checked before any work: a ``Vista3DPipeline`` runs with the prompt of
+    ``pipeline_kwargs`` (its own settings stay); anything that cannot be called is refused."""
+    if segment_fn is None or isinstance(segment_fn, PipelineSegmenter):
+        return segment_fn
+    if isinstance(segment_fn, Vista3DPipeline):
+        other = sorted(set(pipeline_kwargs or {}) - set(_PROMPT_KEYS))
+        if other:
+            raise Vista3DInputError(
+                f"pipeline_kwargs {other} configure the pipeline run_batch builds, but segment_fn is a pipeline "
+                "already; set them on it (pipe.replace(...)) and give only the prompt in pipeline_kwargs."
+            )
+        return PipelineSegmenter(segment_fn, _prompt_of(pipeline_kwargs))
+    if not callable(segment_fn):
+        raise TypeError(
+            f"segment_fn must be callable as segment_fn(image, geometry) or be a Vista3DPipeline, got "
+            f"{type(segment_fn).__name__}"
+        )
+    return segment_fn
+
+
+def _one_setting(name: str, given: Any, own: Any, default: Any) -> Any:
+    """``given`` (a field of :class:`BatchOptions`) or the pipeline's ``own`` value: a pipeline's settings are never
+    silently replaced, so two different values are refused."""
+    if given is None:
+        return default if own is None else own
+    if own is not None and own != given:
+        raise Vista3DInputError(f"{name}={given!r} disagrees with the pipeline's {name}={own!r}; give it once.")
+    return given
+
+
+def _build_segmenter(device: torch.device, pipeline_kwargs: dict | None) -> PipelineSegmenter:
+    """The VISTA3D pipeline of ``pipeline_kwargs`` on ``device`` (the prompt is parsed before the slow build)."""
+    prompt = _prompt_of(pipeline_kwargs)
+    kwargs = {k: v for k, v in (pipeline_kwargs or {}).items() if k not in _PROMPT_KEYS}
+    kwargs.pop("device", None)  # resolved by run_batch (under torchrun: this rank's GPU)
+    return PipelineSegmenter(Vista3DPipeline(device=device, **kwargs), prompt)
+
+
+def _batch_device(device: str | torch.device | None, pipeline_kwargs: dict | None) -> str | torch.device | None:
+    """The one device asked for, by ``device=`` or by ``pipeline_kwargs["device"]``."""
+    other = (pipeline_kwargs or {}).get("device")
+    if device is None or other is None:
+        return device if device is not None else other
+    if torch.device(device) != torch.device(other):
+        raise Vista3DInputError(
+            f"device={str(device)!r} and pipeline_kwargs['device']={str(other)!r} disagree; give the device once."
+        )
+    return device
+
+
+def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
+    """What a ``segment_fn`` returned, as ``(labels, {"windows", "sw_batch_size", "stages"})``."""
+    if isinstance(result, SegmentationResult):
+        return result.labels, {"windows": result.windows, "sw_batch_size": result.sw_batch_size,
+                               "stages": result.timings, "masks": result.masks}
+    if isinstance(result, tuple):
+        labels, info = result
+        info = dict(info or {})
+        return labels, {"windows": info.get("windows"), "stages": info.get("timings") or {}}
+    return result, {}
+
+
+def _run_device(segment_fn: Any, device: str | torch.device | None) -> torch.device:
+    """Where this process computes: the given pipeline's device, this rank's (see :func:`rank_device`) for the
+    pipeline built here, the CPU for a caller's function (which gets its images there)."""
+    if isinstance(segment_fn, PipelineSegmenter):
+        return segment_fn.pipeline.device
+    if segment_fn is not None:
+        return torch.device("cpu")
+    env = TorchrunEnv.read()
+    if env.local_rank is None and dist.is_available() and dist.is_initialized():
+        # a process group the caller started without torchrun's variables: one GPU per rank
+        env = dataclasses.replace(env, local_rank=dist.get_rank() if dist.get_world_size() > 1 else 0)
+    return rank_device(device, env)
+
+
+def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
+    """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
+    if segment_fn is None and (pipeline_kwargs or {}).get("per_class"):
+        return list(_prompt_of(pipeline_kwargs).label_ids or [])
+    if isinstance(segment_fn, PipelineSegmenter) and segment_fn.pipeline.per_class:
+        return list(segment_fn.prompt.label_ids or [])
+    return None

@@ -1,0 +1,71 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Every name a run writes, in one table; and the files a run leaves are those names."""
+
+from __future__ import annotations
+
+import pathlib
+import tempfile
+import unittest
+
+from parameterized import parameterized
+
+from monai.apps.vista3d import io
+from monai.apps.vista3d.batch import run_batch
+from monai.apps.vista3d.layout import OutputLayout
+from monai.apps.vista3d.parts import lock_path, part_summary_name
+from monai.apps.vista3d.phantom import write_phantom
+from tests.apps.vista3d.stub_vista import StubVista
+
+LAYOUT = OutputLayout(pathlib.Path("out"))
+
+NAMES = [
+    ("label_map", LAYOUT.label_map("ct.nii.gz"), "out/ct/ct_trans.nii.gz"),
+    ("label_map_nii", LAYOUT.label_map("/data/a.b.nii"), "out/a.b/a.b_trans.nii.gz"),
+    ("label_map_postfix", OutputLayout(pathlib.Path("o"), "seg").label_map("ct.nii.gz"), "o/ct/ct_seg.nii.gz"),
+    ("mask_dir", LAYOUT.mask_dir("ct.nii.gz"), "out/ct"),
+    ("masks", LAYOUT.masks("ct.nii.gz", [1, 999]), {1: "out/ct/liver.nii.gz", 999: "out/ct/label_999.nii.gz"}),
+    ("summary", LAYOUT.summary(), "out/summary.json"),
+    ("part_summary", LAYOUT.output_dir / part_summary_name((2, 5)), "out/summary.part-2-of-5.json"),
+    ("lock", lock_path(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
+    ("temp_files", LAYOUT.temp_glob("out/ct/ct_trans.nii.gz"), ".ct_trans.nii.gz.*.part"),
+]
+
+
+class TestOutputLayout(unittest.TestCase):
+    @parameterized.expand(NAMES)
+    def test_name(self, _, got, expected):
+        if isinstance(expected, dict):
+            self.assertEqual({k: str(v) for k, v in got.items()}, expected)
+        else:
+            self.assertEqual(str(got), expected)
+
+    def test_io_names_are_the_layouts(self):
+        # the names io has always exported are the layout's, not a second spelling
+        self.assertIs(io.output_path, __import__("monai.apps.vista3d.layout", fromlist=["x"]).output_path)
+        self.assertIs(io.class_mask_paths, __import__("monai.apps.vista3d.layout", fromlist=["x"]).class_mask_paths)
+
+    def test_a_run_writes_the_layouts_names(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            (tmp / "in").mkdir()
+            image = write_phantom(tmp / "in" / "ct.nii.gz", (24, 20, 16), seed=0)
+            layout = OutputLayout(tmp / "out")
+            kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": 32, "classes": [1], "per_class": True}
+            result = run_batch([image], layout.output_dir, pipeline_kwargs=kw)
+            self.assertEqual(result.done, 1, result.records)
+            written = sorted(p for p in layout.output_dir.rglob("*") if p.is_file())
+            expected = sorted([layout.label_map(image), layout.summary(), *layout.masks(image, [1]).values()])
+            self.assertEqual(written, expected)  # no lock or temporary file left
+
+
+if __name__ == "__main__":
+    unittest.main()
