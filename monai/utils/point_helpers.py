@@ -329,6 +329,8 @@ def convert_points_to_disc(
     bsz, npts = point.shape[:2]
     masks = torch.zeros([bsz, 2, *size], device=point.device)
     axes = [torch.arange(s, dtype=torch.float32, device=point.device) for s in size]
+    if torch.compiler.is_exporting():  # the labels are not known while tracing: every click at once
+        return _discs_at_once(axes, point, point_label, radius, disc)
     labels = point_label.detach().cpu().tolist()
     for b in range(bsz):
         for n in range(npts):
@@ -345,6 +347,21 @@ def convert_points_to_disc(
             else:
                 masks[b, channel] += torch.exp(-dist2 / (2 * radius**2))
     return masks
+
+
+def _discs_at_once(
+    axes: list[torch.Tensor], point: torch.Tensor, point_label: torch.Tensor, radius: int, disc: bool
+) -> torch.Tensor:
+    """:func:`convert_points_to_disc` without reading the labels in Python (for ``torch.export``): the balls of
+    all ``B x N`` clicks are built at once, so it takes ``N`` times the memory of one output channel."""
+    p = point.to(torch.float32)
+    dist2 = (axes[0] - p[..., 0:1]).pow(2)[..., :, None, None] + (axes[1] - p[..., 1:2]).pow(2)[..., None, :, None]
+    dist2 = dist2 + (axes[2] - p[..., 2:3]).pow(2)[..., None, None, :]  # [B, N, H, W, D]
+    balls = (dist2 < radius**2).to(torch.float32) if disc else torch.exp(-dist2 / (2 * radius**2))
+    negative = (point_label == 0) | (point_label == 2)
+    positive = (point_label > -1) & ~negative
+    weights = torch.stack([negative, positive], dim=2).to(torch.float32)  # [B, N, 2]
+    return torch.einsum("bnc,bnhwd->bchwd", weights, balls)
 
 
 def sample_points_from_label(

@@ -1,6 +1,7 @@
 """``torch.export`` of the networks TorchScript cannot script (``SegResNetDS2``, ``VISTA3D``; see
 docs/upstream-compatibility.md): the exported program gives the eager module's outputs, for a class prompt and for
-clicks; an exported click program checks its inputs where it runs, as the eager module does."""
+clicks, with or without classes; an exported click program checks its inputs where it runs, as the eager module
+does."""
 
 import unittest
 
@@ -33,6 +34,18 @@ class _PointPrompt(torch.nn.Module):
         return self.net(image, point_coords=point_coords, point_labels=point_labels)
 
 
+class _ClassAndPointPrompt(torch.nn.Module):
+    """VISTA3D with classes and their clicks as positional inputs."""
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, image: torch.Tensor, point_coords: torch.Tensor, point_labels: torch.Tensor,
+                class_vector: torch.Tensor) -> torch.Tensor:
+        return self.net(image, point_coords=point_coords, point_labels=point_labels, class_vector=class_vector)
+
+
 def _segresnetds2():
     net = SegResNetDS2(
         spatial_dims=3, init_filters=8, in_channels=1, out_channels=4, blocks_down=(1, 1), blocks_up=(1,)
@@ -51,9 +64,15 @@ def _vista3d_points():
     return net, (torch.randn(1, 1, 32, 32, 32), clicks, torch.tensor([[1, 0], [0, 3]]))
 
 
+def _vista3d_classes_and_points():
+    net, (image, clicks, labels) = _vista3d_points()
+    return _ClassAndPointPrompt(net.net), (image, clicks, labels, torch.tensor([[3], [25]]))
+
+
 class TestTorchExport(unittest.TestCase):
     @parameterized.expand(
-        [("segresnetds2", _segresnetds2), ("vista3d_classes", _vista3d_classes), ("vista3d_points", _vista3d_points)]
+        [("segresnetds2", _segresnetds2), ("vista3d_classes", _vista3d_classes), ("vista3d_points", _vista3d_points),
+         ("vista3d_classes_and_points", _vista3d_classes_and_points)]
     )
     def test_exported_equals_eager(self, _, build):
         torch.manual_seed(0)

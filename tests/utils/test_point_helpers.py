@@ -202,6 +202,17 @@ class TestKeepComponents(unittest.TestCase):
 
 
 class TestPoints(unittest.TestCase):
+    @parameterized.expand([("disc", True, 2), ("gaussian", False, 3)])
+    def test_discs_while_exporting_equal_the_loop(self, _, disc, radius):
+        """Under torch.export the balls are built without reading the labels in Python; same values as the loop."""
+        point = torch.tensor([[[5.0, 6.0, 4.0], [0.0, 0.0, 0.0], [2.0, 2.0, 2.0]], [[1.0, 9.0, 3.0], [7.0, 2.0, 8.0],
+                                                                                  [3.0, 3.0, 3.0]]])
+        label = torch.tensor([[1, -1, 2], [0, 3, 1]])
+        looped = convert_points_to_disc((10, 12, 9), point, label, radius=radius, disc=disc)
+        with mock.patch("torch.compiler.is_exporting", return_value=True):
+            at_once = convert_points_to_disc((10, 12, 9), point, label, radius=radius, disc=disc)
+        torch.testing.assert_close(at_once, looped, rtol=1e-6, atol=1e-6)  # sums of up to 3 floats in another order
+
     def test_disc(self):
         point = torch.tensor([[[5.0, 6.0, 4.0], [0.0, 0.0, 0.0], [2.0, 2.0, 2.0]]])
         label = torch.tensor([[1, -1, 2]])

@@ -421,6 +421,8 @@ class VISTA3D(nn.Module):
             point_logits.shape[-3:], point_coords, point_labels, radius=radius
         )
         weight = (1 - discs.sum(1, keepdim=True)).clamp_(min=0)
+        if torch.compiler.is_exporting():  # exported: every row has clicks (checked where the program runs)
+            return logits * weight + (1 - weight) * point_logits
         logits[mapping_index] *= weight
         logits[mapping_index] += (1 - weight) * point_logits
         return logits
