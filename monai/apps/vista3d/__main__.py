@@ -42,7 +42,7 @@ import torch
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
-from .job import OUTPUT_DTYPES, SettingError
+from .job import FIELD_FLAGS, OUTPUT_DTYPES, SettingError
 from .server.cli import add_serve_command
 from .workers import WorkerError
 
@@ -66,18 +66,6 @@ _FLAGS = (
     ("device='cpu'", "--device cpu"),
     ("sw_batch_size", "--sw-batch-size"),
 )
-
-
-# The flag of each field of the job's one validation (see .job.SettingError).
-_FIELD_FLAGS = {
-    "roi_size": "--roi-size",
-    "overlap": "--overlap",
-    "sw_batch_size": "--sw-batch-size",
-    "output_dtype": "--output-dtype",
-    "nonfinite": "--strict",
-    "device": "--device",
-    "encoder_embed_dim": "--embed-dim",
-}
 
 
 def _flagged(text: str) -> str:
@@ -746,7 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _prepare(args)
         return _benchmark(args)
     except SettingError as e:  # the library names the field; here it is the flag
-        print(f"error: {_FIELD_FLAGS.get(e.field, e.field)} {_flagged(e.problem)}", file=sys.stderr)
+        print(f"error: {FIELD_FLAGS.get(e.field, e.field)} {_flagged(e.problem)}", file=sys.stderr)
         return 2
     except _UsageError as e:
         print(f"error: {e}", file=sys.stderr)

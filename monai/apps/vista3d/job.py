@@ -34,6 +34,7 @@ __all__ = [
     "check_output_dtype",
     "check_nonfinite",
     "check_embed_dim",
+    "FIELD_FLAGS",
 ]
 
 #: voxel types a label map may be saved as (uint8 holds every label id and the 255 sentinel)
@@ -42,6 +43,16 @@ OUTPUT_DTYPES = ("uint8", "int16", "float32")
 NONFINITE = ("air", "error")
 #: VISTA3D's encoder halves the grid four times, so windows are multiples of this
 ROI_MULTIPLE = 16
+#: the command-line flag of each field (``vista3d`` and ``vista3d serve`` name them alike)
+FIELD_FLAGS = {
+    "roi_size": "--roi-size",
+    "overlap": "--overlap",
+    "sw_batch_size": "--sw-batch-size",
+    "output_dtype": "--output-dtype",
+    "nonfinite": "--strict",
+    "device": "--device",
+    "encoder_embed_dim": "--embed-dim",
+}
 
 
 class SettingError(Vista3DInputError):

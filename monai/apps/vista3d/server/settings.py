@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..job import FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
+
 __all__ = ["ModelSettings", "Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 
 #: the environment variable read for the bearer token when ``--token`` is not given (a flag shows in ``ps``)
@@ -69,10 +71,11 @@ class ModelSettings:
     def __post_init__(self) -> None:
         if self.weights is not None and not Path(self.weights).is_file():
             raise ValueError(f"--weights {self.weights}: no such file; give the bundle's models/model.pt")
-        if self.embed_dim < 8 or self.embed_dim % 8:
-            raise ValueError(f"--embed-dim must be a positive multiple of 8, got {self.embed_dim}")
-        if not 0 <= self.overlap < 1:
-            raise ValueError(f"--overlap must be in [0, 1), got {self.overlap}")
+        try:
+            check_embed_dim(self.embed_dim)
+            check_overlap(self.overlap)
+        except SettingError as e:  # the same rule as the segment command's, worded with this command's flag
+            raise ValueError(f"{FIELD_FLAGS[e.field]} {e.problem}") from None
 
     def build_pipeline(self) -> Any:
         """The ``Vista3DPipeline`` these settings describe (weights loaded, on its device)."""
