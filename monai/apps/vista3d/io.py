@@ -431,16 +431,15 @@ def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str 
 def _label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
     """The label map as an ``[X, Y, Z]`` array, and whether its values still need a range check for ``dtype``.
 
-    A tensor on an accelerator is checked and laid out in file order there (see :func:`_to_host_file_order`), so
+    A tensor on an accelerator is checked and laid out in file order there (see :func:`label_map_to_host`), so
     that the host-side slabs are views or linear casts.
     """
     if isinstance(labels, torch.Tensor):
-        t = labels.detach()
-        if t.ndim == 4 and t.shape[0] == 1:
-            t = t[0]
-        if t.device.type != "cpu" and dtype.name in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
-            return _to_host_file_order(t, dtype), False
-        labels = t.cpu().numpy()
+        if labels.device.type != "cpu":
+            labels = label_map_to_host(labels, geometry, dtype.name)
+            if isinstance(labels, np.ndarray):
+                return labels, False
+        labels = labels.detach().cpu().numpy()
     arr = np.asarray(labels)
     if arr.dtype.kind not in "biuf":
         raise Vista3DInputError(f"label map of type {arr.dtype} cannot be saved; give integer or float label ids.")
