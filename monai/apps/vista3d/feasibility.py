@@ -19,6 +19,7 @@ refused could never have run.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -67,8 +68,10 @@ def memory_available(device: torch.device | str) -> int | None:
     return _memory_available()
 
 
+@functools.lru_cache(maxsize=8)
 def _network_bytes(embed_dim: int) -> int:
-    """Bytes of ``vista3d132(encoder_embed_dim=embed_dim)``'s float32 weights, counted without allocating them."""
+    """Bytes of ``vista3d132(encoder_embed_dim=embed_dim)``'s float32 weights, counted without allocating them
+    (kept per width: the command line and the pipeline it builds both ask)."""
     from monai.networks.nets import vista3d132
 
     with torch.device("meta"):

@@ -61,6 +61,17 @@ class TestFeasibility(unittest.TestCase):
                 feasibility.check_network(800000, "cpu")
             feasibility.check_network(8, "cpu")
 
+    def test_width_counted_once_per_process(self):
+        """The command line and the pipeline it builds both check the width; the meta build runs once."""
+        import monai.networks.nets as nets
+
+        feasibility._network_bytes.cache_clear()
+        with mock.patch.object(nets, "vista3d132", wraps=nets.vista3d132) as build:
+            first = feasibility._network_bytes(16)
+            self.assertEqual(feasibility._network_bytes(16), first)
+            feasibility.check_network(16, "cpu")
+        self.assertEqual(build.call_count, 1)
+
     def test_pipeline_refuses_in_its_constructor(self):
         with self.assertRaisesRegex(ResourceError, "deepest level"):
             Vista3DPipeline(device="cpu", roi_size=16, network_kwargs={"encoder_embed_dim": 8}, warn_random=False)
