@@ -110,7 +110,7 @@ RANDOM_WEIGHTS_WARNING = (
 def resolve_device(device: str | torch.device | None = None, local_rank: int = 0) -> torch.device:
     """The device to compute on: ``None`` picks CUDA when available, a bare ``"cuda"`` means ``cuda:local_rank``.
 
-    ``torch.cuda.set_device`` needs an index, and under ``torchrun`` a bare ``"cuda"`` should mean one GPU per
+    A resolved CUDA device always has an index: under ``torchrun`` a bare ``"cuda"`` should mean one GPU per
     rank, not every rank on GPU 0.
 
     Raises:
