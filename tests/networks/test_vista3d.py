@@ -144,6 +144,26 @@ class TestVista3dForward(unittest.TestCase):
         self.assertEqual(tuple(out.shape), (2, 1, S, S, S))
         self.assertTrue((out == self.model.NINF_VALUE).all())
 
+    @parameterized.expand([["edit_prev_mask", False], ["class_and_click", True]])
+    def test_click_in_window_last_half_voxel(self, _, with_class):
+        # 2 + S - 0.4 is inside the window (before its stop, 2 + S) but rounds to one past its last voxel: the
+        # click must count in the last voxel, as the same click placed there does, not index past the window
+        prompts = dict(point_labels=torch.tensor([[1]]), patch_coords=[WINDOW], transpose=True)
+        if with_class:
+            prompts.update(class_vector=torch.tensor([[3]]), prompt_class=torch.tensor([[3]]))
+        else:
+            prompts.update(prev_mask=torch.randn(1, 1, S + 4, S, S + 2))
+        with torch.no_grad():
+            edge = self.model(self.image[:1], point_coords=torch.tensor([[[2 + S - 0.4, 5.0, 6.0]]]), **prompts)
+            last = self.model(self.image[:1], point_coords=torch.tensor([[[2 + S - 1.0, 5.0, 6.0]]]), **prompts)
+            before = self.model(self.image[:1], class_vector=torch.tensor([[3]]), transpose=True) if with_class \
+                else prompts["prev_mask"][WINDOW]
+        self.assertEqual(tuple(edge.shape), (1, 1, S, S, S))
+        self.assertFalse(torch.isnan(edge).any())
+        self.assertFalse(torch.equal(edge, before))  # the click edited the window
+        # the point head sees coordinates 0.6 voxel apart; which voxels flip is decided alike
+        self.assertGreater((edge > 0).eq(last > 0).float().mean().item(), 0.95)
+
     def test_class_points_gaussian_differs_from_class_only(self):
         cv = torch.tensor([[3], [9]])
         with torch.no_grad():

@@ -373,7 +373,9 @@ class VISTA3D(nn.Module):
         """
         auto = logits[mapping_index]
         # does any click of a row hit the automatic foreground? (padding clicks included, as in MONAI 1.6.1)
-        idx = point_coords.round().long()
+        # a click in the window's last half voxel rounds to one past its end (MONAI 1.6.1 raises IndexError
+        # there, a device assert on the GPU): it lies in the last voxel
+        idx = torch.minimum(point_coords.round().long(), torch.tensor(auto.shape[-3:], device=auto.device) - 1)
         rows = torch.arange(auto.shape[0], device=auto.device)[:, None]
         clicked = auto[rows, 0, idx[..., 0], idx[..., 1], idx[..., 2]]
         inside = (clicked > 0).any(1).to(torch.int64)
