@@ -11,10 +11,10 @@
 """Image files as the server receives and answers them: NIfTI, and NRRD where ``pynrrd`` is installed.
 
 :func:`inspect_image` looks at a file before any model work: what it is (by its bytes, not its name), how many
-voxels its header claims (refused over ``--max-voxels`` before anything is inflated), and, for compressed data,
-that inflating it yields what the header says and no more: the inflate is counted and stopped one MiB past the
-expected size, so a gzip bomb costs at most that. :func:`load_nrrd` reads an NRRD volume and its RAS affine,
-:func:`write_label_map` writes a label map (or a box of it) in the input's format and geometry.
+voxels its header claims (refused over ``--max-voxels`` before anything is inflated) and, for compressed data,
+how many bytes its stream should inflate to; :func:`check_inflated_size` counts them, stopping one MiB past that,
+so a gzip bomb costs at most that (the server counts what a client sends). :func:`load_nrrd` reads an NRRD volume
+and its RAS affine, :func:`write_label_map` writes a label map (or a box of it) in the input's format and geometry.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from ..gzip_codec import GZIP_MAGIC, gzip_codec
 from ..io import ImageGeometry, save_label_map
 from .errors import ServeError
 
-__all__ = ["ImageInfo", "LoadedImage", "inspect_image", "load_nrrd", "write_label_map", "zip_one", "safe_stem",
-           "nrrd_available"]
+__all__ = ["ImageInfo", "LoadedImage", "inspect_image", "check_inflated_size", "load_nrrd", "write_label_map",
+           "zip_one", "safe_stem", "nrrd_available"]
 
 _CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
 _SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
@@ -57,10 +57,12 @@ def nrrd_available() -> bool:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """What :func:`inspect_image` found: ``format`` is ``"nifti"`` or ``"nrrd"``, ``shape`` the header's dims."""
+    """What :func:`inspect_image` found: ``format`` is ``"nifti"`` or ``"nrrd"``, ``shape`` the header's dims,
+    ``inflated_bytes`` what the file's gzip stream should inflate to (``None``: not compressed)."""
 
     format: str
     shape: tuple[int, ...]
+    inflated_bytes: int | None = None
 
 
 @dataclass
@@ -206,11 +208,15 @@ def inspect_image(path: Path, max_voxels: int) -> ImageInfo:
         raise _not_an_image(head)
     shape = tuple(int(s) for s in hdr.get_data_shape())
     voxels = _check_voxels(shape, max_voxels)
-    if gz:
-        expected = int(hdr["vox_offset"]) + voxels * hdr.get_data_dtype().itemsize
+    expected = int(hdr["vox_offset"]) + voxels * hdr.get_data_dtype().itemsize
+    return ImageInfo("nifti", shape, expected if gz else None)
+
+
+def check_inflated_size(path: Path, info: ImageInfo) -> None:
+    """Refuse (413) a compressed file that inflates past what its header describes, counting as it inflates."""
+    if info.inflated_bytes is not None:
         with open(path, "rb") as fh:
-            _counted_inflate(fh, expected + _SLACK)
-    return ImageInfo("nifti", shape)
+            _counted_inflate(fh, info.inflated_bytes + _SLACK)
 
 
 def _inspect_nrrd(path: Path, max_voxels: int) -> ImageInfo:

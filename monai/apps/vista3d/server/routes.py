@@ -38,7 +38,8 @@ from ..prompts import parse_points
 from . import jobs
 from .errors import ServeError
 from .fetch import confined_path, download, has_scheme, receive_form
-from .images import LoadedImage, inspect_image, nrrd_available, safe_stem, write_label_map, zip_one
+from .images import (LoadedImage, check_inflated_size, inspect_image, nrrd_available, safe_stem, write_label_map,
+                     zip_one)
 from .schemas import ClickRequest, InferenceRequest, SessionRequest, nim_prompt, parse_body
 from .sessions import SessionEntry, SessionStore
 from .settings import ServerSettings
@@ -189,7 +190,12 @@ def _file_answer(ctx: _Request, path: Path, name: str, packaging: str, headers: 
 
 
 async def _checked(ctx: _Request, path: Path) -> str:
+    """The file's format once its header passes; a file the client sent (an upload or a download, both in the
+    request's scratch folder) also has its gzip stream counted against the header before the model reads it. The
+    operator's files under --data-dir are not: the load inflates them once, as ``vista3d`` does."""
     info = await run_in_threadpool(inspect_image, path, ctx.state.settings.limits.max_voxels)
+    if ctx.folder in path.parents:
+        await run_in_threadpool(check_inflated_size, path, info)
     return info.format
 
 

@@ -73,6 +73,9 @@ def _files(folder: Path, outside: Path) -> None:
     (folder / "out_link").symlink_to(outside, target_is_directory=True)
 
 
+LIVER = {"prompts": {"classes": ["liver"]}}
+
+
 def _post(body) -> dict:
     return {"json": body}
 
@@ -114,7 +117,7 @@ BAD_REQUESTS = [
     ("not_an_image", _post({"image": "notes.txt"}), 415),
     ("dicom", _post({"image": "scan.dcm"}), 415),
     ("too_many_voxels", _post({"image": "big.nii.gz"}), 413),
-    ("gzip_bomb", _post({"image": "bomb.nii.gz"}), 413),
+    ("gzip_bomb", _post({"image": "http://127.0.0.1:{port}/bomb.nii.gz"}), 413),
     ("corrupt_gzip", _post({"image": "corrupt.nii.gz"}), 422),
     ("truncated", _post({"image": "truncated.nii"}), 422),
     ("nothing_but_air", _post({"image": "air.nii.gz"}), 422),
@@ -144,6 +147,7 @@ class TestBadRequests(unittest.TestCase):
         write_phantom(cls.host.folder / "ct.nii.gz")
         write_phantom(cls.host.folder / "small.nii.gz", shape=(24, 24, 24))  # the good request: a few windows
         (cls.host.folder / "large.bin").write_bytes(b"\x00" * (3 << 20))
+        (cls.host.folder / "bomb.nii.gz").write_bytes(_bomb(64 << 20))
         limits = Limits(max_body_bytes=1 << 20, max_download_bytes=2 << 20, max_voxels=100_000,
                         request_timeout=120.0)
         cls.server = start_for_class(cls, settings(data_dir=cls.data, allow_url_hosts=("127.0.0.1",),
@@ -246,11 +250,33 @@ class TestBadRequests(unittest.TestCase):
         self.assertIn("--max-body-mb", response.json()["detail"])
         self._good()
 
-    def test_bomb_is_refused_without_inflating_it(self):
+    @parameterized.expand([["url"], ["upload"]])
+    def test_bomb_is_refused_without_inflating_it(self, how):
         # the refusal comes from the counted inflate, which stops one MiB past what the header describes: the
         # 64 MiB of zeros are never produced (the limit the message names is the header's size)
-        response = self.http.post("/v1/vista3d/inference", json={"image": "bomb.nii.gz"})
+        if how == "url":
+            response = self.http.post("/v1/vista3d/inference",
+                                      json={"image": self.host.url("bomb.nii.gz")})
+        else:
+            bomb = (self.host.folder / "bomb.nii.gz").read_bytes()
+            response = self.http.post("/v1/vista3d/inference", files={"image": ("bomb.nii.gz", bomb)})
+        self.assert_one_line_error(response, 413)
         self.assertIn(f"{352 + 40 * 40 * 36 * 2} bytes", response.json()["detail"])
+        self._good()
+
+    def test_only_client_bytes_are_counted(self):
+        # the operator's files under --data-dir are read once by the load; what a client sends is counted first
+        from monai.apps.vista3d.server import routes
+
+        small = (self.host.folder / "small.nii.gz").read_bytes()
+        with mock.patch.object(routes, "check_inflated_size", wraps=routes.check_inflated_size) as counted:
+            (self.data / "small.nii.gz").write_bytes(small)
+            self.assertEqual(self.http.post("/v1/vista3d/inference", json={"image": "small.nii.gz", **LIVER}).status_code, 200)
+            self.assertEqual(counted.call_count, 0)
+            upload = self.http.post("/v1/vista3d/inference", data={"prompts": json.dumps(LIVER["prompts"])},
+                                    files={"image": ("small.nii.gz", small)})
+            self.assertEqual(upload.status_code, 200)
+            self.assertEqual(counted.call_count, 1)
 
 
 class TestUrlAddresses(unittest.TestCase):
