@@ -25,7 +25,6 @@ import argparse
 import functools
 import json
 import os
-import platform
 import signal
 import sys
 import tempfile
@@ -33,14 +32,13 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from monai.utils.profiling import WINDOW_STAGES
-
+from .bench_report import (BenchSetup, bench_segment, best_of, print_header, print_tables, stage_table, total_seconds,
+                           write_json)
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
 from .job import FIELD_FLAGS, OUTPUT_DTYPES, SettingError
 from .server.cli import add_serve_command
@@ -318,24 +316,6 @@ def _device(name: str | None, env: Any = None) -> torch.device:
         raise _UsageError(_flagged(str(e))) from None
 
 
-def _stage_table(timings: dict[str, float]) -> str:
-    from .pipeline import STAGES
-
-    total = sum(timings.get(s, 0.0) for s in STAGES)
-    rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
-    for s in STAGES:
-        if s not in timings:
-            continue
-        rows.append(f"{s:<28}{timings[s]:>10.3f}{100 * timings[s] / max(total, 1e-12):>7.1f}%")
-        if s == "inference":
-            for k in (*WINDOW_STAGES, "other"):
-                v = timings.get(f"inference/{k}")
-                if v is not None:
-                    rows.append(f"  {'sliding-window ' + k:<26}{v:>10.3f}")
-    rows.append(f"{'total':<28}{total:>10.3f}")
-    return "\n".join(rows)
-
-
 def _pipeline_kwargs(args: argparse.Namespace, roi: tuple[int, ...], embed_dim: int, sw_batch_size: Any,
                      progress: bool, streaming: bool = True) -> dict[str, Any]:
     """The ``Vista3DPipeline`` arguments the flags ask for (the random-weights warning is printed here, once)."""
@@ -443,7 +423,7 @@ def _image_reporter(args: argparse.Namespace, rank_tag: str) -> Callable[[dict[s
         else:
             print(f"{head} {rec['seconds']:.1f} s -> {rec['output']}", flush=True)
             if args.timing:
-                print(_stage_table(rec.get("stages", {})), flush=True)
+                print(stage_table(rec.get("stages", {})), flush=True)
 
     return report
 
@@ -545,30 +525,7 @@ def _one_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-@dataclass(frozen=True)
-class _BenchSetup:
-    """What ``benchmark`` runs: the phantom, the window settings and the batch sizes swept, on ``device``."""
-
-    device: torch.device
-    size: tuple[int, ...]
-    spacing: tuple[float, ...]
-    sws: tuple[Any, ...]
-    roi: tuple[int, ...]
-    embed_dim: int
-    amp: bool
-    n_classes: int
-
-    @property
-    def cuda(self) -> bool:
-        return self.device.type == "cuda"
-
-    @property
-    def reduced(self) -> bool:
-        """Smaller than the bundle's network or window (the CPU default)."""
-        return self.roi != (128, 128, 128) or self.embed_dim != 48
-
-
-def _bench_setup(args: argparse.Namespace) -> _BenchSetup:
+def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
     from .prompts import parse_prompt
 
@@ -585,7 +542,7 @@ def _bench_setup(args: argparse.Namespace) -> _BenchSetup:
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
     amp = (cuda if args.amp is None else args.amp) and cuda
-    return _BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
+    return BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
 
 
 def _benchmark(args: argparse.Namespace) -> int:
@@ -595,7 +552,7 @@ def _benchmark(args: argparse.Namespace) -> int:
     setup = _bench_setup(args)
     if setup.cuda:
         _usable_kernel_cache()
-    _print_bench_header(setup, args.overlap)
+    print_header(setup, args.overlap)
     # the full-logits path, whose inferer reports the latency study's sliding-window stages; the streamed
     # path (segment's default) is timed once after the sweep
     base = _pipeline(args, setup.device, setup.roi, setup.embed_dim, setup.sws[0],
@@ -603,97 +560,24 @@ def _benchmark(args: argparse.Namespace) -> int:
     prompt = parse_prompt(args.classes)
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
         src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=setup.size, spacing=setup.spacing, seed=args.seed)
-        segment = functools.partial(_bench_segment, src=src, out_dir=Path(tmp) / "out", prompt=prompt, setup=setup)
+        segment = functools.partial(bench_segment, src=src, out_dir=Path(tmp) / "out", prompt=prompt, setup=setup)
         if setup.cuda:  # warm-up of the whole pipeline: lazy CUDA init, allocator, cuDNN autotuning
             segment(base)
         runs = []
         for sw in setup.sws:
             pipe = base.replace(sw_batch_size=sw)
             pipe.warm_up(1 if sw == "auto" else sw, prompt.label_ids)
-            runs.append(_best_of(segment, pipe, args.repeats, sw))
+            runs.append(best_of(segment, pipe, args.repeats, sw))
             if not args.quiet:
                 print(f"  sw_batch_size {sw}: {runs[-1]['timings']['total']:.2f} s", file=sys.stderr)
         result, peak = segment(base.replace(streaming=True, sw_batch_size=runs[-1]["used"]))
         streamed = {"sw_batch_size": result.sw_batch_size, "timings": dict(result.timings),
-                    "total": _total(result.timings), "peak_gpu_gib": peak}
+                    "total": total_seconds(result.timings), "peak_gpu_gib": peak}
         shape_pre = tuple(result.record.final_shape)
-    _print_bench_tables(runs, streamed, shape_pre, setup.cuda)
+    print_tables(runs, streamed, shape_pre, setup.cuda)
     if args.json:
-        _write_bench_json(args, setup, shape_pre, runs, streamed)
+        write_json(args, setup, shape_pre, runs, streamed)
     return 0
-
-
-def _total(timings: dict[str, float]) -> float:
-    from .pipeline import STAGES
-
-    return sum(timings.get(s, 0.0) for s in STAGES)
-
-
-def _bench_segment(pipe: Any, src: Path, out_dir: Path, prompt: Any, setup: _BenchSetup) -> tuple[Any, float | None]:
-    """One timed ``segment_file`` of the phantom: its result and the peak GPU memory in GiB (None on the CPU)."""
-    if setup.cuda:
-        torch.cuda.reset_peak_memory_stats(setup.device)
-    result = pipe.segment_file(src, out_dir, prompt, overwrite=True)
-    return result, torch.cuda.max_memory_allocated(setup.device) / 2**30 if setup.cuda else None
-
-
-def _best_of(segment: Callable, pipe: Any, repeats: int, sw: Any) -> dict[str, Any]:
-    """The fastest of ``repeats`` runs at window batch ``sw``: its stage times, windows and peak memory."""
-    best: dict[str, float] | None = None
-    for _ in range(repeats):
-        result, peak = segment(pipe)
-        t = dict(result.timings, total=_total(result.timings))
-        if best is None or t["total"] < best["total"]:
-            best = t
-    return {"sw_batch_size": sw, "used": result.sw_batch_size, "windows": result.windows, "timings": best,
-            "peak_gpu_gib": peak}
-
-
-def _print_bench_header(setup: _BenchSetup, overlap: float) -> None:
-    size, roi = setup.size, setup.roi
-    print(f"VISTA3D pipeline benchmark on {setup.device} ({torch.get_num_threads()} CPU threads, torch "
-          f"{torch.__version__}, {platform.machine()})")
-    print(f"phantom {size[0]}x{size[1]}x{size[2]} int16 .nii.gz at {setup.spacing} mm; {setup.n_classes} classes; "
-          f"roi {roi[0]}x{roi[1]}x{roi[2]}, overlap {overlap}, amp {'on' if setup.amp else 'off'}")
-    if setup.reduced:
-        print(f"NOTE: reduced settings (vista3d132(encoder_embed_dim={setup.embed_dim}), roi {roi[0]}^3) so that the "
-              "CPU default finishes in minutes; the bundle uses encoder_embed_dim=48, roi 128^3 (the CUDA default).")
-
-
-def _print_bench_tables(runs: list[dict], streamed: dict[str, Any], shape_pre: tuple[int, ...], cuda: bool) -> None:
-    print(f"network input after preprocessing: {shape_pre[0]}x{shape_pre[1]}x{shape_pre[2]} voxels, "
-          f"{runs[0]['windows']} windows")
-    print()
-    print(f"per-stage times (sw_batch_size {runs[0]['sw_batch_size']}):")
-    print(_stage_table(runs[0]["timings"]))
-    print()
-    print("latency vs sw_batch_size:")
-    header = f"{'sw_batch_size':>13}{'windows':>9}{'inference s':>13}{'forward s':>11}{'total s':>10}{'win/s':>8}"
-    print(header + (f"{'peak GiB':>10}" if cuda else ""))
-    for r in runs:
-        t = r["timings"]
-        sw_text = str(r["sw_batch_size"]) if r["sw_batch_size"] != "auto" else f"auto ({r['used']})"
-        line = (f"{sw_text:>13}{r['windows']:>9}{t['inference']:>13.3f}"
-                f"{t.get('inference/forward', float('nan')):>11.3f}{t['total']:>10.3f}"
-                f"{r['windows'] / max(t['inference'], 1e-12):>8.2f}")
-        print(line + (f"{r['peak_gpu_gib']:>10.2f}" if cuda else ""))
-    peak_text = f", peak {streamed['peak_gpu_gib']:.2f} GiB" if cuda else ""
-    print(f"streamed label map (segment's default), sw_batch_size {streamed['sw_batch_size']}: total "
-          f"{streamed['total']:.3f} s, inference {streamed['timings']['inference']:.3f} s{peak_text}")
-
-
-def _write_bench_json(args: argparse.Namespace, setup: _BenchSetup, shape_pre: tuple[int, ...], runs: list[dict],
-                      streamed: dict[str, Any]) -> None:
-    result = {
-        "device": str(setup.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "phantom_shape": setup.size, "spacing": setup.spacing, "roi_size": setup.roi,
-        "encoder_embed_dim": setup.embed_dim, "overlap": args.overlap, "amp": setup.amp,
-        "n_classes": setup.n_classes, "network_input_shape": shape_pre, "reduced": setup.reduced, "runs": runs,
-        "streamed": streamed,
-    }
-    Path(args.json).write_text(json.dumps(result, indent=2))
-    if not args.quiet:
-        print(f"wrote {args.json}")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
