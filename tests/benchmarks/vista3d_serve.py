@@ -18,7 +18,8 @@ under ``--data-dir``; ``--source upload`` sends the file in the body instead) ``
 other, cycling through three prompts (one class, two classes, one click in the liver); the answer is the NIM's
 zip. Every answer is checked voxel for voxel against ``Vista3DPipeline`` run in this process on the same file with
 the same prompt, and the benchmark fails on any difference or error. A request's latency runs from sending it to
-the last byte of the answer (``job``: the part the server spent on it, from its ``Server-Timing`` header); throughput
+the last byte of the answer (``job``: the part the server spent on it, from its ``Server-Timing`` header: the file's
+check, the load and pipeline stages, the answer's writing; the median of each stage is printed too); throughput
 is the requests answered per second of the wall time of one N.
 
 Before the server starts, the in-process pipeline's warm latency (``segment_file``: the file in, the label map
@@ -160,7 +161,7 @@ class Clients:
         self.url, self.cfg, self.ct, self.expected = url, cfg, ct, expected
         self.prompts = prompts(cfg.shape)
         self.latencies: list[float] = []
-        self.jobs: list[float] = []  # the server's own time per request (its Server-Timing stages)
+        self.jobs: list[dict[str, float]] = []  # the server's own time per request: its Server-Timing, ms per stage
         self.failures: list[str] = []
         self._lock = threading.Lock()
 
@@ -180,7 +181,7 @@ class Clients:
         else:
             why = None
         stages = [part.split(";dur=") for part in response.headers.get("server-timing", "").split(", ")]
-        job = sum(float(d) for _, d in (p for p in stages if len(p) == 2)) / 1000.0
+        job = {name: float(d) for name, d in (p for p in stages if len(p) == 2)}
         with self._lock:
             self.latencies.append(seconds)
             self.jobs.append(job)
@@ -216,7 +217,8 @@ def _stats(clients: Clients, wall: float) -> dict:
     ms = np.asarray(clients.latencies) * 1000.0
     return {"requests": len(ms), "p50_ms": float(np.percentile(ms, 50)), "p90_ms": float(np.percentile(ms, 90)),
             "p99_ms": float(np.percentile(ms, 99)), "max_ms": float(ms.max()), "wall_s": wall,
-            "throughput_rps": len(ms) / wall, "job_p50_ms": 1000.0 * float(np.median(clients.jobs))}
+            "throughput_rps": len(ms) / wall, "job_p50_ms": float(np.median([sum(j.values()) for j in clients.jobs])),
+            "stage_p50_ms": {k: float(np.median([j.get(k, 0.0) for j in clients.jobs])) for k in clients.jobs[0]}}
 
 
 def run(cfg: Config) -> dict:
@@ -269,9 +271,10 @@ def _print(summary: dict) -> None:
     for n, r in summary["clients"].items():
         print(f"{n:>3d} {r['requests']:>8d} {r['p50_ms']:9.1f} {r['p90_ms']:9.1f} {r['p99_ms']:9.1f} "
               f"{r['max_ms']:9.1f} {r['throughput_rps']:7.2f} {r['job_p50_ms']:11.1f}")
-    print("job: the server's own time for a request (load + pipeline stages, its Server-Timing); the rest of a "
-          "latency is the wait in the queue, the transfer and the answer's writing")
-    one = summary["clients"].get(1)
+    print("job: the server's own time for a request (its Server-Timing: the file's check, the load and pipeline stages,")
+    print("the answer's writing); the rest of a latency is the wait in the queue and the transfer. Stages at N=1, p50 ms:")
+    if one := summary["clients"].get(1):
+        print("  " + ", ".join(f"{k} {v:.1f}" for k, v in one["stage_p50_ms"].items()))
     if one:
         print(f"N=1 p50 / in-process warm: {one['p50_ms'] / inproc:.3f} (issue 36 asks <= 1.10 on the GPU)")
     print("every answer equal to Vista3DPipeline on the same file and prompt")
