@@ -54,9 +54,10 @@ class BenchSetup:
 
 
 def stage_table(timings: dict[str, float]) -> str:
+    """The ``--timing`` table: each pipeline stage's seconds and share, the sliding window's under inference."""
     from .pipeline import STAGES
 
-    total = sum(timings.get(s, 0.0) for s in STAGES)
+    total = total_seconds(timings)
     rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
     for s in STAGES:
         if s not in timings:
@@ -72,6 +73,7 @@ def stage_table(timings: dict[str, float]) -> str:
 
 
 def total_seconds(timings: dict[str, float]) -> float:
+    """The pipeline stages' seconds added up (their sub-stages, ``inference/...``, are inside ``inference``)."""
     from .pipeline import STAGES
 
     return sum(timings.get(s, 0.0) for s in STAGES)
@@ -131,7 +133,7 @@ def print_tables(runs: list[dict], streamed: dict[str, Any], shape_pre: tuple[in
 
 
 def write_json(args: argparse.Namespace, setup: BenchSetup, shape_pre: tuple[int, ...], runs: list[dict],
-                      streamed: dict[str, Any]) -> None:
+               streamed: dict[str, Any]) -> None:
     result = {
         "device": str(setup.device), "torch": torch.__version__, "threads": torch.get_num_threads(),
         "phantom_shape": setup.size, "spacing": setup.spacing, "roi_size": setup.roi,
