@@ -18,7 +18,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom_labels
 from tests.benchmarks.vista3d_click_agreement import SPECIAL_CLASS, agreement, click_cases, train_clicks
-from tests.benchmarks.vista3d_clicks import click_sequence, organ_point
+from tests.benchmarks.vista3d_clicks import click_sequence, organ_point, past_window_end
 from tests.benchmarks.vista3d_everything import tiny_vista3d
 from tests.benchmarks.vista3d_trained_agreement import phantom
 
@@ -39,6 +39,27 @@ class TestClicks(unittest.TestCase):
         self.assertEqual(len(clicks), 7)
         self.assertEqual([label for _, label in clicks[:5]], [1, 1, 0, 1, 0])
         self.assertEqual(len({tuple(p) for p, _ in clicks}), 7)  # past the 5 of the sequence: other voxels
+
+    def test_redraw_moves_only_that_click(self):
+        clicks, redrawn = click_sequence(TRUTH, 5), click_sequence(TRUTH, 5, {1: 1})
+        self.assertNotEqual(clicks[1][0], redrawn[1][0])
+        self.assertEqual(int(TRUTH[tuple(redrawn[1][0])]), PHANTOM_LABELS["liver"])
+        self.assertEqual([c for i, c in enumerate(clicks) if i != 1], [c for i, c in enumerate(redrawn) if i != 1])
+
+    @parameterized.expand([
+        ("alone", [[100.7, 100.7, 100.7]], 300, None),  # a click's own window is centred on it
+        ("inside", [[163.4, 100.0, 100.0], [100.0, 100.0, 100.0]], 300, None),  # window 36..164: 127.4 -> 127
+        ("last_half_voxel", [[163.6, 100.0, 100.0], [100.0, 100.0, 100.0]], 300, 0),  # 127.6 rounds to 128
+        ("outside", [[164.2, 100.0, 100.0], [100.0, 100.0, 100.0]], 300, None),  # not in the window: not looked up
+        ("earlier_window", [[100.0, 100.0, 100.0], [163.6, 100.0, 100.0]], 300, None),  # click 0's window saw only it
+        ("image_end", [[199.7, 100.0, 100.0], [190.0, 100.0, 100.0]], 200, 0),  # window moved inside: 72..200
+    ])
+    def test_past_window_end(self, _, coords, size, expected):
+        self.assertEqual(past_window_end(np.array(coords), (size, 300, 300), 128), expected)
+
+    def test_past_window_end_small_image(self):  # upstream pads an image smaller than the window: 19 voxels here
+        self.assertIsNone(past_window_end(np.array([[80.0, 50.0, 50.0], [10.0, 50.0, 50.0]]), (90, 100, 100), 128))
+        self.assertEqual(past_window_end(np.array([[108.6, 50.0, 50.0], [10.0, 50.0, 50.0]]), (90, 100, 100), 128), 0)
 
     def test_cases(self):
         cases = click_cases(TRUTH)

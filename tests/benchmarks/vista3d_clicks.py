@@ -61,15 +61,37 @@ def organ_point(labels: np.ndarray, label_id: int, rank: int) -> list[int]:
     return inner[np.random.default_rng(rank).integers(len(inner))].tolist()
 
 
-def click_sequence(labels: np.ndarray, count: int) -> list[tuple[list[int], int]]:
-    """``count`` clicks ``(input voxel, 1/0)`` of :data:`SEQUENCE` (repeated past its length with other voxels)."""
+def click_sequence(labels: np.ndarray, count: int, redraws: dict[int, int] | None = None) -> list[tuple[list[int], int]]:
+    """``count`` clicks ``(input voxel, 1/0)`` of :data:`SEQUENCE` (repeated past its length with other voxels);
+    ``redraws`` maps a click's index to how many times it was drawn again (see :func:`past_window_end`)."""
     from monai.apps.vista3d.phantom import PHANTOM_LABELS
 
     out = []
     for i in range(count):
         organ, positive, rank = SEQUENCE[i % len(SEQUENCE)]
-        out.append((organ_point(labels, PHANTOM_LABELS[organ], rank + 3 * (i // len(SEQUENCE))), positive))
+        rank += 3 * (i // len(SEQUENCE)) + 100 * (redraws or {}).get(i, 0)
+        out.append((organ_point(labels, PHANTOM_LABELS[organ], rank), positive))
     return out
+
+
+def past_window_end(coords: np.ndarray, grid: tuple[int, ...], roi: int) -> int | None:
+    """The first click (index) that upstream's ``point_based_window_inferer`` cannot take, else ``None``.
+
+    Upstream centres a window on each new click (``int(p) - roi // 2``, moved inside the image) and looks up every
+    click inside it at its rounded position; a click in a window's last half voxel rounds one past the window and
+    upstream stops with an IndexError (the fork clamps it). ``coords``: the clicks on the network grid ``grid``,
+    in the order they are given; click ``n``'s window holds clicks ``0..n``."""
+    pad = np.array([max(roi - s, 0) // 2 for s in grid], float)
+    size = np.array([max(s, roi) for s in grid])
+    coords = np.asarray(coords, float) + pad
+    for n, p in enumerate(coords):
+        left = np.where(p - roi // 2 < 0, 0, np.where(p + roi // 2 > size, size - roi, p.astype(int) - roi // 2))
+        local = coords[: n + 1] - left
+        inside = ((local > 0) & (local < roi)).all(1)
+        late = inside & (local >= roi - 0.5).any(1)
+        if late.any():
+            return int(np.flatnonzero(late)[0])
+    return None
 
 
 def synced(dev: torch.device) -> Callable[[], float]:
@@ -83,7 +105,15 @@ def synced(dev: torch.device) -> Callable[[], float]:
     return now
 
 
-def fork_worker(args, clicks: list, dev: torch.device) -> dict:
+def _grid_clicks(pipe, session, clicks: list) -> np.ndarray:
+    """The clicks on the network grid of ``session``'s image, as upstream gets them."""
+    from monai.apps.vista3d.prompts import Prompt
+
+    prompt = Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks]))
+    return pipe.prompts(prompt, session.record)["point_coords"][0].cpu().numpy()
+
+
+def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
     """The fork's session on the phantom: one click and the sequence, timed; saves the image on the network grid,
     the clicks there and the logits for the upstream worker and the comparison."""
     from vista3d_everything import build_net
@@ -102,6 +132,12 @@ def fork_worker(args, clicks: list, dev: torch.device) -> dict:
     t0 = now()
     session = Vista3DSession(pipe, torch.from_numpy(hu).to(dev), affine)
     setup_s = now() - t0
+    clicks, redraws = click_sequence(labels, args.clicks), {}
+    while (late := past_window_end(_grid_clicks(pipe, session, clicks), session.x.shape[-3:], args.roi)) is not None:
+        redraws[late] = redraws.get(late, 0) + 1  # a voxel both sides can take (see past_window_end)
+        if redraws[late] > 20:
+            raise RuntimeError(f"click {late}: no voxel of its organ that upstream's point inferer can take")
+        clicks = click_sequence(labels, args.clicks, redraws)
     first = clicks[0]
     session.click([first[0]], [first[1]])  # warm-up: kernels, plans, graphs
     one = []
@@ -124,7 +160,8 @@ def fork_worker(args, clicks: list, dev: torch.device) -> dict:
                 "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half(),
                 "labels": labels.cpu()}, args.save)
     return {"setup_s": setup_s, "one_click_s": one, "sequence_s": sequence, "sequence_stages": stages,
-            "network_grid": list(session.x.shape[-3:]), "fused": net.fused}
+            "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,
+            "redrawn": {str(k): v for k, v in redraws.items()}}
 
 
 def _cpu_fused_config():
@@ -249,7 +286,7 @@ def main(argv=None) -> int:
             from monai.apps.vista3d.phantom import make_phantom_labels
 
             labels = make_phantom_labels(args.shape, SPACING, 0)
-            result = fork_worker(args, click_sequence(labels, args.clicks), dev)
+            result = fork_worker(args, labels, dev)
         json.dump(result, sys.stdout)
         return 0
     if args.upstream and not os.path.isfile(os.path.join(args.upstream, "monai", "__init__.py")):
