@@ -17,10 +17,11 @@ with its own HTTP connection sending the NIM's JSON request (``{"image": "ct.nii
 under ``--data-dir``; ``--source upload`` sends the file in the body instead) ``--rounds`` times, one after the
 other, cycling through three prompts (one class, two classes, one click in the liver; a single client sends each
 prompt ``--rounds`` times); the answer is the NIM's zip. Every answer is checked voxel for voxel against
-``Vista3DPipeline`` run in this process on the same file with the same prompt, and the benchmark fails on any difference or error. A request's latency runs from sending it to
-the last byte of the answer (``job``: the part the server spent on it, from its ``Server-Timing`` header: the file's
-check, the load and pipeline stages, the answer's writing; the median of each stage is printed too); throughput
-is the requests answered per second of the wall time of one N.
+``Vista3DPipeline`` run in this process on the same file with the same prompt, and the benchmark fails on any
+difference or error. A request's latency runs from sending it to the last byte of the answer (``job``: the part the
+server spent on it, from its ``Server-Timing`` header: the file's check, the load and pipeline stages, the answer's
+writing; the median of each stage is printed too); throughput is the requests answered per second of the wall time
+of one N.
 
 Before the server starts, the in-process pipeline's warm latency (``segment_file``: the file in, the label map
 written, the same work a request asks for) is measured for the one-class prompt; the server's one-class answers to a
