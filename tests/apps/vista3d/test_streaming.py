@@ -221,6 +221,26 @@ class TestStreamingMasks(unittest.TestCase):
             if classes > 1:  # the label map drops a class wherever another one's logit is higher
                 self.assertGreater(int((masks.dense().sum(0) > 1).sum()), 0)
 
+    @parameterized.expand([(c,) for c in MASK_CASES])
+    @unittest.skipUnless(torch.cuda.is_available(), "the GPU's own accumulation: needs a CUDA GPU")
+    def test_equal_on_gpu(self, case):
+        """The same on a GPU, also under fp16 autocast (the pipeline's default there)."""
+        batch, shape, roi, overlap, mode, classes, slab_dim, sw_batch_size = case
+        net = PerWindowConv(2, classes, seed=sum(shape) + classes).cuda()
+        x = torch.randn(batch, 2, *shape, generator=torch.Generator().manual_seed(classes)).cuda()
+        ids = list(range(100, 100 + classes))
+        for amp in (False, True):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+                full = sliding_window_inference(x, roi, sw_batch_size, net, overlap, mode)
+                labels, packed = sliding_window_label_inference(
+                    x, roi, sw_batch_size, net, overlap, mode, slab_dim=slab_dim, label_ids=ids, return_masks=True
+                )
+            self.assertEqual(packed.device.type, "cuda")
+            self.assertTrue(torch.equal(labels.long().cpu(), reference_labels(full.cpu(), ids)), f"amp {amp}")
+            for b in range(batch):
+                masks = ClassMasks(packed[b].cpu(), ids)
+                self.assertTrue(torch.equal(masks.dense().bool(), full[b].cpu() > 0), f"amp {amp}")
+
     def test_masks_only_tuple_order(self):
         net = PerWindowConv(1, 3, seed=1)
         x = torch.randn(1, 1, 12, 11, 10)

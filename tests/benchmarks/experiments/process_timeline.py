@@ -1,0 +1,132 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Experiment: the ``vista3d`` command in this process, with a timeline of what it pays before its label map.
+
+Runs ``python -m monai.apps.vista3d ARGS`` (its ``main``) in this process and prints, to stderr, when each
+milestone was reached in seconds since the process started (from ``/proc/self/stat``, 10 ms ticks): the
+interpreter up, ``import torch``, the CLI's imports, the CUDA context, each ``torch.load`` (on whichever thread),
+the network's first forward called and returned (device synchronized), each CUDA graph captured, the label
+map's line printed and the return of ``main``. ``KEY=VALUE`` pairs before ``--`` replace ``FusedConfig``
+defaults for ``VISTA3D.fuse()`` (``graph_max_windows=0``, ``cudnn_autotune=False``) to measure what each policy
+costs a fresh process; they are for this experiment only, not a user setting.
+
+    python tests/benchmarks/experiments/process_timeline.py graph_max_windows=0 -- -i ct.nii.gz -o out --weights m.pt
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+
+def _since_start() -> float:
+    """Seconds since this process started (the kernel's start time of the process; 10 ms resolution)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        uptime = float(f.read().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+_T0 = time.perf_counter() - _since_start()  # perf_counter at the process start
+_EVENTS: list[tuple[float, str]] = []
+_LOCK = threading.Lock()
+
+
+def mark(what: str) -> None:
+    with _LOCK:
+        _EVENTS.append((time.perf_counter() - _T0, what))
+
+
+mark("interpreter up, this script running")
+import torch  # noqa: E402
+
+mark("import torch")
+
+
+def _overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, value = pair.split("=", 1)
+        out[key] = {"True": True, "False": False}.get(value, int(value) if value.lstrip("-").isdigit() else value)
+    return out
+
+
+def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = False, sync: bool = False):
+    original = getattr(owner, name)
+    seen = []
+
+    def wrapper(*args, **kwargs):
+        first = not seen
+        seen.append(1)
+        if before and (first or not once):
+            mark(f"{before} [{threading.current_thread().name}]")
+        out = original(*args, **kwargs)
+        if after and (first or not once):
+            if sync and torch.cuda.is_initialized():
+                torch.cuda.synchronize()
+            mark(f"{after} [{threading.current_thread().name}]")
+        return out
+
+    setattr(owner, name, wrapper)
+
+
+def main(argv: list[str]) -> int:
+    split = argv.index("--") if "--" in argv else 0
+    config = _overrides(argv[:split])
+    cli = argv[split + 1:] if "--" in argv else argv
+    from monai.apps.vista3d import __main__ as vista3d_main
+
+    mark("import monai.apps.vista3d")
+    from monai.networks.kernels import graph_cache
+    from monai.networks.kernels.dispatch import FusedConfig
+    from monai.networks.nets.vista3d import VISTA3D
+
+    fuse = VISTA3D.fuse
+
+    def fuse_with(self, cfg=None):
+        if cfg is None and config:
+            cfg = FusedConfig(**config)
+        return fuse(self, cfg)
+
+    VISTA3D.fuse = fuse_with
+    _wrap(torch.cuda, "_lazy_init", "CUDA context asked for", "CUDA context up", once=True)
+    _wrap(torch, "load", "torch.load called", "torch.load returned")
+    _wrap(VISTA3D, "forward", "first forward called", "first forward returned", once=True, sync=True)
+    _wrap(graph_cache.GraphCache, "_capture", "graph capture called", "graph captured", sync=True)
+    out = sys.stdout
+
+    class Lines:
+        def write(self, text):
+            if " -> " in text:
+                mark("label map line printed")
+            return out.write(text)
+
+        def __getattr__(self, name):
+            return getattr(out, name)
+
+    sys.stdout = Lines()
+    code = vista3d_main.main(cli)
+    sys.stdout = out
+    mark("main returned")
+    out.flush()
+    previous = 0.0
+    print(f"process timeline ({' '.join(argv[:split]) or 'defaults'}): seconds since start, step", file=sys.stderr)
+    for t, what in _EVENTS:
+        print(f"  {t:7.3f}  +{t - previous:6.3f}  {what}", file=sys.stderr)
+        previous = t
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
