@@ -78,38 +78,58 @@ def _neighbourhood_min(x: torch.Tensor, axis_groups: list[tuple[int, ...]]) -> t
     return x if result is None else result
 
 
+def _bounding_box(m: torch.Tensor) -> tuple[slice, ...]:
+    """The smallest box (one slice per axis) holding every ``True`` of a non-empty boolean tensor."""
+    box = []
+    for axis in range(m.ndim):
+        others = [d for d in range(m.ndim) if d != axis]
+        hit = torch.nonzero(m.amax(dim=others) if others else m).flatten()
+        box.append(slice(int(hit[0]), int(hit[-1]) + 1))
+    return tuple(box)
+
+
+def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
+    """Each voxel of ``m`` labelled with the flat index of its component's first voxel (raster order); background
+    holds ``m.numel()``.
+
+    Pointer hooking and jumping (as in Shiloach-Vishkin): a voxel's label is the flat index of a voxel of its
+    component; each round a voxel lowers its label and its label's own label to the smallest label in its
+    neighbourhood (a whole tree moves at once, not one voxel a round), then every label is replaced by its
+    label's label twice. A round that changes nothing leaves each component on its smallest index.
+    """
+    numel = m.numel()
+    index_dtype = torch.int32 if numel < 2**31 - 1 else torch.int64
+    axis_groups = list(itertools.combinations(range(m.ndim), connectivity))
+    big = torch.tensor(numel, dtype=index_dtype, device=m.device)
+    flat_m = m.reshape(-1)
+    # labels of every voxel, and one more slot: the background's label points there, at itself
+    labels = torch.cat([torch.where(flat_m, torch.arange(numel, dtype=index_dtype, device=m.device), big), big[None]])
+    while True:
+        before = labels.clone()
+        near = torch.where(m, _neighbourhood_min(labels[:numel].view(m.shape), axis_groups), big).reshape(-1)
+        labels[:numel] = torch.minimum(labels[:numel], near)
+        labels.scatter_reduce_(0, before[:numel].long(), near, reduce="amin")  # hook the voxel's old label too
+        labels = labels[labels.long()]
+        labels = labels[labels.long()]
+        if torch.equal(labels, before):
+            return labels[:numel].view(m.shape)
+
+
 def _label_torch(mask: torch.Tensor, connectivity: int) -> tuple[torch.Tensor, int]:
-    """Label connected components by min-index propagation with pointer jumping (any device)."""
+    """Label connected components with plain torch operations on the mask's own device."""
     shape = mask.shape
     # size-1 axes have no neighbours along them, dropping them leaves the components unchanged
     m = mask.reshape([s for s in shape if s > 1])
-    nd = m.ndim
-    numel = m.numel()
-    if numel == 0 or not bool(m.any()):
-        return torch.zeros(shape, dtype=torch.int64, device=mask.device), 0
-    conn = max(1, min(connectivity, nd))
-    axis_groups = list(itertools.combinations(range(nd), conn))
-    big = torch.tensor(numel, dtype=torch.int64, device=m.device)
-    lab = torch.where(m, torch.arange(numel, device=m.device).view(m.shape), big)
-    flat_m = m.reshape(-1)
-    while True:
-        new = torch.where(m, _neighbourhood_min(lab, axis_groups), big)
-        # every foreground value is the flat index of a voxel of the same component, whose own value is
-        # no larger: following these pointers shortcuts long propagation chains
-        flat = new.reshape(-1)
-        for _ in range(4):
-            jumped = torch.where(flat_m, flat[flat.clamp(max=numel - 1)], big)
-            if torch.equal(jumped, flat):
-                break
-            flat = jumped
-        new = flat.view(m.shape)
-        if torch.equal(new, lab):
-            break
-        lab = new
-    # at the fixed point each component holds the flat index of its first voxel in raster order
-    roots = torch.unique(lab[m])
-    ids = torch.where(m, torch.searchsorted(roots, lab) + 1, torch.zeros((), dtype=torch.int64, device=m.device))
-    return ids.reshape(shape), int(roots.numel())
+    ids = torch.zeros(m.shape, dtype=torch.int64, device=mask.device)
+    if m.numel() == 0 or not bool(m.any()):
+        return ids.reshape(shape), 0
+    # every component lies inside the foreground's box, and raster order inside the box is the volume's
+    box = _bounding_box(m)
+    sub = m[box]
+    roots = _root_labels(sub, max(1, min(connectivity, sub.ndim)))
+    firsts = torch.unique(roots[sub])
+    ids[box] = torch.where(sub, torch.searchsorted(firsts, roots) + 1, 0)
+    return ids.reshape(shape), int(firsts.numel())
 
 
 def _label(mask: torch.Tensor, connectivity: int | None = None) -> tuple[torch.Tensor, int]:

@@ -91,6 +91,24 @@ class TestLabel(unittest.TestCase):
             self.assertEqual(na, nb)
             self.assertTrue(torch.equal(a, b))
 
+    @parameterized.expand([(1,), (2,), (3,)])
+    def test_torch_equals_scipy_blobs_in_a_corner(self, connectivity):
+        # smooth blobs (long, winding components) in one corner of a larger volume: the labeller works inside the
+        # foreground's box, and a component's id must not depend on it
+        gen = torch.Generator().manual_seed(connectivity)
+        field = torch.randn(1, 1, 20, 18, 16, generator=gen)
+        for _ in range(2):
+            field = torch.nn.functional.avg_pool3d(field, 3, 1, 1)
+        m = torch.zeros(31, 27, 23, dtype=torch.bool)
+        m[9:29, 7:25, 5:21] = field[0, 0] > 0.05
+        with backend("scipy"):
+            a, na = tu._label(m, connectivity)
+        with backend("torch"):
+            b, nb = tu._label(m, connectivity)
+        self.assertGreater(na, 1)
+        self.assertEqual(na, nb)
+        self.assertTrue(torch.equal(a, b))
+
     def test_empty_and_bad_connectivity(self):
         for name in ("scipy", "torch"):
             with backend(name):
