@@ -315,11 +315,10 @@ def keep_components_with_positive_points(
         features = features.to(chan.device)
         hit = {int(features[round(p[0]), round(p[1]), round(p[2])]) for p in coords}
         hit.discard(0)
-        keep = torch.zeros_like(fg)
-        for i in sorted(hit):
-            keep |= features == i
-        fill_in = chan[~keep & not_nan].mean()
-        chan[fg & ~keep] = fill_in
+        keep = torch.isin(features, torch.tensor(sorted(hit), dtype=features.dtype, device=features.device))
+        outside = ~keep & not_nan
+        fill_in = chan[outside].mean()
+        chan.copy_(torch.where(fg & ~keep, fill_in, chan))
     return img
 
 

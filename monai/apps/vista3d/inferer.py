@@ -72,13 +72,15 @@ def point_based_window_inferer(
     point_start: int = 0,
     center_only: bool = True,
     margin: int = 5,
+    device: torch.device | str | None = None,
     **kwargs: Any,
 ) -> torch.Tensor:
     """Segment one object by running ``predictor`` only on windows around its point prompts.
 
     Every window gets the whole prompt (``point_coords`` in image space) and ``patch_coords=[window]``, so a
-    VISTA3D predictor maps the points into the window itself. Window outputs are added into a CPU buffer
-    (overlapping windows sum, as upstream); voxels no window covers are NaN, or ``prev_mask`` when given.
+    VISTA3D predictor maps the points into the window itself. Window outputs are added into one buffer, on the
+    CPU unless ``device`` says otherwise (overlapping windows sum, as upstream); voxels no window covers are NaN,
+    or ``prev_mask`` when given.
     Images smaller than ``roi_size`` are zero-padded for inference and the padding cropped from the result.
 
     Args:
@@ -99,10 +101,13 @@ def point_based_window_inferer(
             centred, and with the point ``margin`` voxels from the window's start or end. Unlike upstream, those
             windows are kept inside the image near its edges (upstream gives an empty or truncated window).
         margin: without ``center_only``, the distance from the point to the far window ends.
+        device: where the windows are stitched and the result is returned; ``None``: the CPU (as MONAI 1.6.1).
+            A session of clicks on a GPU keeps it there: the click-only post-processing and the next click's
+            ``prev_mask`` then never cross to the host.
         kwargs: passed on to ``predictor``.
 
     Returns:
-        ``[1, B, H, W, D]`` float logits on the CPU.
+        ``[1, B, H, W, D]`` float logits on ``device``.
     """
     _check_inputs(inputs, roi_size, point_coords)
     roi = [int(r) for r in roi_size]
@@ -111,9 +116,10 @@ def point_based_window_inferer(
     point_coords = point_coords + torch.tensor([pad[4], pad[2], pad[0]]).to(point_coords.device)
     padded_prev = _pad_to_roi(prev_mask, roi)[0] if prev_mask is not None else None
     size = image.shape[-3:]
+    device = torch.device("cpu") if device is None else torch.device(device)
 
     stitched: torch.Tensor | None = None
-    covered = torch.zeros(size, dtype=torch.bool)
+    covered = torch.zeros(size, dtype=torch.bool, device=device)
     for window in _point_windows(point_coords[0, point_start:].tolist(), roi, size, center_only, margin):
         output = predictor(
             image[window],
@@ -126,8 +132,8 @@ def point_based_window_inferer(
             **kwargs,
         )
         if stitched is None:
-            stitched = torch.zeros([1, output.shape[1], *size])
-        stitched[window] += output.to("cpu")
+            stitched = torch.zeros([1, output.shape[1], *size], device=device)
+        stitched[window] += output.to(device)
         covered[window[2:]] = True
     if stitched is None:
         raise ValueError(
@@ -169,7 +175,7 @@ def _cropped_and_filled(
     crop = tuple(slice(lo, s - hi) for lo, hi, s in zip(pad[4::-2], pad[5::-2], size))
     stitched, covered = stitched[(slice(None), slice(None), *crop)], covered[crop]
     if padded_prev is not None:
-        stitched[:, :, ~covered] = padded_prev[(slice(None), slice(None), *crop)].to("cpu")[:, :, ~covered]
+        elsewhere = padded_prev[(slice(None), slice(None), *crop)].to(stitched.device, stitched.dtype)
     else:
-        stitched[:, :, ~covered] = float("nan")
-    return stitched
+        elsewhere = torch.tensor(float("nan"), device=stitched.device)
+    return torch.where(covered, stitched, elsewhere)

@@ -561,7 +561,8 @@ class Vista3DPipeline:
                 try:
                     logits = point_based_window_inferer(
                         inp, self.roi_size, predictor, point_coords, point_labels, class_vector=None,
-                        prompt_class=pc, prev_mask=prev_mask, point_start=point_start, transpose=True, with_coord=True,
+                        prompt_class=pc, prev_mask=prev_mask, point_start=point_start, device=self.device,
+                        transpose=True, with_coord=True,
                     )
                 finally:
                     run = predictor.finish()

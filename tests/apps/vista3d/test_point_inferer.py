@@ -23,6 +23,7 @@ from tests.testing_data.point_cases import StubPredictor, make_inferer_cases, ma
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "testing_data")
 REF = os.path.join(DATA, "point_helpers_upstream.pt")
+DEVICES = [("cpu",)] + ([("cuda",)] if torch.cuda.is_available() else [])
 
 
 class Recorder(torch.nn.Module):
@@ -126,6 +127,23 @@ class TestPointInferer(unittest.TestCase):
         covered[:16, :12, :10] = True
         self.assertTrue(torch.equal(out[:, :, ~covered], prev[:, :, ~covered]))
         self.assertTrue((out[:, :, covered] == 0.5).all())
+
+    @parameterized.expand(DEVICES)
+    def test_stitch_device(self, device):
+        """``device`` moves the stitch and the result there; the values are the CPU stitch's (prev_mask, NaN,
+        overlapping windows, padding)."""
+        img = torch.randn(1, 1, 13, 26, 21).to(device)
+        pts = torch.tensor([[[6.0, 5.0, 4.0], [6.0, 20.0, 15.0], [7.0, 9.0, 10.0]]], device=device)
+        labels = torch.tensor([[1, 0, 1]], device=device)
+        rec = Recorder(channels=2, value=0.25)
+        for prev in (None, torch.randn(1, 2, 13, 26, 21).to(device)):
+            expected = point_based_window_inferer(img, (16, 12, 10), rec, pts, labels, prev_mask=prev)
+            out = point_based_window_inferer(img, (16, 12, 10), rec, pts, labels, prev_mask=prev, device=device)
+            self.assertEqual(expected.device.type, "cpu")  # MONAI 1.6.1's default
+            self.assertEqual(out.device.type, device)
+            self.assertTrue(torch.equal(out.cpu(), expected) if prev is not None else
+                            torch.equal(out.cpu().nan_to_num(-7.0), expected.nan_to_num(-7.0)))
+            self.assertEqual(bool(torch.isnan(expected).any()), prev is None)
 
     def test_padding_small_image(self):
         img = torch.randn(1, 1, 13, 26, 9)
