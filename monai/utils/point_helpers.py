@@ -102,13 +102,16 @@ def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
     axis_groups = list(itertools.combinations(range(m.ndim), connectivity))
     big = torch.tensor(numel, dtype=index_dtype, device=m.device)
     flat_m = m.reshape(-1)
+    positions = torch.arange(numel, device=m.device)
     # labels of every voxel, and one more slot: the background's label points there, at itself
-    labels = torch.cat([torch.where(flat_m, torch.arange(numel, dtype=index_dtype, device=m.device), big), big[None]])
+    labels = torch.cat([torch.where(flat_m, positions.to(index_dtype), big), big[None]])
     while True:
         before = labels.clone()
         near = torch.where(m, _neighbourhood_min(labels[:numel].view(m.shape), axis_groups), big).reshape(-1)
         labels[:numel] = torch.minimum(labels[:numel], near)
-        labels.scatter_reduce_(0, before[:numel].long(), near, reduce="amin")  # hook the voxel's old label too
+        # hook the voxel's old label too; a background voxel hooks its own slot (a no-op), so that millions of them
+        # do not contend for one address on a GPU
+        labels.scatter_reduce_(0, torch.where(flat_m, before[:numel].long(), positions), near, reduce="amin")
         labels = labels[labels.long()]
         labels = labels[labels.long()]
         if torch.equal(labels, before):

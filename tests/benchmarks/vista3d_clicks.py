@@ -61,7 +61,7 @@ def organ_point(labels: np.ndarray, label_id: int, rank: int) -> list[int]:
     return inner[np.random.default_rng(rank).integers(len(inner))].tolist()
 
 
-def click_sequence(labels: np.ndarray, count: int, redraws: dict[int, int] | None = None) -> list[tuple[list[int], int]]:
+def click_sequence(labels: np.ndarray, count: int, redraws: dict[int, int] | None = None) -> list:
     """``count`` clicks ``(input voxel, 1/0)`` of :data:`SEQUENCE` (repeated past its length with other voxels);
     ``redraws`` maps a click's index to how many times it was drawn again (see :func:`past_window_end`)."""
     from monai.apps.vista3d.phantom import PHANTOM_LABELS
@@ -157,7 +157,7 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
     coords = pipe.prompts(Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks])),
                           session.record)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
-                "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half(),
+                "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half().cpu(),
                 "labels": labels.cpu()}, args.save)
     return {"setup_s": setup_s, "one_click_s": one, "sequence_s": sequence, "sequence_stages": stages,
             "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,

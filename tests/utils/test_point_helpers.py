@@ -109,6 +109,21 @@ class TestLabel(unittest.TestCase):
         self.assertEqual(na, nb)
         self.assertTrue(torch.equal(a, b))
 
+    @unittest.skipUnless(torch.cuda.is_available(), "the labeller on a GPU: needs a CUDA GPU")
+    def test_gpu_equals_scipy(self):
+        gen = torch.Generator().manual_seed(5)
+        field = torch.randn(1, 1, 70, 60, 50, generator=gen)
+        for _ in range(3):
+            field = torch.nn.functional.avg_pool3d(field, 5, 1, 2)
+        for m in (field[0, 0] > 0.02, torch.rand(40, 30, 20, generator=gen) < 0.3):
+            for connectivity in (1, 3):
+                with backend("scipy"):
+                    a, na = tu._label(m, connectivity)
+                b, nb = tu._label(m.cuda(), connectivity)
+                self.assertEqual(b.device.type, "cuda")
+                self.assertEqual(na, nb)
+                self.assertTrue(torch.equal(a, b.cpu()))
+
     def test_empty_and_bad_connectivity(self):
         for name in ("scipy", "torch"):
             with backend(name):
