@@ -109,9 +109,10 @@ def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
         before = labels.clone()
         near = torch.where(m, _neighbourhood_min(labels[:numel].view(m.shape), axis_groups), big).reshape(-1)
         labels[:numel] = torch.minimum(labels[:numel], near)
-        # hook the voxel's old label too; a background voxel hooks its own slot (a no-op), so that millions of them
-        # do not contend for one address on a GPU
-        labels.scatter_reduce_(0, torch.where(flat_m, before[:numel].long(), positions), near, reduce="amin")
+        # hook the voxel's old label too; a voxel that saw nothing lower (the background, and most voxels after the
+        # first rounds) hooks its own slot, a no-op, so that millions do not contend for one address on a GPU
+        lower = near < before[:numel]
+        labels.scatter_reduce_(0, torch.where(lower, before[:numel].long(), positions), near, reduce="amin")
         labels = labels[labels.long()]
         labels = labels[labels.long()]
         if torch.equal(labels, before):
