@@ -62,6 +62,7 @@ from .feasibility import check_environment, check_images, failure_reason
 from .inputs import collect_inputs, plan_outputs, read_input_list
 from .job import check_nonfinite, check_output_dtype
 from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
+from .layout import part_summary_name
 from .parts import (
     check_part,
     missing_folders,
@@ -69,7 +70,6 @@ from .parts import (
     OutputTaken,
     parse_part,
     part_keys,
-    part_summary_name,
     split_parts,
 )
 from .pipeline import resolve_device, SegmentationResult, Vista3DPipeline

@@ -11,15 +11,17 @@
 """Every name a run writes, in one room: label maps, per-class masks, summaries, part summaries, claims and the
 temporary files of atomic writes; and the checks that a name can be written.
 
-:class:`OutputLayout` answers each name of a run that writes into a folder. The claims' two names
-(:func:`~.parts.lock_path`, :func:`~.parts.part_summary_name`) are spelled in ``parts.py``, which processes that
-only hold claims load on its own, and which imports this room: so this room does not import it back.
+:class:`OutputLayout` answers each name of a run that writes into a folder; the functions below it answer the names
+that do not depend on the folder (a claim's lock beside its output, a part's summary, the summary of a second
+process given the same part, which of a folder's files are summaries). ``parts.py`` claims and merges by them.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +40,10 @@ __all__ = [
     "summary_path_for",
     "temp_prefix",
     "TEMP_SUFFIX",
+    "lock_path",
+    "part_summary_name",
+    "own_summary_name",
+    "summary_kind",
 ]
 
 #: the suffix of the temporary file of an atomic write, ``.<name>.<random>.part``, renamed onto ``<name>`` when
@@ -201,3 +207,47 @@ class OutputLayout:
     def temp_glob(path: str | os.PathLike) -> str:
         """The pattern of the temporary files of atomic writes of ``path`` (in its folder)."""
         return f"{temp_prefix(pathlib.Path(path).name)}*{TEMP_SUFFIX}"
+
+    @staticmethod
+    def lock(path: str | os.PathLike) -> pathlib.Path:
+        """The lock file that claims ``path`` (see :func:`lock_path`)."""
+        return lock_path(path)
+
+    def part_summary(self, part: Sequence[int]) -> pathlib.Path:
+        """The summary of part ``(i, N)`` of a run into this folder (see :func:`part_summary_name`)."""
+        return self.output_dir / part_summary_name(part)
+
+
+def lock_path(path: str | os.PathLike) -> pathlib.Path:
+    """The lock file that claims ``path``: ``.<name>.lock`` in the same folder."""
+    p = pathlib.Path(path)
+    return p.with_name(f".{p.name}.lock")
+
+
+def part_summary_name(part: Sequence[int]) -> str:
+    """The summary file of part ``(i, N)``: ``summary.part-<i>-of-<N>.json`` (``part`` checked by its parser,
+    :func:`~.parts.check_part`)."""
+    i, n = (int(v) for v in part)
+    return f"summary.part-{i}-of-{n}.json"
+
+
+def own_summary_name(path: str | os.PathLike) -> pathlib.Path:
+    """The name a summary takes when ``path`` belongs to another live process (a second process given the same
+    part, or two whole runs ending at once): ``.<host>-<pid>`` before ``.json``."""
+    p = pathlib.Path(path)
+    return p.with_name(f"{p.name[: -len('.json')]}.{socket.gethostname()}-{os.getpid()}.json")
+
+
+# summary.part-<i>-of-<N>.json, or summary.part-<i>-of-<N>.<host>-<pid>.json from a second process given part i
+_PART_SUMMARY = re.compile(r"^summary\.part-(\d+)-of-(\d+)(?:\.([^/]+))?\.json$")
+# summary.<host>-<pid>.json: a whole run that finished while another whole run's summary.json was being written
+_RUN_SUMMARY = re.compile(r"^summary\.(?!part-)[^/]+\.json$")
+
+
+def summary_kind(name: str) -> tuple[int, int] | None | bool:
+    """What the file ``name`` of an output folder is: ``(i, N)`` for a part's summary, ``None`` for a whole run's
+    (``summary.json``, ``summary.<host>-<pid>.json``), ``False`` for anything else."""
+    if m := _PART_SUMMARY.match(name):
+        return int(m.group(1)), int(m.group(2))
+    return None if name == "summary.json" or _RUN_SUMMARY.match(name) else False
+

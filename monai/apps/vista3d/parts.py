@@ -19,7 +19,7 @@ processes started anywhere, at any time, need no communication. Parts may share 
   (``fcntl.lockf``) on a hidden ``.<output name>.lock`` beside it, which the operating system drops when its
   process ends, so a killed part never blocks its rerun; an output claimed by another live process is reported
   ``busy``, not redone, and one written meanwhile is skipped;
-- each part writes its own summary (:func:`part_summary_name`); a second process given the same part by mistake
+- each part writes its own summary (:func:`~.layout.part_summary_name`); a second process given the same part by mistake
   writes another file (:func:`claim_summary`), so neither summary replaces the other;
 - :func:`merge_summaries` and :func:`format_summary` make one table of all the parts' summaries.
 
@@ -44,6 +44,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .layout import OutputLayout, lock_path, own_summary_name, summary_kind
+
 __all__ = [
     "Claim",
     "OutputClaims",
@@ -53,20 +55,14 @@ __all__ = [
     "claim_summary",
     "format_summary",
     "keep_earlier_done",
-    "lock_path",
     "merge_summaries",
     "missing_folders",
     "parse_part",
     "check_part",
     "part_keys",
-    "part_summary_name",
     "split_parts",
 ]
 
-# summary.part-<i>-of-<N>.json, or summary.part-<i>-of-<N>.<host>-<pid>.json from a second process given part i
-_PART_SUMMARY = re.compile(r"^summary\.part-(\d+)-of-(\d+)(?:\.([^/]+))?\.json$")
-# summary.<host>-<pid>.json: a whole run that finished while another whole run's summary.json was being written
-_RUN_SUMMARY = re.compile(r"^summary\.(?!part-)[^/]+\.json$")
 # the status of an image in merged summaries: the first of these that any summary reports for its output
 _PRECEDENCE = ("done", "skipped", "failed", "busy")
 
@@ -137,18 +133,6 @@ def part_keys(outputs: Sequence[str | os.PathLike], output_dir: str | os.PathLik
         except ValueError:
             keys.append(str(p))
     return keys
-
-
-def part_summary_name(part: Sequence[int]) -> str:
-    """The summary file of part ``(i, N)``: ``summary.part-<i>-of-<N>.json``."""
-    i, n = check_part(part)
-    return f"summary.part-{i}-of-{n}.json"
-
-
-def lock_path(path: str | os.PathLike) -> Path:
-    """The lock file that claims ``path``: ``.<name>.lock`` in the same folder."""
-    p = Path(path)
-    return p.with_name(f".{p.name}.lock")
 
 
 def _owner() -> str:
@@ -276,7 +260,7 @@ def claim_summary(path: str | os.PathLike, started: float) -> tuple[Path, Claim 
         if mine:
             return p, held
         held.release()
-    other = p.with_name(f"{p.name[: -len('.json')]}.{socket.gethostname()}-{os.getpid()}.json")
+    other = own_summary_name(p)
     return other, claim(other)
 
 
@@ -296,7 +280,7 @@ _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)
 def _remove_stale(output: Path) -> None:
     """Remove the temporary files of a killed writer of ``output``; call it holding the claim (so no live process
     is writing them)."""
-    for stale in output.parent.glob(f".{glob.escape(output.name)}.*.part"):
+    for stale in output.parent.glob(OutputLayout.temp_glob(glob.escape(str(output)))):
         stale.unlink(missing_ok=True)
 
 
@@ -419,8 +403,7 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
         with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C, SIGTERM).
     """
     root = Path(folder)
-    files = sorted(p for p in root.glob("summary*.json")
-                   if p.name == "summary.json" or _PART_SUMMARY.match(p.name) or _RUN_SUMMARY.match(p.name))
+    files = sorted(p for p in root.glob("summary*.json") if summary_kind(p.name) is not False)
     rows, unreadable = [], []
     seen: dict[int, set[int]] = {}
     status: dict[str, str] = {}
@@ -431,8 +414,8 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
         if data is None:
             unreadable.append(f.name)
             continue
-        m = _PART_SUMMARY.match(f.name)
-        part = [int(m.group(1)), int(m.group(2))] if m else None
+        kind = summary_kind(f.name)
+        part = list(kind) if kind else None
         if part is not None:
             seen.setdefault(part[1], set()).add(part[0])
         records = data.get("per_image") or []

@@ -20,8 +20,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d import io
 from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.layout import OutputLayout
-from monai.apps.vista3d.parts import lock_path, part_summary_name
+from monai.apps.vista3d.layout import OutputLayout, lock_path, own_summary_name, part_summary_name, summary_kind
 from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
 
@@ -34,13 +33,38 @@ NAMES = [
     ("mask_dir", LAYOUT.mask_dir("ct.nii.gz"), "out/ct"),
     ("masks", LAYOUT.masks("ct.nii.gz", [1, 999]), {1: "out/ct/liver.nii.gz", 999: "out/ct/label_999.nii.gz"}),
     ("summary", LAYOUT.summary(), "out/summary.json"),
-    ("part_summary", LAYOUT.output_dir / part_summary_name((2, 5)), "out/summary.part-2-of-5.json"),
-    ("lock", lock_path(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
+    ("part_summary", LAYOUT.part_summary((2, 5)), "out/summary.part-2-of-5.json"),
+    ("part_summary_name", part_summary_name((2, 5)), "summary.part-2-of-5.json"),
+    ("lock", LAYOUT.lock(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
+    ("lock_path", lock_path("out/ct/ct_trans.nii.gz"), "out/ct/.ct_trans.nii.gz.lock"),
     ("temp_files", LAYOUT.temp_glob("out/ct/ct_trans.nii.gz"), ".ct_trans.nii.gz.*.part"),
 ]
 
 
+SUMMARY_KINDS = [
+    ("run", "summary.json", None),
+    ("run_other_process", "summary.host-12.json", None),
+    ("part", "summary.part-2-of-5.json", (2, 5)),
+    ("part_other_process", "summary.part-2-of-5.host-12.json", (2, 5)),
+    ("one_file_run", "seg.summary.json", False),
+    ("not_json", "summary.json.part", False),
+    ("label_map", "ct_trans.nii.gz", False),
+]
+
+
 class TestOutputLayout(unittest.TestCase):
+    @parameterized.expand(SUMMARY_KINDS)
+    def test_summary_kind(self, _, name, expected):
+        self.assertEqual(summary_kind(name), expected)
+
+    def test_own_summary_name(self):
+        import os
+        import socket
+
+        got = own_summary_name(pathlib.Path("out/summary.part-1-of-2.json"))
+        self.assertEqual(str(got), f"out/summary.part-1-of-2.{socket.gethostname()}-{os.getpid()}.json")
+        self.assertEqual(summary_kind(got.name), (1, 2))  # a merge still counts it as part 1 of 2
+
     @parameterized.expand(NAMES)
     def test_name(self, _, got, expected):
         if isinstance(expected, dict):

@@ -42,23 +42,19 @@ from monai.apps.vista3d.parts import (
     claim,
     claim_summary,
     format_summary,
-    lock_path,
     merge_summaries,
     parse_part,
-    part_summary_name,
     split_parts,
 )
+from monai.apps.vista3d.layout import lock_path, part_summary_name
 from monai.apps.vista3d.phantom import write_phantom
 from tests.subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
-PARTS = ROOT / "monai" / "apps" / "vista3d" / "parts.py"
 # a second process that claims the path given on its command line, says so, and holds the claim until stdin closes;
-# it loads parts.py on its own (not the monai package), so that it starts in a fraction of a second
 HOLDER = (
-    "import importlib.util, sys\nspec = importlib.util.spec_from_file_location('parts', sys.argv[2])\n"
-    "parts = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(parts)\n"
-    "c = parts.claim(sys.argv[1])\n"
+    "import sys\nfrom monai.apps.vista3d.parts import claim\n"
+    "c = claim(sys.argv[1])\n"
     "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
 )
 
@@ -67,7 +63,7 @@ class Holder:
     """Another process holding a claim on ``path`` (as a part running elsewhere would)."""
 
     def __init__(self, path: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path), str(PARTS)], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=ROOT, env=child_env(),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.state = self.proc.stdout.readline().strip()
 
@@ -102,9 +98,9 @@ class TestPartArgument(unittest.TestCase):
             check_part(part)
 
     def test_summary_name(self):
-        self.assertEqual(part_summary_name((2, 8)), "summary.part-2-of-8.json")
+        self.assertEqual(part_summary_name(check_part((2, 8))), "summary.part-2-of-8.json")
         with self.assertRaisesRegex(ValueError, "does not exist"):
-            part_summary_name((8, 8))
+            check_part((8, 8))
 
 
 class TestSplit(unittest.TestCase):
