@@ -319,7 +319,7 @@ def _device(name: str | None, env: Any = None) -> torch.device:
 def _pipeline_kwargs(args: argparse.Namespace, roi: tuple[int, ...], embed_dim: int, sw_batch_size: Any,
                      progress: bool, streaming: bool = True) -> dict[str, Any]:
     """The ``Vista3DPipeline`` arguments the flags ask for (the random-weights warning is printed here, once)."""
-    from .pipeline import RANDOM_WEIGHTS_WARNING
+    from .network_ready import RANDOM_WEIGHTS_WARNING
 
     torch.manual_seed(args.seed)
     if args.weights is None:

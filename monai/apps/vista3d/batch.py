@@ -63,6 +63,7 @@ from .inputs import collect_inputs, plan_outputs, read_input_list
 from .job import check_nonfinite, check_output_dtype
 from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
 from .layout import part_summary_name
+from .network_ready import resolve_device
 from .parts import (
     check_part,
     missing_folders,
@@ -72,7 +73,8 @@ from .parts import (
     part_keys,
     split_parts,
 )
-from .pipeline import resolve_device, SegmentationResult, Vista3DPipeline
+from .pipeline import Vista3DPipeline
+from .results import SegmentationResult
 from .segmenter import (
     _as_segmenter,
     _batch_device,
@@ -133,7 +135,7 @@ class BatchOptions:
             else uint8.
         postfix: output name postfix.
         prefetch: images loaded ahead of the one being segmented.
-        device: see :func:`~.pipeline.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
+        device: see :func:`~.network_ready.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
             ``pipeline_kwargs["device"]`` may give it instead.
         backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
         pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
@@ -188,7 +190,7 @@ def run_batch(
             found in a folder keeps its subfolder (see :func:`plan_outputs`). Two images that would get the same
             output raise before any work starts.
         segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
-            :class:`~.pipeline.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
+            :class:`~.results.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
             ``(labels, {"windows": ...})`` (a :class:`Segmenter`); a :class:`PipelineSegmenter` reads the images
             itself, with its pipeline's load policy; a :class:`~.pipeline.Vista3DPipeline` runs with its own
             settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D

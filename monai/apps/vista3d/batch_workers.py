@@ -29,7 +29,7 @@ import torch
 from monai.utils.profiling import StageTimer
 
 from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry, label_map_to_host, save_class_masks, save_label_map
-from .pipeline import load_input
+from .load_policy import load_input
 from .distributed import on_device
 from .feasibility import failure_reason
 from .workers import WorkerError, get_from

@@ -55,7 +55,7 @@ class BenchSetup:
 
 def stage_table(timings: dict[str, float]) -> str:
     """The ``--timing`` table: each pipeline stage's seconds and share, the sliding window's under inference."""
-    from .pipeline import STAGES
+    from .results import STAGES
 
     total = total_seconds(timings)
     rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
@@ -74,7 +74,7 @@ def stage_table(timings: dict[str, float]) -> str:
 
 def total_seconds(timings: dict[str, float]) -> float:
     """The pipeline stages' seconds added up (their sub-stages, ``inference/...``, are inside ``inference``)."""
-    from .pipeline import STAGES
+    from .results import STAGES
 
     return sum(timings.get(s, 0.0) for s in STAGES)
 

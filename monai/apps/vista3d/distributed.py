@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from .errors import Vista3DInputError
 from .feasibility import failure_reason
-from .pipeline import resolve_device
+from .network_ready import resolve_device
 
 __all__ = ["shard_by_size", "TorchrunEnv", "rank_device", "dist_context", "on_device"]
 
@@ -89,7 +89,7 @@ class TorchrunEnv:
 
 
 def rank_device(device: str | torch.device | None, env: TorchrunEnv) -> torch.device:
-    """This process's device (see :func:`~.pipeline.resolve_device`; a bare ``"cuda"`` is ``LOCAL_RANK``'s GPU),
+    """This process's device (see :func:`~.network_ready.resolve_device`; a bare ``"cuda"`` is ``LOCAL_RANK``'s GPU),
     decided once where a job enters. CUDA is not touched for ``"cpu"``.
 
     Raises:

@@ -41,7 +41,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,10 @@ import torch
 
 from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
-from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
+from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
 from .job import (
     ROI_MULTIPLE,
-    check_embed_dim,
     check_nonfinite,
     check_output_dtype,
     check_overlap,
@@ -68,16 +67,19 @@ from .io import (
     check_output,
     class_mask_dir,
     class_mask_paths,
-    load_image,
     output_path,
     save_class_masks,
     save_label_map,
 )
 from .labels import bundle_config, special_point_labels
+from .load_policy import as_compute_layout, load_input, load_options
+from .network_ready import RANDOM_WEIGHTS_WARNING, check_network_kwargs, encoder_shape, ready_network, resolve_device
 from .postprocess import ClassMasks, logits_to_labels, logits_to_masks
 from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
 from .progress import WindowProgress
 from .prompts import ClassSpec, Prompt, parse_prompt
+from .results import STAGES, SegmentationResult
+from .window_pass import CountingPredictor, WindowPass
 
 __all__ = [
     "Vista3DPipeline",
@@ -97,116 +99,6 @@ __all__ = [
     "load_options",
 ]
 
-#: the stages of one image, in order (``inference`` has the sliding-window stages as ``inference/<stage>``)
-STAGES = ("load", "preprocess", "inference", "postprocess", "invert", "save")
-
-RANDOM_WEIGHTS_WARNING = (
-    "WARNING: no weights given: the VISTA3D network has RANDOM weights, the label maps are MEANINGLESS "
-    "(use only to test the pipeline or measure speed; pass weights=PATH, the bundle's models/model.pt, for real "
-    "results)"
-)
-
-
-def resolve_device(device: str | torch.device | None = None, local_rank: int = 0) -> torch.device:
-    """The device to compute on: ``None`` picks CUDA when available, a bare ``"cuda"`` means ``cuda:local_rank``.
-
-    A resolved CUDA device always has an index: under ``torchrun`` a bare ``"cuda"`` should mean one GPU per
-    rank, not every rank on GPU 0.
-
-    Raises:
-        Vista3DInputError: not a CUDA or CPU device, or CUDA asked for where there is none.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in ("cuda", "cpu"):
-        raise Vista3DInputError(f"device {str(device)!r} is not supported; use 'cuda', 'cuda:N' or 'cpu'.")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise Vista3DInputError("device 'cuda' was asked for, but CUDA is not available here; use device='cpu'.")
-    return torch.device("cuda", local_rank) if dev.type == "cuda" and dev.index is None else dev
-
-
-@dataclass
-class WindowPass:
-    """What one network pass over an image ran.
-
-    Attributes:
-        windows: windows given to the network.
-        sw_batch_size: the largest window batch of the pass (what ``"auto"`` chose).
-        stages: seconds of the sliding-window stages as ``inference/<stage>``, when the inferer measured them.
-    """
-
-    windows: int
-    sw_batch_size: int
-    stages: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class SegmentationResult:
-    """One image's segmentation and what it cost.
-
-    Attributes:
-        labels: ``[X, Y, Z]`` int16 label map on the input grid (255 where no point window predicted).
-        timings: seconds per stage (see :data:`STAGES`), plus ``inference/<stage>`` when measured.
-        windows: sliding windows run.
-        sw_batch_size: windows per network call (the largest batch; what ``"auto"`` chose).
-        record: the preprocessing record (grids of each stage, what inverting needs).
-        output: the file written, when the result was saved.
-        masks: with ``per_class``, one mask per prompted class on the input grid (label id -> ``[X, Y, Z]``
-            bool, see :class:`~.postprocess.ClassMasks`); None otherwise.
-        mask_outputs: label id -> the mask file written, when the masks were saved.
-    """
-
-    labels: torch.Tensor
-    timings: dict[str, float]
-    windows: int
-    sw_batch_size: int
-    record: PreprocessRecord
-    output: Path | None = None
-    masks: ClassMasks | None = None
-    mask_outputs: dict[int, Path] | None = None
-
-
-class _CountingPredictor:
-    """Wraps the network: advances a progress counter and records the windows of each call."""
-
-    def __init__(self, network: Callable):
-        self.network = network
-        self.progress: WindowProgress | None = None
-        self.batches: list[int] = []
-
-    def start(self, progress: WindowProgress) -> None:
-        """Begin one image's pass."""
-        self.progress, self.batches = progress, []
-
-    def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        out = self.network(x, *args, **kwargs)
-        self.batches.append(int(x.shape[0]))
-        if self.progress is not None:
-            self.progress.update(int(x.shape[0]))
-        return out
-
-    def finish(self, stages: dict[str, float] | None = None) -> WindowPass:
-        """End the pass: what it ran (the probe batch of ``sw_batch_size="auto"`` does not count as the size)."""
-        if self.progress is not None:
-            self.progress.close()
-        sizes = self.batches[1:] if len(self.batches) > 1 else self.batches
-        return WindowPass(sum(self.batches), max(sizes, default=0), dict(stages or {}))
-
-
-
-
-
-def _encoder_shape(network: Any) -> tuple[int, int]:
-    """``(encoder_embed_dim, halvings)`` of a VISTA3D: its first convolution's channels and its encoder's levels
-    below the first (``vista3d132``: ``(48, 4)``)."""
-    encoder = getattr(getattr(network, "image_encoder", None), "encoder", None)
-    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", 48))
-    return width, max(len(getattr(encoder, "layers", ())) - 1, 0) if encoder is not None else 4
-
 
 def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
     """A window size as three ints (see :func:`~.job.check_roi_size`, the one check of it).
@@ -215,79 +107,6 @@ def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int
         SettingError: not one or three positive multiples of ``multiple``.
     """
     return check_roi_size(value, multiple)
-
-
-def as_compute_layout(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as a contiguous floating tensor (float32 unless it is floating already), in one pass over the volume.
-
-    A file-order image (see :func:`load_input`) is cast and re-laid out by the same copy (resampling strided data
-    is slow); one that is both already is returned as it is.
-    """
-    if x.dtype.is_floating_point:
-        return x.contiguous()  # (Tensor.to returns a strided tensor of the same type as it is)
-    return x.to(dtype=torch.float32, memory_format=torch.contiguous_format)
-
-
-def check_network_kwargs(network_kwargs: dict | None) -> None:
-    """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
-
-    Raises:
-        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~.job.check_embed_dim`).
-    """
-    check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", 48))
-
-
-def load_options(device: torch.device) -> dict[str, Any]:
-    """Keyword arguments of :func:`~.io.load_image` for images computed on ``device``: the one load policy.
-
-    An accelerator gets the stored values in file order and converts them itself (only the stored bytes cross,
-    slab by slab while the file inflates; :meth:`Vista3DPipeline.preprocess` converts them there). On the CPU
-    the file is converted to float32 in C order while it inflates, since resampling a strided image there is
-    slow.
-    """
-    return {} if torch.device(device).type == "cpu" else {"dtype": None, "contiguous": False}
-
-
-def load_input(
-    path: str | os.PathLike, device: torch.device, volume_index: int | None = None, nonfinite: str = "air"
-) -> tuple[torch.Tensor, ImageGeometry]:
-    """Read a NIfTI file for a pipeline on ``device``: ``([1, X, Y, Z] HU, ImageGeometry)``.
-
-    What :meth:`Vista3DPipeline.load`, :meth:`Vista3DPipeline.segment_file` and the batch driver's loader
-    thread all call, so the command line, ``run_batch`` and ``segment_file`` read an image the same way.
-    """
-    return load_image(path, volume_index=volume_index, device=device, nonfinite=nonfinite, **load_options(device))
-
-
-def _ready_network(
-    network: torch.nn.Module | Callable | None,
-    weights: str | os.PathLike | None,
-    network_kwargs: dict | None,
-    device: torch.device,
-    fuse: bool,
-) -> torch.nn.Module | Callable:
-    """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
-    and fused where the network says its fused path can run there."""
-    if network is None:
-        check_network_kwargs(network_kwargs)
-        if weights is not None:
-            return _on_device(network_from_checkpoint(weights, network_kwargs), device, fuse)
-        network = build_network(network_kwargs)
-    if weights is not None:
-        if not isinstance(network, torch.nn.Module):
-            raise ValueError("weights can only be loaded into a torch.nn.Module network")
-        load_checkpoint(network, weights)
-    return _on_device(network, device, fuse) if isinstance(network, torch.nn.Module) else network
-
-
-def _on_device(network: torch.nn.Module, device: torch.device, fuse: bool) -> torch.nn.Module:
-    """``network`` on ``device`` in eval mode, fused where the network says its fused path can run there."""
-    from monai.networks.nets import VISTA3D
-
-    network = network.to(device).eval()
-    if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
-        network.fuse()
-    return network
 
 
 @dataclass(frozen=True)
@@ -335,7 +154,7 @@ class Vista3DPipeline:
             transpose=True)``; None builds ``vista3d132(**network_kwargs)``.
         weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
             built network keeps random weights and a warning says so.
-        device: where to compute (see :func:`resolve_device`); None picks CUDA when available.
+        device: where to compute (see :func:`~.network_ready.resolve_device`); None picks CUDA when available.
         options: the per-run options (:class:`PipelineOptions`: window size, overlap, batch, amp, output type, ...).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
@@ -370,7 +189,7 @@ class Vista3DPipeline:
         self.random_weights = network is None and weights is None
         if network is None:
             check_network(int((network_kwargs or {}).get("encoder_embed_dim", 48)), self.device)
-        self.network = _ready_network(network, weights, network_kwargs, self.device, fuse)
+        self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
         self.resample_dtype = resample_dtype
@@ -384,7 +203,7 @@ class Vista3DPipeline:
             if key == "roi_size":
                 value = as_roi_size(value, self._roi_multiple)
                 if self._roi_multiple == ROI_MULTIPLE:
-                    width, halvings = _encoder_shape(self.network)
+                    width, halvings = encoder_shape(self.network)
                     check_window(value, width, self.device, halvings)
             elif key == "nonfinite":
                 value = check_nonfinite(value)
@@ -401,7 +220,7 @@ class Vista3DPipeline:
             setattr(self, key, value)
         self._inferer: Any = None
         self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"
-        self._counting = _CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
+        self._counting = CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
 
     def replace(self, **options: Any) -> Vista3DPipeline:
         """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).
@@ -425,7 +244,7 @@ class Vista3DPipeline:
     ) -> tuple[torch.Tensor, ImageGeometry]:
         """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
-        See :func:`load_input`, the one load policy of the app; ``nonfinite`` defaults to the pipeline's.
+        See :func:`~.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the pipeline's.
         """
         return load_input(path, self.device, volume_index, nonfinite or self.nonfinite)
 
@@ -537,7 +356,7 @@ class Vista3DPipeline:
             (``prev_mask`` there when given).
         """
         inp = x[None] if x.ndim == 4 else x
-        predictor = self._counting if network is None else _CountingPredictor(network)
+        predictor = self._counting if network is None else CountingPredictor(network)
         stages: dict[str, float] = {}
         with torch.no_grad(), self._autocast():
             if point_coords is None:

@@ -22,9 +22,10 @@ import torch.distributed as dist
 from .distributed import TorchrunEnv, rank_device
 from .errors import Vista3DInputError
 from .io import ImageGeometry
-from .pipeline import SegmentationResult, Vista3DPipeline, load_input
+from .pipeline import Vista3DPipeline
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt
+from .results import SegmentationResult
 
 __all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn"]
 
@@ -32,7 +33,7 @@ __all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn"]
 @runtime_checkable
 class Segmenter(Protocol):
     """What :func:`~.batch.run_batch` calls on each image: ``(image, geometry)`` to a label map, a
-    :class:`~.pipeline.SegmentationResult`, or ``(labels, {"windows": ..., "timings": ...})``."""
+    :class:`~.results.SegmentationResult`, or ``(labels, {"windows": ..., "timings": ...})``."""
 
     def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> Any: ...
 
@@ -56,7 +57,7 @@ class PipelineSegmenter:
         self.pipeline, self.prompt = pipeline, prompt
 
     def load(self, path: Path, volume_index: int | None, nonfinite: str) -> tuple[torch.Tensor, ImageGeometry]:
-        """The pipeline's own load (see :func:`~.pipeline.load_input`)."""
+        """The pipeline's own load (see :func:`~.load_policy.load_input`)."""
         return self.pipeline.load(path, volume_index, nonfinite)
 
     @property

@@ -295,15 +295,15 @@ class TestOnePath(unittest.TestCase):
 
     def _spy_policy(self):
         """Count the load policy's uses (per device) while keeping what it decides."""
-        from monai.apps.vista3d import pipeline
+        from monai.apps.vista3d import load_policy
 
-        calls, real = [], pipeline.load_options
+        calls, real = [], load_policy.load_options
 
         def spy(device):
             calls.append(torch.device(device).type)
             return real(device)
 
-        return calls, mock.patch.object(pipeline, "load_options", spy)
+        return calls, mock.patch.object(load_policy, "load_options", spy)
 
     def test_every_entry_reads_through_the_load_policy(self):
         from monai.apps.vista3d.__main__ import main

@@ -242,7 +242,7 @@ class TestComputeLayout(unittest.TestCase):
     def _full_volume_ops(x):
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        from monai.apps.vista3d.pipeline import as_compute_layout
+        from monai.apps.vista3d.load_policy import as_compute_layout
 
         ops = []
 
