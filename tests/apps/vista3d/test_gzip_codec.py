@@ -25,7 +25,7 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d import gzip_codec as gz
-from monai.apps.vista3d import io as vio
+from monai.apps.vista3d import nifti_write
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.io import load_image, save_label_map
 from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom
@@ -58,7 +58,7 @@ class TestCodecs(unittest.TestCase):
             image, _ = load_image(self.src)
             torch.testing.assert_close(image, self.image, rtol=0, atol=0)
             # several blocks and threads: force small blocks so the CRC combination is exercised
-            with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(vio, "_SLAB_BYTES", 4096):
+            with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(nifti_write, "_SLAB_BYTES", 4096):
                 for level, threads in [(1, 1), (1, 3), (6, 2), (0, 2)]:
                     out = save_label_map(
                         self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level,

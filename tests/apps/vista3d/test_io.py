@@ -29,7 +29,7 @@ from nibabel.testing import data_path
 from parameterized import parameterized
 
 from monai.apps.vista3d import io as vio
-from monai.apps.vista3d import nifti_read
+from monai.apps.vista3d import nifti_read, nifti_write
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import (
     ImageGeometry,
@@ -234,7 +234,7 @@ class TestAtomicWrite(TempDirCase):
     @parameterized.expand([("seg.nii.gz",), ("seg.nii",)])
     def test_failure_mid_write_leaves_nothing(self, name):
         target = self.tmp / name
-        with mock.patch.object(vio, "write_gzip", side_effect=RuntimeError("disk gone")), mock.patch.object(
+        with mock.patch.object(nifti_write, "write_gzip", side_effect=RuntimeError("disk gone")), mock.patch.object(
             os, "fsync", side_effect=OSError(5, "Input/output error")
         ):
             with self.assertRaises((RuntimeError, Vista3DOutputError)):
@@ -559,7 +559,7 @@ class TestSaveLabelMap(TempDirCase):
             "c_float32": self.labels.astype(np.float32),
             "tensor": torch.from_numpy(self.labels)[None],
         }[layout]
-        with mock.patch.object(vio, "_SLAB_BYTES", 2000):  # several slabs, so several blocks and threads
+        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):  # several slabs, so several blocks and threads
             out = save_label_map(src, self.geom, self.tmp / "out" / f"seg_{dtype}.nii.gz", dtype, threads=threads)
         back = nib.load(out)
         self.assertEqual(back.get_data_dtype(), np.dtype(dtype))
@@ -580,7 +580,7 @@ class TestSaveLabelMap(TempDirCase):
         labels[3, 4, 40] = 300  # in the last slab
         target = self.tmp / "seg.nii.gz"
         target.write_bytes(b"previous")
-        with mock.patch.object(vio, "_SLAB_BYTES", 2000):
+        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):
             msg = r"\[0, 300\].*does not fit uint8 \[0, 255\].*int16 or float32"
             with self.assertRaisesRegex(Vista3DInputError, msg):
                 save_label_map(view(labels), self.geom, target, "uint8", threads=2)
@@ -607,11 +607,11 @@ class TestSaveLabelMap(TempDirCase):
         labels = torch.from_numpy(self.labels).to(src_dtype)
         if extra:
             labels[1, 2, 3] = extra
-        host = vio._to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
+        host = nifti_write._to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
         self.assertEqual(host.dtype, np.dtype(carrier))
         self.assertTrue(host.T.flags.c_contiguous)  # file order: the host-side slabs are views
         np.testing.assert_array_equal(host, labels.numpy())
-        with mock.patch.object(vio, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
+        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
             out = save_label_map(host, self.geom, self.tmp / "narrow.nii.gz", dtype, threads=2)
             ref = save_label_map(labels.numpy(), self.geom, self.tmp / "ref.nii.gz", dtype, threads=2)
         self.assertEqual(gzip.decompress(out.read_bytes()), gzip.decompress(ref.read_bytes()))
@@ -621,7 +621,7 @@ class TestSaveLabelMap(TempDirCase):
         labels = torch.from_numpy(self.labels).to(torch.int32)
         labels[0, 0, 0] = -1
         with self.assertRaisesRegex(Vista3DInputError, r"\[-1, 255\].*does not fit uint8"):
-            vio._to_host_file_order(labels, np.dtype("uint8"))
+            nifti_write._to_host_file_order(labels, np.dtype("uint8"))
 
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_cuda_labels(self):
@@ -682,7 +682,7 @@ class TestSaveClassMasks(TempDirCase):
 
     def test_failure_mid_set_leaves_no_file(self):
         calls = []
-        real = vio.write_gzip
+        real = nifti_write.write_gzip
 
         def fail_on_second(*args, **kwargs):
             calls.append(args[0].name)
@@ -691,7 +691,7 @@ class TestSaveClassMasks(TempDirCase):
             return real(*args, **kwargs)
 
         folder = class_mask_dir(self.src, self.out)
-        with mock.patch.object(vio, "write_gzip", fail_on_second):
+        with mock.patch.object(nifti_write, "write_gzip", fail_on_second):
             with self.assertRaisesRegex(Vista3DOutputError, "No space left"):
                 save_class_masks(self.masks, self.geom, folder)
         self.assertEqual(len(calls), 2)
@@ -702,7 +702,7 @@ class TestSaveClassMasks(TempDirCase):
         first = save_class_masks(self.masks, self.geom, folder)
         before = {i: _sha(p) for i, p in first.items()}
         flipped = ClassMasks(~self.masks.packed, self.ids)
-        with mock.patch.object(vio, "write_gzip", side_effect=[None, OSError(5, "Input/output error")]):
+        with mock.patch.object(nifti_write, "write_gzip", side_effect=[None, OSError(5, "Input/output error")]):
             with self.assertRaisesRegex(Vista3DOutputError, "Input/output error"):
                 save_class_masks(flipped, self.geom, folder)
         self.assertEqual({i: _sha(p) for i, p in first.items()}, before)

@@ -1,0 +1,44 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Where an image's voxels lie: the :class:`ImageGeometry` a load gives and a save writes back on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ImageGeometry"]
+
+
+@dataclass
+class ImageGeometry:
+    """Where an image's voxels lie, and what is needed to write a result on the same grid.
+
+    Attributes:
+        affine: ``[4, 4]`` float64 voxel-to-world (RAS mm) matrix, as ``nibabel`` gives it (``img.affine``).
+        spatial_shape: ``(X, Y, Z)`` voxel counts, axes as on disk.
+        header: a copy of the input's NIfTI header (qform/sform and their codes kept).
+        filename: the input path, or ``None`` for an in-memory image.
+        dtype: the on-disk voxel dtype (before scl_slope/scl_inter scaling), byte order included.
+    """
+
+    affine: np.ndarray
+    spatial_shape: tuple[int, int, int]
+    header: Any
+    filename: str | None
+    dtype: np.dtype
+
+    @property
+    def spacing(self) -> tuple[float, float, float]:
+        """Voxel size in mm along each voxel axis (column norms of the affine)."""
+        return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
