@@ -41,7 +41,6 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +61,6 @@ from .job import (
 )
 from .feasibility import check_image, check_network, check_window
 from .io import (
-    DEFAULT_OUTPUT_DTYPE,
     ImageGeometry,
     check_output,
     class_mask_dir,
@@ -71,13 +69,14 @@ from .io import (
     save_class_masks,
     save_label_map,
 )
-from .labels import bundle_config, special_point_labels
+from .labels import bundle_config
 from .load_policy import as_compute_layout, load_input, load_options
 from .network_ready import RANDOM_WEIGHTS_WARNING, check_network_kwargs, encoder_shape, ready_network, resolve_device
 from .postprocess import ClassMasks, logits_to_labels, logits_to_masks
-from .preprocess import PreprocessRecord, input_to_preprocessed_coords, invert_labels, preprocess
+from .preprocess import PreprocessRecord, invert_labels, preprocess
 from .progress import WindowProgress
-from .prompts import ClassSpec, Prompt, parse_prompt
+from .pipeline_options import PipelineOptions
+from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import STAGES, SegmentationResult
 from .window_pass import CountingPredictor, WindowPass
 
@@ -107,43 +106,6 @@ def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int
         SettingError: not one or three positive multiples of ``multiple``.
     """
     return check_roi_size(value, multiple)
-
-
-@dataclass(frozen=True)
-class PipelineOptions:
-    """The per-run options of a :class:`Vista3DPipeline` (what :meth:`Vista3DPipeline.replace` changes); every field
-    is also a keyword of :class:`Vista3DPipeline`.
-
-    Attributes:
-        roi_size: sliding-window size, one int for a cube or three (the bundle's 128³); multiples of 16.
-        overlap: window overlap (the bundle's 0.25).
-        sw_batch_size: windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
-        amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
-        progress: a progress bar over the windows.
-        timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
-        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
-            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
-        streaming: class prompts go through the streamed label-map path (:meth:`~Vista3DPipeline.infer_labels`),
-            which never holds all classes' logits for the whole volume; False keeps upstream's full-logits path
-            with its out-of-memory fallback (``infer`` + ``postprocess``). Point prompts always use the latter.
-        nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
-            or ``"error"`` (refused).
-        per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
-            them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
-            path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
-            prompt (with points: the clicked object's class).
-    """
-
-    roi_size: int | Sequence[int] = (128, 128, 128)
-    overlap: float = 0.25
-    sw_batch_size: int | str = 1
-    amp: bool | None = None
-    progress: bool = False
-    timing: bool = True
-    output_dtype: str = DEFAULT_OUTPUT_DTYPE
-    streaming: bool = True
-    nonfinite: str = "air"
-    per_class: bool = False
 
 
 class Vista3DPipeline:
@@ -291,31 +253,7 @@ class Vista3DPipeline:
         Raises:
             PromptError: a point outside the image, or in the air cropped away by the preprocessing.
         """
-        if prompt.points is None:
-            return {"label_ids": prompt.label_ids, "point_coords": None, "point_labels": None}
-        points = prompt.points
-        shape = np.asarray(record.input_shape)
-        outside = [p.tolist() for p in points if (p < -0.5).any() or (p > shape - 0.5).any()]
-        if outside:
-            raise PromptError(
-                f"point(s) {outside} lie outside the image (voxel indices must be within 0..{(shape - 1).tolist()})"
-            )
-        coords = input_to_preprocessed_coords(points, record)
-        fshape = np.asarray(record.final_shape)
-        cropped = [p.tolist() for p, c in zip(points, coords) if (c < -0.5).any() or (c > fshape - 0.5).any()]
-        if cropped:
-            raise PromptError(
-                f"point(s) {cropped} lie in the air outside the body, beyond the foreground crop of the bundle; "
-                "click inside the body"
-            )
-        labs = np.asarray(prompt.point_labels, dtype=np.int64).copy()
-        if prompt.label_ids is not None and prompt.label_ids[0] in special_point_labels():
-            labs = labs + 2  # the bundle's special classes (vessels, tumours) use labels 2/3
-        return {
-            "label_ids": prompt.label_ids,
-            "point_coords": torch.as_tensor(coords, dtype=torch.float32, device=self.device)[None],
-            "point_labels": torch.as_tensor(labs, device=self.device)[None],
-        }
+        return prompt_on_grid(prompt, record, self.device)
 
     def _autocast(self):
         if self.amp and self.device.type == "cuda":

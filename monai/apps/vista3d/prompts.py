@@ -18,15 +18,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 import torch
 
 from .errors import PromptError
-from .labels import parse_classes
+from .labels import parse_classes, special_point_labels
+from .preprocess import input_to_preprocessed_coords
 
-__all__ = ["Prompt", "parse_prompt", "parse_points"]
+if TYPE_CHECKING:
+    from .preprocess import PreprocessRecord
+
+__all__ = ["Prompt", "parse_prompt", "parse_points", "prompt_on_grid"]
 
 ClassSpec = Union[str, int, Sequence[Union[int, str]], None]
 
@@ -123,3 +127,40 @@ def parse_points(points, point_labels) -> tuple[np.ndarray | None, np.ndarray | 
     if not np.isfinite(pts).all():
         raise PromptError("point coordinates must be finite numbers")
     return pts, labs
+
+
+def prompt_on_grid(prompt: Prompt, record: PreprocessRecord, device: torch.device) -> dict[str, Any]:
+    """``prompt`` (points in input voxels) on the network grid of the image ``record`` describes.
+
+    Returns:
+        dict with ``label_ids`` (list or None), ``point_coords`` ``[1, N, 3]`` and ``point_labels`` ``[1, N]``
+        tensors on ``device`` (or None); the special classes' point labels are 2/3.
+
+    Raises:
+        PromptError: a point outside the image, or in the air cropped away by the preprocessing.
+    """
+    if prompt.points is None:
+        return {"label_ids": prompt.label_ids, "point_coords": None, "point_labels": None}
+    points = prompt.points
+    shape = np.asarray(record.input_shape)
+    outside = [p.tolist() for p in points if (p < -0.5).any() or (p > shape - 0.5).any()]
+    if outside:
+        raise PromptError(
+            f"point(s) {outside} lie outside the image (voxel indices must be within 0..{(shape - 1).tolist()})"
+        )
+    coords = input_to_preprocessed_coords(points, record)
+    fshape = np.asarray(record.final_shape)
+    cropped = [p.tolist() for p, c in zip(points, coords) if (c < -0.5).any() or (c > fshape - 0.5).any()]
+    if cropped:
+        raise PromptError(
+            f"point(s) {cropped} lie in the air outside the body, beyond the foreground crop of the bundle; "
+            "click inside the body"
+        )
+    labs = np.asarray(prompt.point_labels, dtype=np.int64).copy()
+    if prompt.label_ids is not None and prompt.label_ids[0] in special_point_labels():
+        labs = labs + 2  # the bundle's special classes (vessels, tumours) use labels 2/3
+    return {
+        "label_ids": prompt.label_ids,
+        "point_coords": torch.as_tensor(coords, dtype=torch.float32, device=device)[None],
+        "point_labels": torch.as_tensor(labs, device=device)[None],
+    }
