@@ -78,13 +78,22 @@ def _neighbourhood_min(x: torch.Tensor, axis_groups: list[tuple[int, ...]]) -> t
     return x if result is None else result
 
 
-def _bounding_box(m: torch.Tensor) -> tuple[slice, ...]:
-    """The smallest box (one slice per axis) holding every ``True`` of a non-empty boolean tensor."""
-    box = []
-    for axis in range(m.ndim):
-        others = [d for d in range(m.ndim) if d != axis]
-        hit = torch.nonzero(m.amax(dim=others) if others else m).flatten()
+def _bounding_box(m: torch.Tensor) -> tuple[slice, ...] | None:
+    """The smallest box (one slice per axis) holding every ``True`` of a boolean tensor, ``None`` when there is
+    none; the tensor's device is asked once (one copy of each axis's profile), not once per axis and end."""
+    if m.numel() == 0:
+        return None
+    if m.ndim == 0:
+        return () if bool(m) else None
+    profiles = [m.amax(dim=[d for d in range(m.ndim) if d != axis]) if m.ndim > 1 else m for axis in range(m.ndim)]
+    flat = torch.cat(profiles).cpu().numpy()
+    box, start = [], 0
+    for size in m.shape:
+        hit = np.flatnonzero(flat[start : start + size])
+        if not len(hit):
+            return None
         box.append(slice(int(hit[0]), int(hit[-1]) + 1))
+        start += size
     return tuple(box)
 
 
@@ -125,10 +134,10 @@ def _label_torch(mask: torch.Tensor, connectivity: int) -> tuple[torch.Tensor, i
     # size-1 axes have no neighbours along them, dropping them leaves the components unchanged
     m = mask.reshape([s for s in shape if s > 1])
     ids = torch.zeros(m.shape, dtype=torch.int64, device=mask.device)
-    if m.numel() == 0 or not bool(m.any()):
-        return ids.reshape(shape), 0
     # every component lies inside the foreground's box, and raster order inside the box is the volume's
     box = _bounding_box(m)
+    if box is None:
+        return ids.reshape(shape), 0
     sub = m[box]
     roots = _root_labels(sub, max(1, min(connectivity, sub.ndim)))
     firsts = torch.unique(roots[sub])

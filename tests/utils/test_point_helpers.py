@@ -109,6 +109,18 @@ class TestLabel(unittest.TestCase):
         self.assertEqual(na, nb)
         self.assertTrue(torch.equal(a, b))
 
+    @parameterized.expand([((1, 1, 1),), ((1,),), ((1, 7, 1),), ((3, 1, 4),)])
+    def test_size_one_axes(self, shape):
+        gen = torch.Generator().manual_seed(len(shape))
+        for m in (torch.ones(shape, dtype=torch.bool), torch.zeros(shape, dtype=torch.bool),
+                  torch.rand(shape, generator=gen) < 0.5):
+            with backend("scipy"):
+                a, na = tu._label(m)
+            with backend("torch"):
+                b, nb = tu._label(m)
+            self.assertEqual((na, nb), (na, na))
+            self.assertTrue(torch.equal(a, b))
+
     @unittest.skipUnless(torch.cuda.is_available(), "the labeller on a GPU: needs a CUDA GPU")
     def test_gpu_equals_scipy(self):
         gen = torch.Generator().manual_seed(5)
