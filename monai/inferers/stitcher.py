@@ -369,4 +369,3 @@ def _as_5d_weight(w: torch.Tensor, ndim: int) -> torch.Tensor:
     while w.ndim < ndim + 2:
         w = w[None]
     return w
-

@@ -475,5 +475,3 @@ def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
     nonfinite = check_nonfinite(_one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air"))
     dtype = _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
     return nonfinite, check_output_dtype(dtype)
-
-

@@ -250,4 +250,3 @@ def summary_kind(name: str) -> tuple[int, int] | None | bool:
     if m := _PART_SUMMARY.match(name):
         return int(m.group(1)), int(m.group(2))
     return None if name == "summary.json" or _RUN_SUMMARY.match(name) else False
-
