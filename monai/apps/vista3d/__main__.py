@@ -350,7 +350,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from .parts import format_summary, merge_summaries
+    from .summary_merge import format_summary, merge_summaries
 
     folder = Path(args.folder)
     if not folder.is_dir():

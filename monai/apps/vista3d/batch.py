@@ -47,6 +47,7 @@ import torch
 from monai.utils.profiling import StageTimer
 
 from .batch_workers import _load_for, _Loader, _timed_save, AsyncSaver
+from .claims import missing_folders, OutputClaims, OutputTaken
 from .distributed import (
     _agree_on_setup,
     _gathered,
@@ -64,15 +65,7 @@ from .job import check_nonfinite, check_output_dtype
 from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
 from .layout import part_summary_name
 from .network_ready import resolve_device
-from .parts import (
-    check_part,
-    missing_folders,
-    OutputClaims,
-    OutputTaken,
-    parse_part,
-    part_keys,
-    split_parts,
-)
+from .parts import check_part, parse_part, part_keys, split_parts
 from .pipeline import Vista3DPipeline
 from .results import SegmentationResult
 from .segmenter import (

@@ -13,7 +13,8 @@ temporary files of atomic writes; and the checks that a name can be written.
 
 :class:`OutputLayout` answers each name of a run that writes into a folder; the functions below it answer the names
 that do not depend on the folder (a claim's lock beside its output, a part's summary, the summary of a second
-process given the same part, which of a folder's files are summaries). ``parts.py`` claims and merges by them.
+process given the same part, which of a folder's files are summaries). ``claims.py`` and ``summary_merge.py``
+claim and merge by them.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 #: the suffix of the temporary file of an atomic write, ``.<name>.<random>.part``, renamed onto ``<name>`` when
-#: complete (parts.py removes a crashed run's by this pattern)
+#: complete (claims.py removes a crashed run's by this pattern)
 TEMP_SUFFIX = ".part"
 
 

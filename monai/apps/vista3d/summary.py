@@ -26,7 +26,8 @@ from .errors import OutputPathError, Vista3DOutputError
 from .feasibility import os_message
 from .io import check_name_lengths
 from .layout import TEMP_SUFFIX, summary_path_for, temp_prefix
-from .parts import claim_summary, keep_earlier_done
+from .claims import claim_summary
+from .summary_merge import keep_earlier_done
 
 __all__ = ["SUMMARY_MARK", "check_summary_path", "BatchResult", "summary_path_for"]
 
@@ -180,7 +181,7 @@ class BatchResult:
 def _write_summary(path: Path, result: BatchResult) -> Path:
     """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
     (of the same part, or another whole run) wrote ``path`` since this run began (see
-    :func:`.parts.claim_summary`); images done by the run whose summary it replaces stay done."""
+    :func:`~.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
     path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
     try:
         _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())

@@ -34,26 +34,18 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.__main__ import main
 from monai.apps.vista3d.batch import run_batch
+from monai.apps.vista3d.claims import OutputClaims, OutputTaken, claim, claim_summary
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.parts import (
-    OutputClaims,
-    OutputTaken,
-    check_part,
-    claim,
-    claim_summary,
-    format_summary,
-    merge_summaries,
-    parse_part,
-    split_parts,
-)
 from monai.apps.vista3d.layout import lock_path, part_summary_name
+from monai.apps.vista3d.parts import check_part, parse_part, split_parts
 from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.summary_merge import format_summary, merge_summaries
 from tests.subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 # a second process that claims the path given on its command line, says so, and holds the claim until stdin closes;
 HOLDER = (
-    "import sys\nfrom monai.apps.vista3d.parts import claim\n"
+    "import sys\nfrom monai.apps.vista3d.claims import claim\n"
     "c = claim(sys.argv[1])\n"
     "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
 )

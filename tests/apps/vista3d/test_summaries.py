@@ -21,7 +21,7 @@ import nibabel as nib
 import numpy as np
 
 from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.parts import merge_summaries
+from monai.apps.vista3d.summary_merge import merge_summaries
 from tests.apps.vista3d.test_batch import tiny_segment
 from tests.apps.vista3d.test_cli import run_main
 
