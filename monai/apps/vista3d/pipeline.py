@@ -51,14 +51,7 @@ from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
-from .job import (
-    ROI_MULTIPLE,
-    check_nonfinite,
-    check_output_dtype,
-    check_overlap,
-    check_roi_size,
-    check_sw_batch_size,
-)
+from .job import ROI_MULTIPLE, check_roi_size
 from .feasibility import check_image, check_network, check_window
 from .io import (
     ImageGeometry,
@@ -157,29 +150,18 @@ class Vista3DPipeline:
         self.resample_dtype = resample_dtype
         self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
         self._roi_multiple = ROI_MULTIPLE if isinstance(self.network, VISTA3D) else 1
-        self._configure(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)})
+        self._configure(opts)
 
-    def _configure(self, **options: Any) -> None:
-        """Check and set the per-run options (the network and device stay)."""
-        for key, value in options.items():
-            if key == "roi_size":
-                value = as_roi_size(value, self._roi_multiple)
-                if self._roi_multiple == ROI_MULTIPLE:
-                    width, halvings = encoder_shape(self.network)
-                    check_window(value, width, self.device, halvings)
-            elif key == "nonfinite":
-                value = check_nonfinite(value)
-            elif key == "overlap":
-                value = check_overlap(value)
-            elif key == "sw_batch_size":
-                value = check_sw_batch_size(value)
-            elif key == "per_class":
-                value = bool(value)
-            elif key == "amp":
-                value = (self.device.type == "cuda") if value is None else bool(value)
-            elif key == "output_dtype":
-                value = check_output_dtype(value)
-            setattr(self, key, value)
+    def _configure(self, options: PipelineOptions) -> None:
+        """Set the per-run options, checked when ``options`` was built; here what needs the network and device: the
+        window's multiple of 16 and its fit (VISTA3D), and ``amp``'s default (the network and device stay)."""
+        for f in dataclasses.fields(PipelineOptions):
+            setattr(self, f.name, getattr(options, f.name))
+        self.roi_size = as_roi_size(options.roi_size, self._roi_multiple)
+        if self._roi_multiple == ROI_MULTIPLE:
+            width, halvings = encoder_shape(self.network)
+            check_window(self.roi_size, width, self.device, halvings)
+        self.amp = (self.device.type == "cuda") if options.amp is None else options.amp
         self._inferer: Any = None
         self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"
         self._counting = CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
@@ -189,10 +171,11 @@ class Vista3DPipeline:
 
         Raises:
             TypeError: a keyword that is no field of :class:`PipelineOptions` (as the constructor).
+            SettingError: a value that cannot be used (nothing changes).
         """
-        dataclasses.replace(self.options, **options)  # an unknown keyword raises here, before anything changes
+        changed = dataclasses.replace(self.options, **options)  # checked here, before anything changes
         other = copy.copy(self)
-        other._configure(**options)
+        other._configure(changed)
         return other
 
     @property

@@ -8,13 +8,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The per-run options of a :class:`~monai.apps.vista3d.pipeline.Vista3DPipeline`, in one frozen dataclass."""
+"""The per-run options of a :class:`~monai.apps.vista3d.pipeline.Vista3DPipeline`, in one frozen dataclass that
+checks itself when it is built (:mod:`~monai.apps.vista3d.job`'s checks: a bad value names its field)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .job import check_nonfinite, check_output_dtype, check_overlap, check_roi_size, check_sw_batch_size
 from .nifti_write import DEFAULT_OUTPUT_DTYPE
 
 __all__ = ["PipelineOptions"]
@@ -43,6 +45,10 @@ class PipelineOptions:
             them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
             path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
             prompt (with points: the clicked object's class).
+
+    Raises:
+        SettingError: a value that cannot be used; the message names the field (``roi_size must be ...``). The
+            window's multiple of 16 and its fit on the device are the pipeline's checks, which know the network.
     """
 
     roi_size: int | Sequence[int] = (128, 128, 128)
@@ -55,3 +61,19 @@ class PipelineOptions:
     streaming: bool = True
     nonfinite: str = "air"
     per_class: bool = False
+
+    def __post_init__(self):
+        resolved = {
+            "roi_size": check_roi_size(self.roi_size),
+            "overlap": check_overlap(self.overlap),
+            "sw_batch_size": check_sw_batch_size(self.sw_batch_size),
+            "output_dtype": check_output_dtype(self.output_dtype),
+            "nonfinite": check_nonfinite(self.nonfinite),
+            "amp": None if self.amp is None else bool(self.amp),
+            "progress": bool(self.progress),
+            "timing": bool(self.timing),
+            "streaming": bool(self.streaming),
+            "per_class": bool(self.per_class),
+        }
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one, once

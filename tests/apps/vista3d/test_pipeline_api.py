@@ -17,7 +17,9 @@ import unittest
 
 import numpy as np
 import torch
+from parameterized import parameterized
 
+from monai.apps.vista3d.job import SettingError
 from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
 from tests.apps.vista3d.stub_vista import HU, StubVista, phantom
 
@@ -50,6 +52,33 @@ class TestPipelineOptions(unittest.TestCase):
         self.assertIs(opts.amp, False)  # resolved for the CPU
         self.assertEqual(pipe.replace(streaming=False).options, dataclasses.replace(opts, streaming=False))
         self.assertEqual(_pipe(options=opts).options, opts)  # a pipeline built from them has the same ones
+
+    @parameterized.expand([
+        ("roi_size", {"roi_size": (32, 0, 32)}), ("roi_size", {"roi_size": "big"}), ("overlap", {"overlap": 1.0}),
+        ("sw_batch_size", {"sw_batch_size": 0}), ("sw_batch_size", {"sw_batch_size": 2.5}),
+        ("output_dtype", {"output_dtype": "float16"}), ("nonfinite", {"nonfinite": "zero"}),
+    ])
+    def test_checked_when_built(self, field, bad):
+        with self.assertRaises(SettingError) as caught:
+            PipelineOptions(**bad)
+        self.assertEqual(caught.exception.field, field)
+        self.assertTrue(str(caught.exception).startswith(f"{field} "))
+
+    def test_resolved_when_built(self):
+        opts = PipelineOptions(roi_size=64, overlap="0.5", sw_batch_size="4", amp=1, per_class=np.bool_(True))
+        self.assertEqual((opts.roi_size, opts.overlap, opts.sw_batch_size), ((64, 64, 64), 0.5, 4))
+        self.assertIs(opts.amp, True)
+        self.assertIs(opts.per_class, True)
+        self.assertIsNone(PipelineOptions().amp)  # decided by the pipeline's device
+        self.assertEqual(PipelineOptions(sw_batch_size="auto").sw_batch_size, "auto")
+
+    def test_window_multiple_is_the_pipelines_check(self):
+        opts = PipelineOptions(roi_size=40)  # any positive size: the multiple of 16 depends on the network
+        self.assertEqual(opts.roi_size, (40, 40, 40))
+        from monai.networks.nets import vista3d132
+
+        with self.assertRaisesRegex(SettingError, "multiples of 16"):
+            Vista3DPipeline(network=vista3d132(encoder_embed_dim=8), device="cpu", options=opts)
 
     def test_mask_of_a_class_not_requested(self):
         img, aff, _ = phantom((24, 24, 16), np.eye(3), (1.5, 1.5, 1.5))
