@@ -80,6 +80,7 @@ from .segmenter import (
     PipelineSegmenter,
     SegmentFn,
     Segmenter,
+    spread_options,
 )
 from .summary import (
     _counted,
@@ -206,6 +207,7 @@ def run_batch(
         Vista3DInputError: a setting that disagrees with the given pipeline's (nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
+    opts = dataclasses.replace(opts, pipeline_kwargs=spread_options(opts.pipeline_kwargs))
     segment_fn = _as_segmenter(segment_fn, opts.pipeline_kwargs)
     paths, outs = _planned_outputs(inputs, output_dir, opts)
     nonfinite, output_dtype = _pipeline_settings(segment_fn, opts)

@@ -27,7 +27,7 @@ from .progress import text_bar
 from .prompts import Prompt, parse_prompt
 from .results import SegmentationResult
 
-__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn"]
+__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn", "spread_options"]
 
 
 @runtime_checkable
@@ -88,6 +88,16 @@ def pipeline_segment_fn(
 
 
 _PROMPT_KEYS = ("classes", "points", "point_labels")
+
+
+def spread_options(pipeline_kwargs: dict | None) -> dict | None:
+    """``pipeline_kwargs`` with a :class:`~.pipeline_options.PipelineOptions` given as ``options=`` spread into its
+    fields (a keyword given beside it wins, as in ``Vista3DPipeline``), so that ``run_batch`` reads each setting in
+    one place: the output type, the non-finite policy and the per-class masks of ``options`` are the run's."""
+    if not pipeline_kwargs or pipeline_kwargs.get("options") is None:
+        return pipeline_kwargs
+    kwargs = dict(pipeline_kwargs)
+    return {**dataclasses.asdict(kwargs.pop("options")), **kwargs}
 
 
 def _prompt_of(pipeline_kwargs: dict | None) -> Prompt:

@@ -24,7 +24,7 @@ from parameterized import parameterized
 from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.phantom import write_phantom
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
 from tests.apps.vista3d.stub_vista import StubVista
 
 
@@ -73,6 +73,21 @@ class TestPipelineSettingsWin(unittest.TestCase):
             self.assertIn(f"pipeline's {name}=", msg)
             self.assertNotIn("\n", msg)
         self.assertFalse((self.tmp / "o").exists())
+
+    def test_options_in_pipeline_kwargs_are_the_runs(self):
+        # a PipelineOptions given as options= decides the run's output type, masks and NaN policy, as its keywords
+        # would (they were read from the keywords only: a float32 label map was written as uint8, and no masks)
+        opts = PipelineOptions(roi_size=32, output_dtype="float32", per_class=True, nonfinite="error")
+        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "options": opts, "classes": [1]}
+        result = run_batch([self.good, self.nan], self.tmp / "o", pipeline_kwargs=kw)
+        self.assertEqual([r["status"] for r in result.records], ["done", "failed"], result.records)
+        self.assertIn("NaN", result.records[1]["error"])
+        self.assertEqual(nib.load(result.records[0]["output"]).get_data_dtype(), np.float32)
+        self.assertTrue((self.tmp / "o" / "ct" / "liver.nii.gz").is_file())
+        beside = run_batch([self.good], self.tmp / "b", pipeline_kwargs={**kw, "output_dtype": "int16"})
+        self.assertEqual(nib.load(beside.records[0]["output"]).get_data_dtype(), np.int16)  # a keyword beside wins
+        with self.assertRaisesRegex(ValueError, "nonfinite='air' disagrees with the pipeline's nonfinite='error'"):
+            run_batch([self.good], self.tmp / "c", pipeline_kwargs=kw, nonfinite="air")
 
     def test_built_pipeline_takes_one_nonfinite(self):
         with self.assertRaises(ValueError) as ctx:
