@@ -104,7 +104,8 @@ def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
     Pointer hooking and jumping (as in Shiloach-Vishkin): a voxel's label is the flat index of a voxel of its
     component; each round a voxel lowers its label and its label's own label to the smallest label in its
     neighbourhood (a whole tree moves at once, not one voxel a round), then every label is replaced by its
-    label's label twice. A round that changes nothing leaves each component on its smallest index.
+    label's label twice. A round that changes nothing leaves each component on its smallest index; the rounds run in
+    pairs, and the second of a pair is compared with its start.
     """
     numel = m.numel()
     index_dtype = torch.int32 if numel < 2**31 - 1 else torch.int64
@@ -115,16 +116,17 @@ def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
     # labels of every voxel, and one more slot: the background's label points there, at itself
     labels = torch.cat([torch.where(flat_m, positions.to(index_dtype), big), big[None]])
     while True:
-        before = labels.clone()
-        near = torch.where(m, _neighbourhood_min(labels[:numel].view(m.shape), axis_groups), big).reshape(-1)
-        labels[:numel] = torch.minimum(labels[:numel], near)
-        # hook the voxel's old label too; a voxel that saw nothing lower (the background, and most voxels after the
-        # first rounds) hooks its own slot, a no-op, so that millions do not contend for one address on a GPU
-        lower = near < before[:numel]
-        labels.scatter_reduce_(0, torch.where(lower, before[:numel].long(), positions), near, reduce="amin")
-        labels = labels[labels.long()]
-        labels = labels[labels.long()]
-        if torch.equal(labels, before):
+        for _ in range(2):  # two rounds a check: the check waits on the device, a round at the fixed point is a no-op
+            before = labels.clone()
+            near = torch.where(m, _neighbourhood_min(labels[:numel].view(m.shape), axis_groups), big).reshape(-1)
+            labels[:numel] = torch.minimum(labels[:numel], near)
+            # hook the voxel's old label too; a voxel that saw nothing lower (the background, and most voxels after
+            # the first rounds) hooks its own slot, a no-op, so that millions do not contend for one address on a GPU
+            lower = near < before[:numel]
+            labels.scatter_reduce_(0, torch.where(lower, before[:numel].long(), positions), near, reduce="amin")
+            labels = labels[labels.long()]
+            labels = labels[labels.long()]
+        if torch.equal(labels, before):  # the second round changed nothing
             return labels[:numel].view(m.shape)
 
 
@@ -271,14 +273,13 @@ def keep_merge_components_with_points(
     coords = torch.as_tensor(point_coords).detach().float().round().int().cpu().tolist()
     labels = torch.as_tensor(point_labels).detach().cpu().tolist()
     size = features_pos.shape[-3:]
+    # the highest id in each (point, margin) window, read from the device in one copy, not one read a window
+    windows, maxima = [], []
     for bs, (pts, lbs) in enumerate(zip(coords, labels)):
-        for (x, y, z), lb in zip(pts, lbs):
-            if lb in pos_val:
-                features = features_pos
-            elif lb in neg_val:
-                features = features_neg
-            else:
+        for j, ((x, y, z), lb) in enumerate(zip(pts, lbs)):
+            if lb not in pos_val and lb not in neg_val:
                 continue
+            features = features_pos if lb in pos_val else features_neg
             for margin in range(margins):
                 # python slice semantics (including negative stops) as upstream
                 window = features[
@@ -288,12 +289,14 @@ def keep_merge_components_with_points(
                     max(y - margin, 0) : min(y + margin + 1, size[1]),
                     max(z - margin, 0) : min(z + margin + 1, size[2]),
                 ]
-                if window.numel() == 0:
-                    continue
-                index = window.max()
-                if index > 0:
-                    outs[bs] |= features[bs] == index
-                    break
+                if window.numel():
+                    windows.append((bs, j, features))
+                    maxima.append(window.max())
+    decided: set[tuple[int, int]] = set()
+    for (bs, j, features), index in zip(windows, torch.stack(maxima).tolist() if maxima else []):
+        if (bs, j) not in decided and index > 0:  # a point's smallest margin that meets a component decides
+            decided.add((bs, j))
+            outs[bs] |= features[bs] == index
     return outs.numpy() if as_numpy else outs
 
 
@@ -326,9 +329,9 @@ def keep_components_with_positive_points(
         fg = chan > 0  # NaN compares False
         features, _ = _label(fg, connectivity=3)
         features = features.to(chan.device)
-        hit = {int(features[round(p[0]), round(p[1]), round(p[2])]) for p in coords}
-        hit.discard(0)
-        keep = torch.isin(features, torch.tensor(sorted(hit), dtype=features.dtype, device=features.device))
+        at = torch.tensor([[round(v) for v in p[:3]] for p in coords], device=features.device)
+        hit = features[at[:, 0], at[:, 1], at[:, 2]]  # the components under the positive points (0: none)
+        keep = torch.isin(features, hit) & (features > 0)
         outside = ~keep & not_nan
         fill_in = chan[outside].mean()
         chan.copy_(torch.where(fg & ~keep, fill_in, chan))

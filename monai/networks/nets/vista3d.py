@@ -391,8 +391,7 @@ class VISTA3D(nn.Module):
         cc = cc.to(logits.device)
         # NaN voxels take the point result, except positive regions not connected to a click: those get -1
         fill_mask = nan_mask & pos_region & ~cc
-        if fill_mask.any():
-            point_logits[fill_mask] = -1
+        point_logits.masked_fill_(fill_mask, -1)
         cc = (nan_mask | cc).to(logits.dtype)
         logits[mapping_index] *= 1 - cc
         logits[mapping_index] += cc * point_logits

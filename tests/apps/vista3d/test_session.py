@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
+import collections
 import unittest
 from unittest import mock
 
 import numpy as np
 import torch
 from parameterized import parameterized
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from monai.apps.vista3d.errors import ClassPromptError, PromptError, Vista3DInputError
 from monai.apps.vista3d.pipeline import Vista3DPipeline
@@ -26,6 +28,24 @@ from monai.apps.vista3d.session import Vista3DSession, WindowFeatureCache
 from monai.networks.kernels.dispatch import FusedConfig
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
+
+#: operators that wait for the device on a GPU: a value read back (``item``, ``bool``), ``equal``, ``unique``,
+#: boolean indexing (``nonzero``)
+HOST_READS = ("aten._local_scalar_dense", "aten.equal", "aten._unique2", "aten.unique", "aten.nonzero")
+
+
+class HostReads(TorchDispatchMode):
+    """Counts the operators of :data:`HOST_READS` dispatched while active."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func).rsplit(".", 1)[0]
+        if name in HOST_READS:
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
 
 # clicks inside the body of the 40 x 40 x 36 test phantom (1 mm voxels, the network grid is 1.5 mm)
 CLICKS = [([[20, 20, 18]], [1]), ([[8, 30, 10]], [1]), ([[30, 9, 26]], [0]), ([[20, 21, 18]], [1])]
@@ -38,6 +58,24 @@ def _pipe(**kw) -> Vista3DPipeline:
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(torch.nan_to_num(a, nan=7e7), torch.nan_to_num(b, nan=7e7))
+
+
+class TestHostReads(unittest.TestCase):
+    def test_a_later_click_reads_back_a_fixed_few_values(self):
+        """On a GPU each read of a value waits for the device; a click's post-processing and its merge with the
+        previous logits read a fixed number, however many clicks came before (the plain-torch labeller, as on a
+        GPU: it read one value per click and window margin, and ten per labelling for its box)."""
+        img, aff, _ = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
+        session = Vista3DSession(_pipe(), torch.from_numpy(img), aff)
+        counts, rounds = [], []
+        with mock.patch("monai.utils.point_helpers._scipy_ndimage", lambda: None):
+            for points, labels in CLICKS:
+                with HostReads() as reads:
+                    session.click(points, labels)
+                rounds.append(reads.counts.pop("aten.equal", 0))  # the labeller's checks: as many as its rounds need
+                counts.append(sum(reads.counts.values()))
+        self.assertEqual(len(set(counts[1:])), 1, counts)  # later clicks: the same count, not one more per click
+        self.assertLessEqual(max(c + r for c, r in zip(counts, rounds)), 16, (counts, rounds))
 
 
 class TestSessionEqualsPipeline(unittest.TestCase):
