@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
-from monai.inferers.windows import compute_importance_map
+from monai.inferers.windows import SlidingWindowPlan, compute_importance_map
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple
 from monai.utils.profiling import StageTimer, log_timings
 
@@ -83,6 +83,8 @@ class SlidingWindowInferer(Inferer):
         with_coord: also pass the window coordinates to the network (its second argument).
         window_add: add window outputs into CUDA results with the Triton kernel of :mod:`monai.inferers.window_add`
             (on for the fused VISTA3D path, see ``FusedConfig.window_add``); off: PyTorch's add.
+        on_plan: called with each pass's :class:`~monai.inferers.windows.SlidingWindowPlan` before its first window
+            (e.g. to size a caller's own progress bar from the one plan).
         timing: measure where each call spends its time. After a call, ``timings`` holds seconds for ``total``,
             ``prepare`` (padding, window slicing, copies to ``sw_device``), ``forward`` (the network calls),
             ``stitch`` (weighting and adding window outputs), ``finalize`` (normalising and cropping) and
@@ -114,6 +116,7 @@ class SlidingWindowInferer(Inferer):
         with_coord: bool = False,
         timing: bool = False,
         window_add: bool = False,
+        on_plan: Callable[[SlidingWindowPlan], Any] | None = None,
     ) -> None:
         super().__init__()
         self.roi_size = roi_size
@@ -132,6 +135,7 @@ class SlidingWindowInferer(Inferer):
         self.with_coord = with_coord
         self.timing = timing
         self.window_add = window_add
+        self.on_plan = on_plan
         self.timings: dict[str, Any] = {}
         self._auto_cache: dict = {}  # sw_batch_size="auto": measured per-window memory, reused across calls
 

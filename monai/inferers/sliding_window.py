@@ -72,6 +72,9 @@ class SlidingWindowSettings:
         with_coord: pass the window coordinates to the predictor.
         window_add: stitch with the Triton window-add kernel (see :class:`~monai.inferers.stitcher.WindowStitcher`);
             not an argument of ``sliding_window_inference``: an inferer's setting, on for the fused VISTA3D path.
+        on_plan: called with the pass's :class:`~monai.inferers.windows.SlidingWindowPlan` before the first window
+            (a caller's progress bar learns the window count from the one plan); like ``window_add``, an
+            inferer's setting and a keyword of the streamed label map, not an argument of ``sliding_window_inference``.
     """
 
     roi_size: Sequence[int | None] | int | None
@@ -90,6 +93,7 @@ class SlidingWindowSettings:
     buffer_dim: int = -1
     with_coord: bool = False
     window_add: bool = False
+    on_plan: Callable[[SlidingWindowPlan], Any] | None = None
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SlidingWindowSettings:
@@ -233,6 +237,8 @@ def _window_loop(
         condition = kwargs.pop("condition", None)
 
         plan = plan_sliding_windows(inputs.shape[2:], settings.roi_size, settings.overlap, inputs.shape[0], pad_mode)
+        if settings.on_plan is not None:
+            settings.on_plan(plan)
         inputs, condition, weight = pad_and_weight(inputs, condition, plan, settings)
         stitcher = make_stitcher(plan=plan, weight=weight, device=device, dtype=inputs.dtype)
         auto = None

@@ -104,6 +104,18 @@ class TestSlidingWindowInferer(unittest.TestCase):
         self.assertEqual(len(seen), 9)
         self.assertEqual(seen[0], [slice(0, 1), slice(None), slice(0, 4), slice(0, 4)])
 
+    def test_on_plan_gets_the_passes_plan(self):
+        x = torch.rand(2, 1, 8, 8)
+        plans, seen = [], []
+        inferer = SlidingWindowInferer(4, 3, overlap=0.5, on_plan=plans.append)
+        out = inferer(x, lambda w: seen.append(len(w)) or w)
+        self.assertTrue(torch.allclose(out, x))
+        self.assertEqual(len(plans), 1)  # once per pass, before the windows
+        self.assertEqual(plans[0].total_windows, sum(seen))  # 2 images x 9 windows
+        self.assertEqual(plans[0].total_windows, 18)
+        with self.assertRaises(TypeError):  # not an argument of the function: it would reach the network
+            sliding_window_inference(x, 4, 3, lambda w: w, on_plan=plans.append)
+
     def test_condition_shape_checked(self):
         x = torch.rand(1, 1, 8, 8)
         inferer = SlidingWindowInferer(4)

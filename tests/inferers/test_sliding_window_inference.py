@@ -332,7 +332,7 @@ class TestSlidingWindowSettings(unittest.TestCase):
         import inspect
 
         params = set(inspect.signature(sliding_window_inference).parameters) - {"inputs", "predictor", "args", "kwargs"}
-        inferer_only = {"window_add"}  # the fused path's setting, passed by inferers; upstream's signature stays
+        inferer_only = {"window_add", "on_plan"}  # set by inferers and the streamed path; upstream's signature stays
         self.assertEqual(params, {f.name for f in dataclasses.fields(swi.SlidingWindowSettings)} - inferer_only)
         with mock.patch("monai.inferers.utils.run_sliding_window") as run:
             sliding_window_inference(torch.zeros(1, 1, 4, 4), (2, 2), 3, None, 0.5, "gaussian", 0.2, "reflect", 1.5,

@@ -47,7 +47,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from monai.inferers.windows import plan_sliding_windows
 from monai.utils.profiling import WINDOW_STAGES, StageTimer
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
@@ -282,9 +281,10 @@ class Vista3DPipeline:
         with torch.no_grad(), self._autocast():
             if point_coords is None:
                 cv = self._class_vector(label_ids)
-                n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
-                predictor.start(WindowProgress(n_win, self.progress, self.progress_label))
+                progress = WindowProgress(None, self.progress, self.progress_label)  # its total: the pass's plan
+                predictor.start(progress)
                 inferer = self._sliding_inferer()
+                inferer.on_plan = progress.planned
                 try:
                     logits = inferer(inp, predictor, transpose=True, class_vector=cv, prompt_class=cv,
                                      point_coords=None, point_labels=None, labels=None, label_set=None, prev_mask=None)
@@ -345,15 +345,15 @@ class Vista3DPipeline:
 
         cv = self._class_vector(label_ids)
         inp = x[None] if x.ndim == 4 else x
-        n_win = plan_sliding_windows(inp.shape[2:], self.roi_size, self.overlap).num_windows
+        progress = WindowProgress(None, self.progress, self.progress_label)  # its total: the pass's plan
         predictor = self._counting
-        predictor.start(WindowProgress(n_win, self.progress, self.progress_label))
+        predictor.start(progress)
         try:
             with torch.no_grad(), self._autocast():
                 out = sliding_window_label_inference(
                     inp, self.roi_size, self.sw_batch_size, predictor, overlap=self.overlap, with_coord=True,
                     label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, return_masks=masks,
-                    transpose=True, class_vector=cv, prompt_class=cv,
+                    on_plan=progress.planned, transpose=True, class_vector=cv, prompt_class=cv,
                 )
         finally:
             run = predictor.finish()

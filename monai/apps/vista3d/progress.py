@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 __all__ = ["text_bar", "WindowProgress"]
 
@@ -24,9 +25,10 @@ def text_bar(done: int, total: int, width: int = 20) -> str:
 
 
 class WindowProgress:
-    """Counts windows; tqdm on a terminal when installed, else a one-line text bar on stderr."""
+    """Counts windows; tqdm on a terminal when installed, else a one-line text bar on stderr. ``total`` may come
+    later, from the pass's plan (:meth:`planned`)."""
 
-    def __init__(self, total: int, enabled: bool, desc: str = "windows"):
+    def __init__(self, total: int | None, enabled: bool, desc: str = "windows"):
         self.total, self.n, self.enabled, self.desc = total, 0, enabled, desc
         self.bar = None
         if enabled:
@@ -37,6 +39,14 @@ class WindowProgress:
             except ImportError:
                 self.bar = None
 
+    def planned(self, plan: Any) -> None:
+        """Take the window count of ``plan`` (a :class:`~monai.inferers.windows.SlidingWindowPlan`) as the total:
+        the inferer's ``on_plan``, so that the windows are planned once, by the pass that runs them."""
+        self.total = int(plan.total_windows)
+        if self.enabled and self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def update(self, k: int) -> None:
         self.n += k
         if not self.enabled:
@@ -44,7 +54,8 @@ class WindowProgress:
         if self.bar is not None:
             self.bar.update(k)
         else:
-            sys.stderr.write(f"\r{self.desc} {text_bar(self.n, self.total)} {min(self.n, self.total)}/{self.total}")
+            total = self.total or self.n
+            sys.stderr.write(f"\r{self.desc} {text_bar(self.n, total)} {min(self.n, total)}/{total}")
             sys.stderr.flush()
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
@@ -86,6 +87,33 @@ class TestPipelineOptions(unittest.TestCase):
         self.assertEqual(tuple(result.masks[1].shape), img.shape)
         with self.assertRaisesRegex(KeyError, r"no mask for label 25: the masks are of the requested classes \[1, 3\]"):
             result.masks[25]
+
+
+class TestOnePlanPerImage(unittest.TestCase):
+    @parameterized.expand([("streamed", True), ("full_logits", False)])
+    def test_windows_planned_once(self, _, streaming):
+        """The pass plans its windows; the progress bar takes its total from that plan, not from one of its own."""
+        from monai.apps.vista3d.progress import WindowProgress
+        from monai.inferers import windows
+
+        planned, totals, real, original = [], [], windows.SlidingWindowPlan.__init__, WindowProgress.planned
+
+        def counted(plan, *args, **kwargs):  # every plan, wherever it is made, is built by this class
+            planned.append(args[0] if args else kwargs.get("image_size"))
+            real(plan, *args, **kwargs)
+
+        def seen(progress, plan):
+            totals.append(plan.total_windows)
+            original(progress, plan)
+
+        img, aff, _ = phantom((72, 72, 56), np.eye(3), (1.0, 1.0, 1.0))  # several 32^3 windows on the 1.5 mm grid
+        pipe = _pipe(streaming=streaming, progress=True)
+        with mock.patch.object(windows.SlidingWindowPlan, "__init__", counted), \
+                mock.patch.object(WindowProgress, "planned", seen), mock.patch("sys.stderr"):
+            result = pipe.segment(torch.from_numpy(img), aff, classes=[1])
+        self.assertEqual(len(planned), 1, planned)
+        self.assertEqual(totals, [result.windows])
+        self.assertGreater(result.windows, 1)
 
 
 if __name__ == "__main__":
