@@ -105,12 +105,12 @@ def synced(dev: torch.device) -> Callable[[], float]:
     return now
 
 
-def _grid_clicks(pipe, session, clicks: list) -> np.ndarray:
-    """The clicks on the network grid of ``session``'s image, as upstream gets them."""
+def _on_grid(pipe, session, clicks: list) -> dict:
+    """The clicks on the network grid of ``session``'s image, as upstream gets them (``pipe.prompts``)."""
     from monai.apps.vista3d.prompts import Prompt
 
     prompt = Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks]))
-    return pipe.prompts(prompt, session.record)["point_coords"][0].cpu().numpy()
+    return pipe.prompts(prompt, session.record)
 
 
 def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
@@ -120,7 +120,6 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
 
     from monai.apps.vista3d.phantom import make_phantom
     from monai.apps.vista3d.pipeline import Vista3DPipeline
-    from monai.apps.vista3d.prompts import Prompt
     from monai.apps.vista3d.session import Vista3DSession
 
     net = build_net(args.tiny, dev, args.checkpoint)
@@ -133,7 +132,9 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
     session = Vista3DSession(pipe, torch.from_numpy(hu).to(dev), affine)
     setup_s = now() - t0
     clicks, redraws = click_sequence(labels, args.clicks), {}
-    while (late := past_window_end(_grid_clicks(pipe, session, clicks), session.x.shape[-3:], args.roi)) is not None:
+    grid = session.x.shape[-3:]
+    while (late := past_window_end(_on_grid(pipe, session, clicks)["point_coords"][0].cpu().numpy(), grid,
+                                   args.roi)) is not None:
         redraws[late] = redraws.get(late, 0) + 1  # a voxel both sides can take (see past_window_end)
         if redraws[late] > 20:
             raise RuntimeError(f"click {late}: no voxel of its organ that upstream's point inferer can take")
@@ -154,8 +155,7 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
         sequence.append(now() - t0)
         stages.append(dict(session.timings))
     # what upstream gets: the same preprocessed image and the clicks on its grid
-    coords = pipe.prompts(Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks])),
-                          session.record)
+    coords = _on_grid(pipe, session, clicks)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
                 "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half().cpu(),
                 "labels": labels.cpu()}, args.save)
