@@ -209,15 +209,6 @@ class OutputLayout:
         """The pattern of the temporary files of atomic writes of ``path`` (in its folder)."""
         return f"{temp_prefix(pathlib.Path(path).name)}*{TEMP_SUFFIX}"
 
-    @staticmethod
-    def lock(path: str | os.PathLike) -> pathlib.Path:
-        """The lock file that claims ``path`` (see :func:`lock_path`)."""
-        return lock_path(path)
-
-    def part_summary(self, part: Sequence[int]) -> pathlib.Path:
-        """The summary of part ``(i, N)`` of a run into this folder (see :func:`part_summary_name`)."""
-        return self.output_dir / part_summary_name(part)
-
 
 def lock_path(path: str | os.PathLike) -> pathlib.Path:
     """The lock file that claims ``path``: ``.<name>.lock`` in the same folder."""

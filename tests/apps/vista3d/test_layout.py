@@ -33,9 +33,9 @@ NAMES = [
     ("mask_dir", LAYOUT.mask_dir("ct.nii.gz"), "out/ct"),
     ("masks", LAYOUT.masks("ct.nii.gz", [1, 999]), {1: "out/ct/liver.nii.gz", 999: "out/ct/label_999.nii.gz"}),
     ("summary", LAYOUT.summary(), "out/summary.json"),
-    ("part_summary", LAYOUT.part_summary((2, 5)), "out/summary.part-2-of-5.json"),
+    ("part_summary", LAYOUT.output_dir / part_summary_name((2, 5)), "out/summary.part-2-of-5.json"),
     ("part_summary_name", part_summary_name((2, 5)), "summary.part-2-of-5.json"),
-    ("lock", LAYOUT.lock(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
+    ("lock", lock_path(LAYOUT.label_map("ct.nii.gz")), "out/ct/.ct_trans.nii.gz.lock"),
     ("lock_path", lock_path("out/ct/ct_trans.nii.gz"), "out/ct/.ct_trans.nii.gz.lock"),
     ("temp_files", LAYOUT.temp_glob("out/ct/ct_trans.nii.gz"), ".ct_trans.nii.gz.*.part"),
 ]
