@@ -278,8 +278,9 @@ def _print(summary: dict) -> None:
     for n, r in summary["clients"].items():
         print(f"{n:>3d} {r['requests']:>8d} {r['p50_ms']:9.1f} {r['p90_ms']:9.1f} {r['p99_ms']:9.1f} "
               f"{r['max_ms']:9.1f} {r['throughput_rps']:7.2f} {r['job_p50_ms']:11.1f}")
-    print("job: the server's own time for a request (its Server-Timing: the file's check, the load and pipeline stages,")
-    print("the answer's writing); the rest of a latency is the wait in the queue and the transfer. Stages at N=1, p50 ms:")
+    print("job: the server's own time for a request (its Server-Timing: the file's check, the load and pipeline")
+    print("stages, the answer's writing); the rest of a latency is the wait in the queue and the transfer.")
+    print("Stages at N=1, p50 ms:")
     if one := summary["clients"].get(1):
         print("  " + ", ".join(f"{k} {v:.1f}" for k, v in one["stage_p50_ms"].items()))
     if one:
@@ -299,7 +300,8 @@ def parse_args(argv=None) -> Config:
     p.add_argument("--weights", default=None, help="a vista3d132 checkpoint of that width (default: random, seed 0)")
     p.add_argument("--size", default=None, help="phantom voxels XxYxZ (overrides the size's)")
     p.add_argument("--clients", default="1,4,16", help="concurrent clients, one run each (1,4,16)")
-    p.add_argument("--rounds", type=int, default=None, help="requests per client, per prompt for a single client (CPU 3, CUDA 5)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="requests per client, per prompt for a single client (CPU 3, CUDA 5)")
     p.add_argument("--source", choices=("path", "upload"), default="path",
                    help="the image as a path under --data-dir (default) or uploaded in each request")
     p.add_argument("--json", default=None, help="write the summary here")

@@ -188,11 +188,14 @@ class Vista3DPipeline:
     ) -> tuple[torch.Tensor, ImageGeometry]:
         """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
-        See :func:`~.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the pipeline's.
+        See :func:`~.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the
+        pipeline's.
         """
         return load_input(path, self.device, volume_index, nonfinite or self.nonfinite)
 
-    def preprocess(self, image: torch.Tensor, affine: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, PreprocessRecord]:
+    def preprocess(
+        self, image: torch.Tensor, affine: np.ndarray | torch.Tensor
+    ) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
         x = as_compute_layout(torch.as_tensor(image).to(self.device, non_blocking=True))
         cfg = bundle_config()["preprocessing"]

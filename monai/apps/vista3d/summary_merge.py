@@ -44,10 +44,10 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
     (:func:`~.io.output_problem`); the others are listed in ``not_on_disk`` (output -> what is wrong).
 
     Returns:
-        ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...],
-        "interrupted_parts": [...], "unreadable": [...], "not_on_disk": {...}}``. Each part row: ``file``, ``part`` (``[i, N]`` or
-        ``None`` for ``summary.json``), ``images``, ``done``, ``skipped``, ``failed``, ``busy``, ``seconds`` (its
-        wall time), ``volumes_per_minute``, ``host``, ``interrupted`` (stopped before its end).
+        ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...], "interrupted_parts":
+        [...], "unreadable": [...], "not_on_disk": {...}}``. Each part row: ``file``, ``part`` (``[i, N]`` or
+        ``None`` for ``summary.json``), ``images``, ``done``, ``skipped``, ``failed``, ``busy``, ``seconds``
+        (its wall time), ``volumes_per_minute``, ``host``, ``interrupted`` (stopped before its end).
         ``totals``: ``inputs`` (images in the batch, as the summaries report it), the distinct images ``done``,
         ``skipped``, ``failed``, ``busy`` (claimed by a process that did not report it), ``unreported``
         (in no summary) and ``not_on_disk`` (reported, but its files are missing or incomplete),

@@ -265,7 +265,8 @@ async def inference(request: Request) -> Response:
             start = time.perf_counter()
             out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
-            headers = {"Server-Timing": _timing_header({"check": check, **timings, "write": time.perf_counter() - start})}
+            spent = {"check": check, **timings, "write": time.perf_counter() - start}
+            headers = {"Server-Timing": _timing_header(spent)}
             if out_dir is not None:
                 return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out)}, headers=headers)
             keep = True
