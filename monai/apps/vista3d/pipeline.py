@@ -12,9 +12,11 @@
 
 Stages (each a method, each timed by :meth:`Vista3DPipeline.segment`): load -> preprocess (1.5 mm, foreground
 crop, HU scaling, RAS) -> infer (sliding-window VISTA3D, or the point-window inferer for clicks) -> postprocess
-(logits -> label ids) -> invert (back onto the input grid) -> save (input's affine and header). A run returns a
-:class:`SegmentationResult`; the pipeline itself keeps no per-image state. Many files go through
-:func:`monai.apps.vista3d.batch.run_batch`.
+(logits -> label ids) -> invert (back onto the input grid) -> save (input's affine and header). Each stage is one
+room's function (:mod:`.load_policy`, :mod:`.preprocess`, :mod:`.window_pass`, :mod:`.postprocess`,
+:mod:`.nifti_write`); :meth:`~Vista3DPipeline.segment` calls them in turn, so an image leaves the pipeline once per
+stage and never comes back through its methods. A run returns a :class:`SegmentationResult`; the pipeline itself
+keeps no per-image state. Many files go through :func:`monai.apps.vista3d.batch.run_batch`.
 
 With ``per_class=True`` a class prompt also gives one mask per class (``result.masks``, a
 :class:`~.postprocess.ClassMasks`: label id -> ``[X, Y, Z]`` bool on the input grid), each class thresholded on its
@@ -40,14 +42,14 @@ import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from monai.utils.profiling import WINDOW_STAGES, StageTimer
+from monai.utils.profiling import StageTimer
+
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
 from .job import ROI_MULTIPLE, check_roi_size
@@ -62,15 +64,14 @@ from .io import (
     save_label_map,
 )
 from .labels import bundle_config
-from .load_policy import as_compute_layout, load_input, load_options
+from .load_policy import load_input, load_options
 from .network_ready import RANDOM_WEIGHTS_WARNING, check_network_kwargs, encoder_shape, ready_network, resolve_device
-from .postprocess import ClassMasks, logits_to_labels, logits_to_masks
-from .preprocess import PreprocessRecord, invert_labels, preprocess
-from .progress import WindowProgress
+from .postprocess import ClassMasks, logits_to_masks, logits_to_outputs
+from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .pipeline_options import PipelineOptions
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import STAGES, SegmentationResult
-from .window_pass import CountingPredictor, WindowPass
+from .window_pass import PassSettings, WindowPass, WindowPasses
 
 __all__ = [
     "Vista3DPipeline",
@@ -154,6 +155,8 @@ class Vista3DPipeline:
     def _configure(self, options: PipelineOptions) -> None:
         """Set the per-run options, checked when ``options`` was built; here what needs the network and device: the
         window's multiple of 16 and its fit (VISTA3D), and ``amp``'s default (the network and device stay)."""
+        from monai.networks.nets import VISTA3D
+
         for f in dataclasses.fields(PipelineOptions):
             setattr(self, f.name, getattr(options, f.name))
         self.roi_size = as_roi_size(options.roi_size, self._roi_multiple)
@@ -161,9 +164,11 @@ class Vista3DPipeline:
             width, halvings = encoder_shape(self.network)
             check_window(self.roi_size, width, self.device, halvings)
         self.amp = (self.device.type == "cuda") if options.amp is None else options.amp
-        self._inferer: Any = None
-        self._auto_cache: dict = {}  # the streamed path's per-window memory for sw_batch_size="auto"
-        self._counting = CountingPredictor(self.network)  # one per setting: "auto" caches its probe per predictor
+        # the stitch's Triton window add is a setting of the fused path: on where the network was fused with it
+        fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
+        settings = PassSettings(self.roi_size, self.overlap, self.sw_batch_size, self.amp, self.progress, self.timing,
+                                window_add=fused is not None and fused.stitch_window_add)
+        self._passes = WindowPasses(self.network, self.device, settings)  # one per setting: "auto" probes per pass
 
     def replace(self, **options: Any) -> Vista3DPipeline:
         """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).
@@ -197,36 +202,10 @@ class Vista3DPipeline:
         self, image: torch.Tensor, affine: np.ndarray | torch.Tensor
     ) -> tuple[torch.Tensor, PreprocessRecord]:
         """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
-        x = as_compute_layout(torch.as_tensor(image).to(self.device, non_blocking=True))
-        cfg = bundle_config()["preprocessing"]
-        sir = cfg["scale_intensity_range"]
-        return preprocess(
-            x,
-            affine,
-            pixdim=cfg["resample_spacing_mm"],
-            margin=cfg["crop_foreground"]["margin"],
-            allow_smaller=cfg["crop_foreground"]["allow_smaller"],
-            a_min=sir["a_min"],
-            a_max=sir["a_max"],
-            b_min=sir["b_min"],
-            b_max=sir["b_max"],
-            axcodes=cfg["orientation"],
-            dtype=self.resample_dtype,
-        )
+        return preprocess_like_bundle(self._on_device(image), affine, self.resample_dtype)
 
-    def _sliding_inferer(self) -> Any:
-        """The sliding-window inferer, kept across calls so that ``sw_batch_size="auto"`` probes only once."""
-        from monai.inferers import SlidingWindowInfererAdapt
-        from monai.networks.nets import VISTA3D
-
-        if self._inferer is None:
-            # the stitch's Triton window add is a setting of the fused path: on where the network was fused with it
-            fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
-            self._inferer = SlidingWindowInfererAdapt(
-                roi_size=self.roi_size, sw_batch_size=self.sw_batch_size, overlap=self.overlap, with_coord=True,
-                timing=self.timing, window_add=fused is not None and fused.stitch_window_add,
-            )
-        return self._inferer
+    def _on_device(self, image: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(image).to(self.device, non_blocking=True)
 
     def prompts(self, prompt: Prompt, record: PreprocessRecord) -> dict[str, Any]:
         """Express a parsed prompt on this image's network grid.
@@ -239,16 +218,6 @@ class Vista3DPipeline:
             PromptError: a point outside the image, or in the air cropped away by the preprocessing.
         """
         return prompt_on_grid(prompt, record, self.device)
-
-    def _autocast(self):
-        if self.amp and self.device.type == "cuda":
-            return torch.autocast(device_type="cuda", dtype=torch.float16)
-        return nullcontext()
-
-    def _class_vector(self, label_ids: Sequence[int] | None) -> torch.Tensor:
-        if not label_ids:
-            raise PromptError("no classes to segment")
-        return torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
 
     def infer(
         self,
@@ -278,40 +247,8 @@ class Vista3DPipeline:
             ``([1, C, X, Y, Z] logits, what ran)``; the logits are NaN where the point inferer has no window
             (``prev_mask`` there when given).
         """
-        inp = x[None] if x.ndim == 4 else x
-        predictor = self._counting if network is None else CountingPredictor(network)
-        stages: dict[str, float] = {}
-        with torch.no_grad(), self._autocast():
-            if point_coords is None:
-                cv = self._class_vector(label_ids)
-                progress = WindowProgress(None, self.progress, self.progress_label)  # its total: the pass's plan
-                predictor.start(progress)
-                inferer = self._sliding_inferer()
-                inferer.on_plan = progress.planned
-                try:
-                    logits = inferer(inp, predictor, transpose=True, class_vector=cv, prompt_class=cv,
-                                     point_coords=None, point_labels=None, labels=None, label_set=None, prev_mask=None)
-                finally:
-                    measured = dict(inferer.timings) if self.timing else {}
-                    stages = {f"inference/{k}": float(measured[k]) for k in (*WINDOW_STAGES, "other", "total")
-                              if k in measured}
-                    run = predictor.finish(stages)
-            else:
-                from monai.apps.vista3d.inferer import point_based_window_inferer
-
-                pc = None if label_ids is None else torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
-                predictor.start(WindowProgress(int(point_coords.shape[1]) - point_start, self.progress))
-                try:
-                    logits = point_based_window_inferer(
-                        inp, self.roi_size, predictor, point_coords, point_labels, class_vector=None,
-                        prompt_class=pc, prev_mask=prev_mask, point_start=point_start, device=self.device,
-                        transpose=True, with_coord=True,
-                    )
-                finally:
-                    run = predictor.finish()
-        if isinstance(logits, (tuple, list)):
-            logits = logits[0]
-        return logits, run
+        return self._passes.logits(x, label_ids, point_coords, point_labels, prev_mask, point_start, network,
+                                   title=self.progress_label)
 
     def infer_labels(self, x: torch.Tensor, label_ids: Sequence[int]) -> tuple[torch.Tensor, WindowPass]:
         """Class prompts straight to the label map on the network grid, never holding every class's logits.
@@ -323,7 +260,7 @@ class Vista3DPipeline:
         Returns:
             ``([X, Y, Z] int16 label map on the pipeline's device, what ran)``.
         """
-        labels, _, run = self._stream(x, label_ids, masks=False)
+        labels, _, run = self._passes.stream(x, label_ids, False, self.progress_label)
         return labels, run
 
     def infer_labels_and_masks(
@@ -337,31 +274,7 @@ class Vista3DPipeline:
         Returns:
             ``([X, Y, Z] int16 label map, the masks, what ran)``, on the pipeline's device.
         """
-        labels, packed, run = self._stream(x, label_ids, masks=True)
-        return labels, ClassMasks(packed, list(label_ids)), run
-
-    def _stream(
-        self, x: torch.Tensor, label_ids: Sequence[int], masks: bool
-    ) -> tuple[torch.Tensor, torch.Tensor | None, WindowPass]:
-        """The streamed pass: ``(labels, packed masks or None, what ran)``."""
-        from .streaming import sliding_window_label_inference
-
-        cv = self._class_vector(label_ids)
-        inp = x[None] if x.ndim == 4 else x
-        progress = WindowProgress(None, self.progress, self.progress_label)  # its total: the pass's plan
-        predictor = self._counting
-        predictor.start(progress)
-        try:
-            with torch.no_grad(), self._autocast():
-                out = sliding_window_label_inference(
-                    inp, self.roi_size, self.sw_batch_size, predictor, overlap=self.overlap, with_coord=True,
-                    label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, return_masks=masks,
-                    on_plan=progress.planned, transpose=True, class_vector=cv, prompt_class=cv,
-                )
-        finally:
-            run = predictor.finish()
-        labels, packed = (out[0], out[1][0].to(self.device)) if masks else (out, None)
-        return labels[0, 0].to(device=self.device, dtype=torch.int16), packed, run
+        return self._passes.stream(x, label_ids, True, self.progress_label)  # type: ignore[return-value]
 
     def postprocess(
         self,
@@ -374,16 +287,9 @@ class Vista3DPipeline:
 
         A point-only prompt (no class) first keeps only the connected components that hold a positive point.
         """
-        # Stay where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of
-        # GPU memory): only the small integer label map moves.
-        if point_coords is not None and label_ids is None:
-            from monai.transforms.utils import keep_components_with_positive_points
-
-            logits = keep_components_with_positive_points(
-                logits.float(), point_coords=point_coords.to(logits.device),
-                point_labels=point_labels.to(logits.device),
-            )
-        return logits_to_labels(logits, label_ids).to(self.device)
+        # computed where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of GPU
+        # memory): only the small integer label map moves
+        return logits_to_outputs(logits, label_ids, point_coords, point_labels)[0].to(self.device)
 
     def postprocess_masks(self, logits: torch.Tensor, label_ids: Sequence[int]) -> ClassMasks:
         """Logits -> one mask per class on the network grid, each class thresholded on its own (logit > 0).
@@ -418,9 +324,9 @@ class Vista3DPipeline:
     def warm_up(self, sw_batch_size: int, label_ids: Sequence[int]) -> None:
         """One network call on a batch of blank windows: backends pick their kernels per input shape."""
         x = torch.zeros((sw_batch_size, 1, *self.roi_size), device=self.device)
-        cv = self._class_vector(label_ids)
+        cv = self._passes.class_vector(label_ids)
         coords = [(slice(None), slice(None), *(slice(0, r) for r in self.roi_size))] * sw_batch_size
-        with torch.no_grad(), self._autocast():
+        with torch.no_grad(), self._passes.autocast():
             self.network(x, patch_coords=coords, class_vector=cv, prompt_class=cv, transpose=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -458,33 +364,28 @@ class Vista3DPipeline:
         timer = StageTimer()
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
-                image, geometry = self.load(image, volume_index=volume_index)
+                image, geometry = load_input(image, self.device, volume_index, self.nonfinite)
             affine = geometry.affine
         if affine is None:
             raise ValueError("give the image's [4, 4] affine (voxel -> world mm) with a tensor input")
         with timer.stage("preprocess"):
-            x, record = self.preprocess(image, affine)
-        on_grid = self.prompts(prompt, record)
-        masks = None
+            x, record = preprocess_like_bundle(self._on_device(image), affine, self.resample_dtype)
+        on_grid = prompt_on_grid(prompt, record, self.device)
         if self.streaming and on_grid["point_coords"] is None:
             with timer.stage("inference"):
-                if self.per_class:
-                    labels, masks, run = self.infer_labels_and_masks(x, on_grid["label_ids"])
-                else:
-                    labels, run = self.infer_labels(x, on_grid["label_ids"])
+                labels, masks, run = self._passes.stream(x, on_grid["label_ids"], self.per_class, self.progress_label)
             timer.set("postprocess", 0.0)  # done inside the streamed inference
         else:
             with timer.stage("inference"):
-                logits, run = self.infer(x, **on_grid)
-            with timer.stage("postprocess"):
-                labels = self.postprocess(logits, **on_grid)
-                if self.per_class:
-                    masks = self.postprocess_masks(logits, on_grid["label_ids"])
+                logits, run = self._passes.logits(x, **on_grid, title=self.progress_label)
+            with timer.stage("postprocess"):  # where the inferer stitched; then the (small) results move
+                labels, masks = logits_to_outputs(logits, masks=self.per_class, **on_grid)
+                labels, masks = labels.to(self.device), None if masks is None else masks.to(self.device)
             del logits
         with timer.stage("invert"):
-            labels = self.invert(labels, record)
+            labels = invert_labels(labels, record)
             if masks is not None:
-                masks = self.invert_masks(masks, record)
+                masks = ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
         timings = {**timer.timings, **run.stages}
         return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks)
 
@@ -543,12 +444,12 @@ class Vista3DPipeline:
         check_image(path, self.device)
         timer = StageTimer()
         with timer.stage("load"):
-            image, geometry = self.load(path, volume_index=volume_index)
+            image, geometry = load_input(path, self.device, volume_index, self.nonfinite)
         result = self.segment(image, geometry.affine, prompt)
         with timer.stage("save"):
-            result.output = self.save(result.labels, geometry, out_path)
+            result.output = Path(save_label_map(result.labels, geometry, out_path, dtype=self.output_dtype))
             if result.masks is not None:
-                result.mask_outputs = self.save_masks(result.masks, geometry, class_mask_dir(path, output_dir))
+                result.mask_outputs = save_class_masks(result.masks, geometry, class_mask_dir(path, output_dir))
         result.timings = {"load": timer.timings["load"], **result.timings, "save": timer.timings["save"]}
         return result
 

@@ -28,7 +28,15 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import torch
 
-__all__ = ["logits_to_labels", "NAN_LABEL", "ClassMasks", "logits_to_masks", "pack_masks", "packed_channels"]
+__all__ = [
+    "logits_to_labels",
+    "logits_to_outputs",
+    "NAN_LABEL",
+    "ClassMasks",
+    "logits_to_masks",
+    "pack_masks",
+    "packed_channels",
+]
 
 # Voxels that no prediction window covered (NaN logits of the point inferer) get this label, like the bundle.
 NAN_LABEL = 255
@@ -197,3 +205,25 @@ def logits_to_masks(logits: torch.Tensor, label_ids: Sequence[int] | torch.Tenso
     if len(ids) != n:
         raise ValueError(f"{len(ids)} label ids for {n} logit channels")
     return ClassMasks(pack_masks(logits), ids)
+
+
+def logits_to_outputs(
+    logits: torch.Tensor,
+    label_ids: Sequence[int] | None,
+    point_coords: torch.Tensor | None = None,
+    point_labels: torch.Tensor | None = None,
+    masks: bool = False,
+) -> tuple[torch.Tensor, ClassMasks | None]:
+    """A prompt's logits -> ``([X, Y, Z] int16 label map, one mask per class or None)`` on ``logits``' device
+    (upstream's ``VistaPostTransformd``, and :func:`logits_to_masks` when ``masks``).
+
+    A point-only prompt (no class) first keeps only the connected components that hold a positive point; that edits
+    ``logits`` in place.
+    """
+    if point_coords is not None and label_ids is None:
+        from monai.transforms.utils import keep_components_with_positive_points
+
+        logits = keep_components_with_positive_points(
+            logits.float(), point_coords=point_coords.to(logits.device), point_labels=point_labels.to(logits.device)
+        )
+    return logits_to_labels(logits, label_ids), logits_to_masks(logits, label_ids) if masks else None

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 
 from .errors import EmptyForegroundError
+from .labels import bundle_config
+from .load_policy import as_compute_layout
 
 __all__ = [
     "AFFINE_TOL",
@@ -38,6 +40,7 @@ __all__ = [
     "apply_orientation",
     "undo_orientation",
     "preprocess",
+    "preprocess_like_bundle",
     "invert_labels",
     "input_to_preprocessed_coords",
 ]
@@ -374,6 +377,21 @@ def preprocess(
         settings={"pixdim": tuple(pixdim), "margin": margin, "a_min": a_min, "a_max": a_max, "axcodes": axcodes},
     )
     return out, record
+
+
+def preprocess_like_bundle(
+    image: torch.Tensor, affine: np.ndarray | torch.Tensor, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, PreprocessRecord]:
+    """:func:`preprocess` with the settings of the bundle's ``configs/inference.json``, on an image as it was read
+    (a file-order image of stored values is cast and laid out by the same one pass; see
+    :func:`~.load_policy.as_compute_layout`)."""
+    cfg = bundle_config()["preprocessing"]
+    sir, crop = cfg["scale_intensity_range"], cfg["crop_foreground"]
+    return preprocess(
+        as_compute_layout(image), affine, pixdim=cfg["resample_spacing_mm"], margin=crop["margin"],
+        allow_smaller=crop["allow_smaller"], a_min=sir["a_min"], a_max=sir["a_max"], b_min=sir["b_min"],
+        b_max=sir["b_max"], axcodes=cfg["orientation"], dtype=dtype,
+    )
 
 
 def invert_labels(labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:

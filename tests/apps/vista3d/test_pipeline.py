@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import unittest
+from unittest import mock
 from pathlib import Path
 
 import nibabel as nib
@@ -350,6 +352,27 @@ class TestPerClassMasks(unittest.TestCase):
             self.assertEqual(pipe.network.calls, calls)
             again = pipe.segment_file(src, out, classes="spleen", overwrite=True)
             self.assertEqual(list(again.mask_outputs), [3])
+
+
+class TestStagesCompose(unittest.TestCase):
+    STAGE_METHODS = ("load", "preprocess", "infer", "infer_labels", "infer_labels_and_masks", "postprocess",
+                     "postprocess_masks", "invert", "invert_masks", "save", "save_masks")
+
+    def test_segment_equals_its_stages_without_calling_their_methods(self):
+        """``segment`` hands the image to each stage's room once; the public stage methods give the same map."""
+        img, aff, _ = phantom((30, 28, 24), np.eye(3), (1.2, 1.0, 1.5))
+        image = torch.from_numpy(img)[None]
+        pipe = _pipe(StubVista(HU), streaming=False)
+        x, record = pipe.preprocess(image, aff)
+        logits, _ = pipe.infer(x, [1, 3])
+        by_stage = pipe.invert(pipe.postprocess(logits, [1, 3]), record)
+        self.assertTrue({1, 3} <= set(torch.unique(by_stage).tolist()))
+        with contextlib.ExitStack() as stack:
+            for name in self.STAGE_METHODS:
+                stack.enter_context(mock.patch.object(Vista3DPipeline, name, side_effect=AssertionError(name)))
+            for streaming in (False, True):
+                result = pipe.replace(streaming=streaming).segment(image, aff, classes=[1, 3])
+                torch.testing.assert_close(result.labels, by_stage)
 
 
 class TestPipelineErrors(unittest.TestCase):

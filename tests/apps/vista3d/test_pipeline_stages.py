@@ -22,13 +22,14 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.errors import ClassPromptError, EmptyForegroundError
 from monai.apps.vista3d.labels import everything_labels, label_name, parse_classes
-from monai.apps.vista3d.postprocess import ClassMasks, logits_to_labels, logits_to_masks, pack_masks
+from monai.apps.vista3d.postprocess import ClassMasks, logits_to_labels, logits_to_masks, logits_to_outputs, pack_masks
 from monai.apps.vista3d.preprocess import (
     apply_orientation,
     foreground_box,
     input_to_preprocessed_coords,
     invert_labels,
     preprocess,
+    preprocess_like_bundle,
     ras_orientation,
     resample,
     spacing_geometry,
@@ -172,6 +173,32 @@ class TestPostprocess(unittest.TestCase):
             logits_to_labels(torch.zeros(3, 2, 2, 2), [1, 2])
 
 
+class TestPromptOutputs(unittest.TestCase):
+    """``logits_to_outputs``: the label map (and masks) of a prompt's logits, as the pipeline's full-logits path."""
+
+    def test_class_prompt_with_masks(self):
+        logits = torch.randn(1, 3, 6, 5, 4)
+        labels, masks = logits_to_outputs(logits, [4, 9, 2], masks=True)
+        torch.testing.assert_close(labels, logits_to_labels(logits, [4, 9, 2]))
+        reference = logits_to_masks(logits, [4, 9, 2])
+        self.assertEqual(list(masks.label_ids), [4, 9, 2])
+        for i in (4, 9, 2):
+            torch.testing.assert_close(masks[i], reference[i])
+        self.assertIsNone(logits_to_outputs(logits, [4, 9, 2])[1])
+
+    def test_clicks_without_a_class_keep_the_clicked_component(self):
+        logits = torch.full((1, 1, 12, 6, 6), -1.0)
+        logits[..., 1:4, 1:4, 1:4] = 2.0  # the clicked blob
+        logits[..., 7:10, 1:4, 1:4] = 2.0  # another blob, not clicked
+        coords, point_labels = torch.tensor([[[2.0, 2.0, 2.0]]]), torch.tensor([[1]])
+        labels, masks = logits_to_outputs(logits.clone(), None, coords, point_labels)
+        self.assertIsNone(masks)
+        self.assertTrue((labels[1:4, 1:4, 1:4] == 1).all())
+        self.assertEqual(int((labels == 1).sum()), 27)  # the other blob is dropped
+        with_class, _ = logits_to_outputs(logits.clone(), [3], coords, point_labels)
+        self.assertEqual(int((with_class == 3).sum()), 54)  # a class prompt keeps every component
+
+
 class TestClassMasks(unittest.TestCase):
     @parameterized.expand([(1,), (8,), (9,), (117,)])
     def test_each_class_on_its_own(self, n):
@@ -267,6 +294,24 @@ class TestComputeLayout(unittest.TestCase):
         self.assertTrue(y.is_contiguous())
         self.assertEqual(y.dtype, torch.float32)
         torch.testing.assert_close(y, x.float())
+
+
+class TestBundlePreprocess(unittest.TestCase):
+    def test_an_image_as_read_is_preprocessed_as_its_float_copy(self):
+        img, aff, _ = _stub_phantom()
+        stored = torch.from_numpy(img.astype(np.int16)).permute(2, 1, 0).contiguous().permute(2, 1, 0)[None]
+        self.assertFalse(stored.is_contiguous())  # file order, stored type
+        x, record = preprocess_like_bundle(stored, aff)
+        y, expected = preprocess(stored.float().contiguous(), aff, margin=10, pixdim=(1.5, 1.5, 1.5))
+        torch.testing.assert_close(x, y)
+        self.assertEqual(record.final_shape, expected.final_shape)
+        self.assertTrue(x.is_contiguous())
+
+
+def _stub_phantom():
+    from tests.apps.vista3d.stub_vista import phantom
+
+    return phantom((20, 18, 16), np.eye(3), (2.0, 2.0, 2.5))
 
 
 if __name__ == "__main__":
