@@ -166,66 +166,74 @@ def _device(name: str | None, env: Any = None) -> torch.device:
         raise _UsageError(_flagged(str(e))) from None
 
 
-def _pipeline_kwargs(args: argparse.Namespace, roi: tuple[int, ...], embed_dim: int, sw_batch_size: Any,
-                     progress: bool, streaming: bool = True) -> dict[str, Any]:
-    """The ``Vista3DPipeline`` arguments the flags ask for (the random-weights warning is printed here, once)."""
+def _seed_and_warn(args: argparse.Namespace) -> None:
+    """The process's seed (random weights are drawn from it) and the random-weights warning, printed once."""
     from .network_ready import RANDOM_WEIGHTS_WARNING
 
     torch.manual_seed(args.seed)
     if args.weights is None:
         print(_flagged(RANDOM_WEIGHTS_WARNING), file=sys.stderr)
-    return dict(
-        weights=args.weights, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size, amp=args.amp,
-        progress=progress, timing=True, network_kwargs={"encoder_embed_dim": embed_dim},
-        output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse, warn_random=False,
-    )
 
 
 def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ...], embed_dim: int,
               sw_batch_size: Any, progress: bool, streaming: bool = True) -> Any:
     from .pipeline import Vista3DPipeline
 
-    return Vista3DPipeline(device=device, **_pipeline_kwargs(args, roi, embed_dim, sw_batch_size, progress, streaming))
+    _seed_and_warn(args)
+    return Vista3DPipeline(
+        device=device, weights=args.weights, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size,
+        amp=args.amp, progress=progress, network_kwargs={"encoder_embed_dim": embed_dim},
+        output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse, warn_random=False,
+    )
 
 
 def _segment(args: argparse.Namespace) -> int:
     from .batch import TorchrunEnv, run_batch
-    from .feasibility import check_settings
-    from .job import check_overlap, check_sw_batch_size
-    from .prompts import parse_prompt
 
     if args.list_classes:
         return _list_classes()
     items = _collect_images(args)
     output, output_dir, part = _segment_outputs(args, items)
-    sw = args.sw_batch_size
-    sw = check_sw_batch_size(sw if sw == "auto" else _ints(sw, what="--sw-batch-size")[0])
-    check_overlap(args.overlap)
-    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
-    embed_dim = _embed_dim(args.embed_dim, 48)
-    env = TorchrunEnv.read()
-    device = _device(args.device, env)  # under torchrun: this rank's GPU
-    check_settings(roi, embed_dim, device)
-    if device.type == "cuda":
-        _usable_kernel_cache()
-    prompt = parse_prompt(args.classes, args.points, args.point_labels)  # before the (slow) network build
-    if args.per_class and not prompt.label_ids:
-        raise _UsageError("--per-class needs classes: with --points give the clicked object's class, e.g. --classes "
-                          "liver")
     if args.per_class and output is not None:
         raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
-    kwargs = _pipeline_kwargs(args, roi, embed_dim, sw, progress=not args.quiet and sys.stderr.isatty(),
-                              streaming=args.streaming)
+    env = TorchrunEnv.read()
+    job = _segment_job(args, _device(args.device, env))  # under torchrun: this rank's GPU
+    if job.device.type == "cuda":
+        _usable_kernel_cache()
     start = time.perf_counter()
     result = run_batch(
-        items, output_dir, overwrite=args.overwrite, outputs=None if output is None else [output],
-        volume_index=args.volume_index, device=device,
-        pipeline_kwargs={**kwargs, "classes": prompt, "per_class": args.per_class},
-        on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1 else ""),
-        nonfinite="error" if args.strict else "air", part=part,
+        items, output_dir, job, overwrite=args.overwrite, outputs=None if output is None else [output],
+        volume_index=args.volume_index, on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1
+                                                                   else ""), part=part,
     )
     _say_totals(result, args.quiet, time.perf_counter() - start, env.rank)
     return result.exit_code
+
+
+def _segment_job(args: argparse.Namespace, device: torch.device) -> Any:
+    """The flags as one checked :class:`~.segmenter.SegmentJob` (before the slow network build); a bad value is
+    a :class:`~.job.SettingError` that names its field, which :func:`main` words as the flag."""
+    from .feasibility import check_environment
+    from .job import DEFAULT_EMBED_DIM
+    from .pipeline_options import PipelineOptions
+    from .prompts import parse_prompt
+    from .segmenter import SegmentJob
+
+    check_environment()
+    sw = args.sw_batch_size
+    options = PipelineOptions(
+        roi_size=_roi(args.roi_size) if args.roi_size else (128, 128, 128), overlap=args.overlap,
+        sw_batch_size=sw if sw == "auto" else _ints(sw, what="--sw-batch-size")[0], amp=args.amp,
+        progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype, streaming=args.streaming,
+        nonfinite="error" if args.strict else "air", per_class=args.per_class,
+    )
+    job = SegmentJob(
+        parse_prompt(args.classes, args.points, args.point_labels), options, device, weights=args.weights,
+        network_kwargs={"encoder_embed_dim": _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM)}, fuse=args.fuse,
+        warn_random=False,
+    )
+    _seed_and_warn(args)
+    return job
 
 
 def _segment_outputs(
@@ -323,11 +331,12 @@ def _prepare(args: argparse.Namespace) -> int:
     from monai.networks.nets import VISTA3D
     from monai.utils.triton_support import kernel_cache_dir
 
+    from .job import DEFAULT_EMBED_DIM
     from .labels import everything_labels
     from .pipeline import Vista3DPipeline
 
     roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
-    embed_dim = _embed_dim(args.embed_dim, 48)
+    embed_dim = _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM)
     sw = 1 if args.sw_batch_size == "auto" else _ints(args.sw_batch_size, what="--sw-batch-size")[0]
     if not torch.cuda.is_available():
         reason: str | None = "no CUDA GPU here"
@@ -377,6 +386,7 @@ def _one_line(e: BaseException) -> str:
 
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
+    from .job import DEFAULT_EMBED_DIM
     from .prompts import parse_prompt
 
     device = _device(args.device)
@@ -388,7 +398,7 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
         sws = tuple("auto" if t.strip() == "auto" else _ints(t, what="--sw-batch-sizes")[0]
                     for t in args.sw_batch_sizes.split(",") if t.strip())
     roi = _roi(args.roi_size) if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
-    embed_dim = _embed_dim(args.embed_dim, 48 if cuda else 8)
+    embed_dim = _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM if cuda else 8)
     if args.repeats < 1:
         raise _UsageError("--repeats must be >= 1")
     amp = (cuda if args.amp is None else args.amp) and cuda

@@ -71,14 +71,14 @@ from .results import SegmentationResult
 from .segmenter import (
     _as_segmenter,
     _batch_device,
-    _build_segmenter,
     _labels_and_info,
     _mask_ids,
     _one_setting,
-    _run_device,
+    _rank_device,
     pipeline_segment_fn,
     PipelineSegmenter,
     SegmentFn,
+    SegmentJob,
     Segmenter,
     spread_options,
 )
@@ -101,6 +101,7 @@ __all__ = [
     "BatchResult",
     "PipelineSegmenter",
     "Segmenter",
+    "SegmentJob",
     "ImageJob",
     "pipeline_segment_fn",
     "AsyncSaver",
@@ -132,7 +133,8 @@ class BatchOptions:
         device: see :func:`~.network_ready.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
             ``pipeline_kwargs["device"]`` may give it instead.
         backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``.
+        pipeline_kwargs: arguments of :class:`~.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``
+            (they make a :class:`~.segmenter.SegmentJob`, checked before any work).
         on_image: called on this process's main thread with each image's record once its file is written (or
             it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
@@ -207,19 +209,15 @@ def run_batch(
         Vista3DInputError: a setting that disagrees with the given pipeline's (nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
-    opts = dataclasses.replace(opts, pipeline_kwargs=spread_options(opts.pipeline_kwargs))
-    segment_fn = _as_segmenter(segment_fn, opts.pipeline_kwargs)
+    segmenter = _what_segments(segment_fn, opts)  # every setting of the run decided here, once
     paths, outs = _planned_outputs(inputs, output_dir, opts)
-    nonfinite, output_dtype = _pipeline_settings(segment_fn, opts)
-    dev = _run_device(segment_fn, _batch_device(opts.device, opts.pipeline_kwargs))
+    nonfinite, output_dtype = _run_settings(segmenter, opts)
+    dev = _device_of(segmenter)
     check_environment()
-    if segment_fn is None:  # what cannot fit is refused before the first image
+    if isinstance(segmenter, SegmentJob):  # what cannot fit is refused before the first image
         check_images(paths, dev)
-    pipeline_kwargs = opts.pipeline_kwargs
-    if segment_fn is None:  # the pipeline built here reads and writes as the run does
-        pipeline_kwargs = {**(pipeline_kwargs or {}), "output_dtype": output_dtype, "nonfinite": nonfinite}
-    work = functools.partial(_Work, segment_fn, pipeline_kwargs, output_dtype, nonfinite, opts.prefetch)
-    mask_ids = _mask_ids(segment_fn, pipeline_kwargs)
+    work = functools.partial(_Work, segmenter, output_dtype, nonfinite, opts.prefetch)
+    mask_ids = _mask_ids(segmenter)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
@@ -348,10 +346,10 @@ class _Jobs:
 
 @dataclass
 class _Work:
-    """How this rank segments: the caller's ``segment_fn``, or the pipeline built from ``pipeline_kwargs``."""
+    """How this rank segments: with the pipeline of a :class:`SegmentJob` (built here), a given pipeline, or the
+    caller's function."""
 
-    segment_fn: SegmentFn | None
-    pipeline_kwargs: dict | None
+    segmenter: SegmentJob | Segmenter
     output_dtype: str
     nonfinite: str
     prefetch: int
@@ -360,27 +358,28 @@ class _Work:
 
     def loader(self, jobs: _Jobs) -> _Loader:
         """Start reading this rank's images with the policy of what will segment them."""
-        if isinstance(self.segment_fn, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
-            load = functools.partial(self.segment_fn.load, nonfinite=self.nonfinite)
-            load_device = self.segment_fn.device
+        if isinstance(self.segmenter, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
+            load = functools.partial(self.segmenter.load, nonfinite=self.nonfinite)
+            load_device = self.segmenter.device
         else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
-            load_device = self.device if self.segment_fn is None else torch.device("cpu")
+            load_device = self.device if isinstance(self.segmenter, SegmentJob) else torch.device("cpu")
             load = functools.partial(_load_for, device=load_device, nonfinite=self.nonfinite)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
         return _Loader(load, items, self.prefetch, load_device)
 
-    def segmenter(self, todo: list[ImageJob]) -> Segmenter:
+    def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter:
         """What segments each image; the pipeline is built here, while the loader reads the first image."""
-        fn, error = self.segment_fn, None
-        if fn is None and todo:
+        if not isinstance(self.segmenter, SegmentJob):
+            return self.segmenter
+        built, error = None, None
+        if todo:
             try:
-                fn = _build_segmenter(self.device, self.pipeline_kwargs)
+                built = self.segmenter.build()
             except Exception as e:
                 error = e
-        if self.segment_fn is None:
-            _agree_on_setup(error, self.world)
-        return fn  # type: ignore[return-value]
+        _agree_on_setup(error, self.world)
+        return built  # type: ignore[return-value]
 
 
 class _Finisher:
@@ -417,7 +416,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
     records = jobs.records
     loads = work.loader(jobs)  # before the build: the first image and the weights load together
     try:
-        fn = work.segmenter(jobs.todo)
+        fn = work.ready_segmenter(jobs.todo)
     except BaseException:
         loads.close()
         jobs.claims.release_all()  # the outputs the loader claimed meanwhile
@@ -455,18 +454,54 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         jobs.claims.release_all()
 
 
-def _pipeline_settings(segment_fn: Any, opts: BatchOptions) -> tuple[str, str]:
-    """``(nonfinite, output_dtype)`` of the run: a field of ``opts``, or the pipeline's (given, or built from
-    ``pipeline_kwargs``); the two disagreeing is refused, never silently settled."""
-    pipe = segment_fn.pipeline if isinstance(segment_fn, PipelineSegmenter) else None
-    own = dataclasses.asdict(pipe.options) if pipe is not None else dict(opts.pipeline_kwargs or {})
-    if segment_fn is not None and pipe is None:
-        own = {}  # a caller's function: nothing of its own to agree with
-    if pipe is not None and opts.device is not None:
-        given = torch.device(opts.device)
-        if given.type != pipe.device.type or given.index not in (None, pipe.device.index):
-            raise Vista3DInputError(f"device={str(opts.device)!r} disagrees with the pipeline's device="
-                                    f"{str(pipe.device)!r}; give it once.")
-    nonfinite = check_nonfinite(_one_setting("nonfinite", opts.nonfinite, own.get("nonfinite"), "air"))
-    dtype = _one_setting("output_dtype", opts.output_dtype, own.get("output_dtype"), DEFAULT_OUTPUT_DTYPE)
-    return nonfinite, check_output_dtype(dtype)
+def _what_segments(segment_fn: Any, opts: BatchOptions) -> SegmentJob | Segmenter:
+    """``segment_fn`` resolved before any work: a :class:`SegmentJob` (from ``pipeline_kwargs`` when None; its
+    device this rank's), a :class:`PipelineSegmenter` (a given pipeline), or a caller's function. A pipeline's
+    settings are never silently replaced: a field of ``opts`` that disagrees with them is refused."""
+    if segment_fn is None:
+        kwargs = dict(spread_options(opts.pipeline_kwargs) or {})
+        for name in ("nonfinite", "output_dtype"):  # given twice, they must agree
+            value = _one_setting(name, getattr(opts, name), kwargs.get(name), None)
+            if value is not None:
+                kwargs[name] = value
+        return SegmentJob.from_kwargs(kwargs, _rank_device(_batch_device(opts.device, kwargs)))
+    if isinstance(segment_fn, SegmentJob):
+        if opts.pipeline_kwargs:
+            raise Vista3DInputError("pipeline_kwargs configure the pipeline run_batch builds, but segment_fn is a "
+                                    "SegmentJob already; give its settings and prompt there.")
+        _same_device(opts.device, segment_fn.device)
+        return segment_fn
+    segmenter = _as_segmenter(segment_fn, opts.pipeline_kwargs)
+    if isinstance(segmenter, PipelineSegmenter):
+        _same_device(opts.device, segmenter.device)
+    return segmenter
+
+
+def _same_device(given: str | torch.device | None, own: torch.device) -> None:
+    if given is None:
+        return
+    given = torch.device(given)
+    if given.type != own.type or given.index not in (None, own.index):
+        raise Vista3DInputError(f"device={str(given)!r} disagrees with the pipeline's device={str(own)!r}; give it "
+                                "once.")
+
+
+def _device_of(segmenter: SegmentJob | Segmenter) -> torch.device:
+    """Where this process computes: the pipeline's device; the CPU for a caller's function (it gets its images
+    there)."""
+    if isinstance(segmenter, (SegmentJob, PipelineSegmenter)):
+        return segmenter.device
+    return torch.device("cpu")
+
+
+def _run_settings(segmenter: SegmentJob | Segmenter, opts: BatchOptions) -> tuple[str, str]:
+    """``(nonfinite, output_dtype)`` of the run: the pipeline's, or for a caller's function the fields of ``opts``
+    (else ``"air"`` and uint8); a field that disagrees with a pipeline's is refused."""
+    own: Any = None
+    if isinstance(segmenter, SegmentJob):
+        own = segmenter.options
+    elif isinstance(segmenter, PipelineSegmenter):
+        own = segmenter.pipeline.options
+    nonfinite = _one_setting("nonfinite", opts.nonfinite, own and own.nonfinite, "air")
+    dtype = _one_setting("output_dtype", opts.output_dtype, own and own.output_dtype, DEFAULT_OUTPUT_DTYPE)
+    return check_nonfinite(nonfinite), check_output_dtype(dtype)

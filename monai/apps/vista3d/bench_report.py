@@ -26,6 +26,8 @@ import torch
 
 from monai.utils.profiling import WINDOW_STAGES
 
+from .job import DEFAULT_EMBED_DIM
+
 __all__ = ["BenchSetup", "stage_table", "total_seconds", "bench_segment", "best_of", "print_header", "print_tables",
            "write_json"]
 
@@ -50,7 +52,7 @@ class BenchSetup:
     @property
     def reduced(self) -> bool:
         """Smaller than the bundle's network or window (the CPU default)."""
-        return self.roi != (128, 128, 128) or self.embed_dim != 48
+        return self.roi != (128, 128, 128) or self.embed_dim != DEFAULT_EMBED_DIM
 
 
 def stage_table(timings: dict[str, float]) -> str:

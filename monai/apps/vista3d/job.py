@@ -34,6 +34,8 @@ __all__ = [
     "check_output_dtype",
     "check_nonfinite",
     "check_embed_dim",
+    "embed_dim_of",
+    "DEFAULT_EMBED_DIM",
     "FIELD_FLAGS",
 ]
 
@@ -43,6 +45,8 @@ OUTPUT_DTYPES = ("uint8", "int16", "float32")
 NONFINITE = ("air", "error")
 #: VISTA3D's encoder halves the grid four times, so windows are multiples of this
 ROI_MULTIPLE = 16
+#: the ``vista3d132`` width of the published checkpoint, and so of a network built without ``encoder_embed_dim``
+DEFAULT_EMBED_DIM = 48
 #: the command-line flag of each field (``vista3d`` and ``vista3d serve`` name them alike)
 FIELD_FLAGS = {
     "roi_size": "--roi-size",
@@ -52,6 +56,7 @@ FIELD_FLAGS = {
     "nonfinite": "--strict",
     "device": "--device",
     "encoder_embed_dim": "--embed-dim",
+    "per_class": "--per-class",
 }
 
 
@@ -127,3 +132,8 @@ def check_embed_dim(value: Any) -> int:
         raise SettingError("encoder_embed_dim", f"must be a positive multiple of 8, got {value!r}; the published "
                                                 "checkpoint uses 48 (the default).")
     return int(value)
+
+
+def embed_dim_of(network_kwargs: Any) -> int:
+    """The checked ``vista3d132`` width that ``network_kwargs`` builds (:data:`DEFAULT_EMBED_DIM` when unset)."""
+    return check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", DEFAULT_EMBED_DIM))

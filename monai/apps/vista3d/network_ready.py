@@ -21,7 +21,7 @@ import torch
 
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 from .errors import Vista3DInputError
-from .job import check_embed_dim
+from .job import DEFAULT_EMBED_DIM, embed_dim_of
 
 __all__ = ["RANDOM_WEIGHTS_WARNING", "resolve_device", "check_network_kwargs", "ready_network", "encoder_shape"]
 
@@ -60,7 +60,7 @@ def check_network_kwargs(network_kwargs: dict | None) -> None:
     Raises:
         SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~.job.check_embed_dim`).
     """
-    check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", 48))
+    embed_dim_of(network_kwargs)
 
 
 def ready_network(
@@ -98,5 +98,5 @@ def encoder_shape(network: Any) -> tuple[int, int]:
     """``(encoder_embed_dim, halvings)`` of a VISTA3D: its first convolution's channels and its encoder's levels
     below the first (``vista3d132``: ``(48, 4)``)."""
     encoder = getattr(getattr(network, "image_encoder", None), "encoder", None)
-    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", 48))
+    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", DEFAULT_EMBED_DIM))
     return width, max(len(getattr(encoder, "layers", ())) - 1, 0) if encoder is not None else 4

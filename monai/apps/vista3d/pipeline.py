@@ -52,7 +52,7 @@ from monai.utils.profiling import StageTimer
 
 from .checkpoint import build_network, load_checkpoint
 from .errors import PromptError, Vista3DInputError
-from .job import ROI_MULTIPLE, check_roi_size
+from .job import ROI_MULTIPLE, check_roi_size, embed_dim_of
 from .feasibility import check_image, check_network, check_window
 from .io import (
     ImageGeometry,
@@ -143,7 +143,7 @@ class Vista3DPipeline:
         self.device = resolve_device(device)
         self.random_weights = network is None and weights is None
         if network is None:
-            check_network(int((network_kwargs or {}).get("encoder_embed_dim", 48)), self.device)
+            check_network(embed_dim_of(network_kwargs), self.device)
         self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)

@@ -8,11 +8,15 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What segments each image of a batch: a :class:`~.pipeline.Vista3DPipeline`, or a caller's function."""
+"""What segments each image of a batch: the pipeline a :class:`SegmentJob` describes (built by the run), a
+:class:`~.pipeline.Vista3DPipeline`, or a caller's function."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,13 +25,17 @@ import torch.distributed as dist
 
 from .distributed import TorchrunEnv, rank_device
 from .errors import Vista3DInputError
+from .feasibility import check_network, check_window
 from .io import ImageGeometry
+from .job import ROI_MULTIPLE, SettingError, check_roi_size, embed_dim_of
+from .network_ready import resolve_device
 from .pipeline import Vista3DPipeline
+from .pipeline_options import PipelineOptions
 from .progress import text_bar
 from .prompts import Prompt, parse_prompt
 from .results import SegmentationResult
 
-__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "pipeline_segment_fn", "spread_options"]
+__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "SegmentJob", "pipeline_segment_fn", "spread_options"]
 
 
 @runtime_checkable
@@ -87,6 +95,84 @@ def pipeline_segment_fn(
     return PipelineSegmenter(pipe, prompt)
 
 
+_BUILD_KEYS = ("network", "weights", "network_kwargs", "resample_dtype", "warn_random", "fuse")
+
+
+@dataclass(frozen=True)
+class SegmentJob:
+    """The pipeline a run builds and the prompt it gives every image: resolved and checked once, where the run
+    enters. The command line builds one from its flags; :func:`~.batch.run_batch` builds one from
+    ``pipeline_kwargs`` (or takes one as ``segment_fn``), then builds its pipeline on each rank while the first
+    image loads.
+
+    Attributes:
+        prompt: the parsed prompt (anything :func:`~.prompts.parse_prompt` takes is parsed).
+        options: the pipeline's per-run options.
+        device: where to compute (see :func:`~.network_ready.resolve_device`; under ``torchrun`` give this rank's).
+        weights: the checkpoint to load; None keeps random weights (with a warning, see ``warn_random``).
+        network_kwargs: arguments of ``vista3d132``.
+        network: a caller's network instead of ``vista3d132`` (``network_kwargs`` is then unused).
+        resample_dtype: floating type of the resampling.
+        warn_random: warn when the network has random weights.
+        fuse: run the network's fused path where it can (see :class:`~.pipeline.Vista3DPipeline`).
+
+    Raises:
+        SettingError: a width or window ``vista3d132`` cannot run (the message names the field), or ``per_class``
+            without classes.
+        ResourceError: the network or one window cannot fit on the device.
+    """
+
+    prompt: Any = "everything"
+    options: PipelineOptions = field(default_factory=PipelineOptions)
+    device: str | torch.device | None = None
+    weights: str | os.PathLike | None = None
+    network_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    network: Any = None
+    resample_dtype: torch.dtype = torch.float32
+    warn_random: bool = True
+    fuse: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "prompt", parse_prompt(self.prompt))
+        object.__setattr__(self, "device", resolve_device(self.device))
+        object.__setattr__(self, "network_kwargs", dict(self.network_kwargs or {}))
+        if self.options.per_class and not self.prompt.label_ids:
+            raise SettingError("per_class", "needs classes: give the classes (or 'everything'), or with points the "
+                                            "clicked object's class, e.g. 'liver'.")
+        if self.network is None:  # what vista3d132 cannot run is refused before it is built
+            width = embed_dim_of(self.network_kwargs)
+            roi = check_roi_size(self.options.roi_size, ROI_MULTIPLE)
+            check_network(width, self.device)
+            check_window(roi, width, self.device)
+
+    @classmethod
+    def from_kwargs(cls, pipeline_kwargs: Mapping[str, Any] | None, device: str | torch.device | None) -> SegmentJob:
+        """The job of :class:`~.pipeline.Vista3DPipeline`'s keywords and the prompt's (``classes``, ``points``,
+        ``point_labels``); ``options=`` is spread into its fields, a keyword beside it wins.
+
+        Raises:
+            TypeError: a keyword that is none of these.
+        """
+        kwargs = dict(spread_options(dict(pipeline_kwargs or {})) or {})
+        kwargs.pop("device", None)  # resolved by the caller (under torchrun: this rank's GPU)
+        prompt = parse_prompt(kwargs.pop("classes", "everything"), kwargs.pop("points", None),
+                              kwargs.pop("point_labels", None))
+        build = {k: kwargs.pop(k) for k in _BUILD_KEYS if k in kwargs}
+        return cls(prompt, PipelineOptions(**kwargs), device, **build)
+
+    @property
+    def mask_ids(self) -> list[int] | None:
+        """The classes whose masks each image gets (``per_class``), else None."""
+        return list(self.prompt.label_ids or []) if self.options.per_class else None
+
+    def build(self) -> PipelineSegmenter:
+        """The pipeline, built (the weights loaded, on the device) with the job's prompt."""
+        pipe = Vista3DPipeline(self.network, self.weights, self.device, options=self.options,
+                               network_kwargs=self.network_kwargs, resample_dtype=self.resample_dtype,
+                               warn_random=self.warn_random, fuse=self.fuse)
+        return PipelineSegmenter(pipe, self.prompt)
+
+
 _PROMPT_KEYS = ("classes", "points", "point_labels")
 
 
@@ -137,14 +223,6 @@ def _one_setting(name: str, given: Any, own: Any, default: Any) -> Any:
     return given
 
 
-def _build_segmenter(device: torch.device, pipeline_kwargs: dict | None) -> PipelineSegmenter:
-    """The VISTA3D pipeline of ``pipeline_kwargs`` on ``device`` (the prompt is parsed before the slow build)."""
-    prompt = _prompt_of(pipeline_kwargs)
-    kwargs = {k: v for k, v in (pipeline_kwargs or {}).items() if k not in _PROMPT_KEYS}
-    kwargs.pop("device", None)  # resolved by run_batch (under torchrun: this rank's GPU)
-    return PipelineSegmenter(Vista3DPipeline(device=device, **kwargs), prompt)
-
-
 def _batch_device(device: str | torch.device | None, pipeline_kwargs: dict | None) -> str | torch.device | None:
     """The one device asked for, by ``device=`` or by ``pipeline_kwargs["device"]``."""
     other = (pipeline_kwargs or {}).get("device")
@@ -169,13 +247,8 @@ def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
     return result, {}
 
 
-def _run_device(segment_fn: Any, device: str | torch.device | None) -> torch.device:
-    """Where this process computes: the given pipeline's device, this rank's (see :func:`rank_device`) for the
-    pipeline built here, the CPU for a caller's function (which gets its images there)."""
-    if isinstance(segment_fn, PipelineSegmenter):
-        return segment_fn.pipeline.device
-    if segment_fn is not None:
-        return torch.device("cpu")
+def _rank_device(device: str | torch.device | None) -> torch.device:
+    """This rank's device for the pipeline a run builds (see :func:`rank_device`)."""
     env = TorchrunEnv.read()
     if env.local_rank is None and dist.is_available() and dist.is_initialized():
         # a process group the caller started without torchrun's variables: one GPU per rank
@@ -183,10 +256,10 @@ def _run_device(segment_fn: Any, device: str | torch.device | None) -> torch.dev
     return rank_device(device, env)
 
 
-def _mask_ids(segment_fn: SegmentFn | None, pipeline_kwargs: dict | None) -> list[int] | None:
+def _mask_ids(segmenter: Any) -> list[int] | None:
     """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
-    if segment_fn is None and (pipeline_kwargs or {}).get("per_class"):
-        return list(_prompt_of(pipeline_kwargs).label_ids or [])
-    if isinstance(segment_fn, PipelineSegmenter) and segment_fn.pipeline.per_class:
-        return list(segment_fn.prompt.label_ids or [])
+    if isinstance(segmenter, SegmentJob):
+        return segmenter.mask_ids
+    if isinstance(segmenter, PipelineSegmenter) and segmenter.pipeline.per_class:
+        return list(segmenter.prompt.label_ids or [])
     return None

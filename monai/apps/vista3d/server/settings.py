@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..job import FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
+from ..job import DEFAULT_EMBED_DIM, FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
 
 __all__ = ["ModelSettings", "Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 
@@ -61,7 +61,7 @@ class ModelSettings:
 
     weights: str | None = None
     device: str | None = None
-    embed_dim: int = 48
+    embed_dim: int = DEFAULT_EMBED_DIM
     roi_size: tuple[int, int, int] = (128, 128, 128)
     overlap: float = 0.25
     sw_batch_size: int | str = 1
