@@ -39,7 +39,8 @@ import torch
 
 from .bench_report import (BenchSetup, bench_segment, best_of, print_header, print_tables, stage_table, total_seconds,
                            write_json)
-from .cli_parser import COMMANDS, build_parser, version
+from .cli_parser import (COMMANDS, UsageError, build_parser, embed_dim_or, joined_points, parse_floats, parse_ints,
+                         parse_roi, version)
 from .errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError
 from .job import FIELD_FLAGS, SettingError
 from .workers import WorkerError
@@ -72,46 +73,8 @@ def _flagged(text: str) -> str:
     return text
 
 
-class _UsageError(Exception):
-    """Bad command-line arguments (exit status 2)."""
-
-
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that it unwinds like Ctrl-C (exit status 143)."""
-
-
-def _ints(text: str, n: int | None = None, what: str = "value") -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise _UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
-    if n is not None and len(vals) == 1:
-        vals = vals * n
-    if not vals or (n is not None and len(vals) != n) or min(vals) < 1:
-        raise _UsageError(f"{what} must be {n or 'one or more'} positive integers, got {text!r}")
-    return vals
-
-
-def _floats(text: str, n: int, what: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise _UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
-    vals = vals * n if len(vals) == 1 else vals
-    if len(vals) != n or min(vals) <= 0:
-        raise _UsageError(f"{what} must be {n} positive numbers, got {text!r}")
-    return vals
-
-
-def _joined_points(argv: list[str]) -> list[str]:
-    """``--points -3,4,5`` as ``--points=-3,4,5``: argparse takes a value starting with '-' for an option."""
-    out: list[str] = []
-    for a in argv:
-        if out and out[-1] == "--points" and a.startswith("-") and a[1:2].isdigit():
-            out[-1] = f"--points={a}"
-        else:
-            out.append(a)
-    return out
 
 
 def _collect_images(args: argparse.Namespace) -> list[Any]:
@@ -126,9 +89,9 @@ def _collect_images(args: argparse.Namespace) -> list[Any]:
         elif src.is_file():
             items += read_input_list(src)
         else:
-            raise _UsageError(f"--input-list {args.input_list!r} is neither a file nor a folder")
+            raise UsageError(f"--input-list {args.input_list!r} is neither a file nor a folder")
     if not items:
-        raise _UsageError("no input images: give -i IMAGE_OR_FOLDER (or IMAGE paths, or --input-list)")
+        raise UsageError("no input images: give -i IMAGE_OR_FOLDER (or IMAGE paths, or --input-list)")
     return items
 
 
@@ -144,18 +107,6 @@ def _list_classes() -> int:
     return 0
 
 
-def _roi(text: str, what: str = "--roi-size") -> tuple[int, ...]:
-    from .job import ROI_MULTIPLE, check_roi_size
-
-    return check_roi_size(_ints(text, 3, what), ROI_MULTIPLE)
-
-
-def _embed_dim(value: int | None, default: int) -> int:
-    from .job import check_embed_dim
-
-    return check_embed_dim(default if value is None else value)
-
-
 def _device(name: str | None, env: Any = None) -> torch.device:
     """The device of this process, decided once here (under torchrun: ``LOCAL_RANK``'s GPU)."""
     from .batch import TorchrunEnv, rank_device
@@ -163,7 +114,7 @@ def _device(name: str | None, env: Any = None) -> torch.device:
     try:
         return rank_device(name, env if env is not None else TorchrunEnv())
     except ValueError as e:
-        raise _UsageError(_flagged(str(e))) from None
+        raise UsageError(_flagged(str(e))) from None
 
 
 def _seed_and_warn(args: argparse.Namespace) -> None:
@@ -195,7 +146,7 @@ def _segment(args: argparse.Namespace) -> int:
     items = _collect_images(args)
     output, output_dir, part = _segment_outputs(args, items)
     if args.per_class and output is not None:
-        raise _UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
+        raise UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
     env = TorchrunEnv.read()
     job = _segment_job(args, _device(args.device, env))  # under torchrun: this rank's GPU
     if job.device.type == "cuda":
@@ -222,14 +173,14 @@ def _segment_job(args: argparse.Namespace, device: torch.device) -> Any:
     check_environment()
     sw = args.sw_batch_size
     options = PipelineOptions(
-        roi_size=_roi(args.roi_size) if args.roi_size else (128, 128, 128), overlap=args.overlap,
-        sw_batch_size=sw if sw == "auto" else _ints(sw, what="--sw-batch-size")[0], amp=args.amp,
+        roi_size=parse_roi(args.roi_size) if args.roi_size else (128, 128, 128), overlap=args.overlap,
+        sw_batch_size=sw if sw == "auto" else parse_ints(sw, what="--sw-batch-size")[0], amp=args.amp,
         progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype, streaming=args.streaming,
         nonfinite="error" if args.strict else "air", per_class=args.per_class,
     )
     job = SegmentJob(
         parse_prompt(args.classes, args.points, args.point_labels), options, device, weights=args.weights,
-        network_kwargs={"encoder_embed_dim": _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM)}, fuse=args.fuse,
+        network_kwargs={"encoder_embed_dim": embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)}, fuse=args.fuse,
         warn_random=False,
     )
     _seed_and_warn(args)
@@ -248,19 +199,19 @@ def _segment_outputs(
     output, output_dir = args.output, args.output_dir
     if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
         if output_dir is not None:
-            raise _UsageError("give one output folder: -o FOLDER or --output-dir FOLDER")
+            raise UsageError("give one output folder: -o FOLDER or --output-dir FOLDER")
         output, output_dir = None, output
     if output is None and output_dir is None:
-        raise _UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
+        raise UsageError("give the output folder: -o FOLDER (or -o FILE.nii.gz for one image)")
     part = _part(args.part, output_dir)
     if output is not None:
         if output_dir is not None:
-            raise _UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
+            raise UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
         if len(items) != 1 or Path(items[0]).is_dir():
-            raise _UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
+            raise UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
     elif not plan_outputs(items, output_dir):  # every output unique, before any work
-        raise _UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+        raise UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
     return output, output_dir, part
 
 
@@ -307,11 +258,11 @@ def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
     if output_dir is None:
-        raise _UsageError("--part needs an output folder (-o FOLDER), which the parts share")
+        raise UsageError("--part needs an output folder (-o FOLDER), which the parts share")
     try:
         return parse_part(text)
     except ValueError as e:
-        raise _UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
+        raise UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
 
 
 def _usable_kernel_cache() -> None:
@@ -335,9 +286,9 @@ def _prepare(args: argparse.Namespace) -> int:
     from .labels import everything_labels
     from .pipeline import Vista3DPipeline
 
-    roi = _roi(args.roi_size) if args.roi_size else (128, 128, 128)
-    embed_dim = _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM)
-    sw = 1 if args.sw_batch_size == "auto" else _ints(args.sw_batch_size, what="--sw-batch-size")[0]
+    roi = parse_roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)
+    sw = 1 if args.sw_batch_size == "auto" else parse_ints(args.sw_batch_size, what="--sw-batch-size")[0]
     if not torch.cuda.is_available():
         reason: str | None = "no CUDA GPU here"
     else:
@@ -363,7 +314,7 @@ def _summary(args: argparse.Namespace) -> int:
 
     folder = Path(args.folder)
     if not folder.is_dir():
-        raise _UsageError(f"{args.folder!r} is not a folder; give the output folder of the parts")
+        raise UsageError(f"{args.folder!r} is not a folder; give the output folder of the parts")
     merged = merge_summaries(folder)
     if not merged["parts"]:
         print(f"error: no summary in {folder}: no part or run has finished there yet", file=sys.stderr)
@@ -391,16 +342,16 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
 
     device = _device(args.device)
     cuda = device.type == "cuda"
-    size = _ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
-    spacing = _floats(args.spacing, 3, "--spacing")
+    size = parse_ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
+    spacing = parse_floats(args.spacing, 3, "--spacing")
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
     if args.sw_batch_sizes:
-        sws = tuple("auto" if t.strip() == "auto" else _ints(t, what="--sw-batch-sizes")[0]
+        sws = tuple("auto" if t.strip() == "auto" else parse_ints(t, what="--sw-batch-sizes")[0]
                     for t in args.sw_batch_sizes.split(",") if t.strip())
-    roi = _roi(args.roi_size) if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
-    embed_dim = _embed_dim(args.embed_dim, DEFAULT_EMBED_DIM if cuda else 8)
+    roi = parse_roi(args.roi_size) if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
+    embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM if cuda else 8)
     if args.repeats < 1:
-        raise _UsageError("--repeats must be >= 1")
+        raise UsageError("--repeats must be >= 1")
     amp = (cuda if args.amp is None else args.amp) and cuda
     return BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
 
@@ -450,7 +401,7 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 an image failed, 2 bad arguments, 130/143 stopped)."""
-    argv = _joined_points(list(sys.argv[1:] if argv is None else argv))
+    argv = joined_points(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     if argv == ["--version"]:
         print(version())
@@ -480,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingError as e:  # the library names the field; here it is the flag
         print(f"error: {FIELD_FLAGS.get(e.field, e.field)} {_flagged(e.problem)}", file=sys.stderr)
         return 2
-    except _UsageError as e:
+    except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError, ResourceError) as e:  # refused early

@@ -18,10 +18,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .job import OUTPUT_DTYPES
+from .job import OUTPUT_DTYPES, ROI_MULTIPLE, check_embed_dim, check_roi_size
 from .server.cli import add_serve_command
 
-__all__ = ["COMMANDS", "build_parser", "program_name", "version"]
+__all__ = [
+    "COMMANDS",
+    "build_parser",
+    "program_name",
+    "version",
+    "UsageError",
+    "parse_ints",
+    "parse_floats",
+    "parse_roi",
+    "embed_dim_or",
+    "joined_points",
+]
 
 #: the commands; without one, ``segment`` is meant
 COMMANDS = ("segment", "benchmark", "summary", "prepare", "serve")
@@ -172,3 +183,53 @@ def version() -> str:
 
     return (f"vista3d {monai.__version__}: the VISTA3D fork of MONAI, API- and checkpoint-compatible with MONAI "
             f"{monai.__upstream_version__}")
+
+
+class UsageError(Exception):
+    """Bad command-line arguments (exit status 2)."""
+
+
+def parse_ints(text: str, n: int | None = None, what: str = "value") -> tuple[int, ...]:
+    """A flag's comma-separated positive integers (one value given for ``n`` is repeated)."""
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if n is not None and len(vals) == 1:
+        vals = vals * n
+    if not vals or (n is not None and len(vals) != n) or min(vals) < 1:
+        raise UsageError(f"{what} must be {n or 'one or more'} positive integers, got {text!r}")
+    return vals
+
+
+def parse_floats(text: str, n: int, what: str) -> tuple[float, ...]:
+    """A flag's ``n`` comma-separated positive numbers (one value given is repeated)."""
+    try:
+        vals = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"{what} must be comma-separated numbers, got {text!r}") from None
+    vals = vals * n if len(vals) == 1 else vals
+    if len(vals) != n or min(vals) <= 0:
+        raise UsageError(f"{what} must be {n} positive numbers, got {text!r}")
+    return vals
+
+
+def parse_roi(text: str, what: str = "--roi-size") -> tuple[int, ...]:
+    """A window size flag: one or three multiples of 16 (:func:`~.job.check_roi_size`)."""
+    return check_roi_size(parse_ints(text, 3, what), ROI_MULTIPLE)
+
+
+def embed_dim_or(value: int | None, default: int) -> int:
+    """The ``--embed-dim`` given, else ``default``; checked (:func:`~.job.check_embed_dim`)."""
+    return check_embed_dim(default if value is None else value)
+
+
+def joined_points(argv: list[str]) -> list[str]:
+    """``--points -3,4,5`` as ``--points=-3,4,5``: argparse takes a value starting with '-' for an option."""
+    out: list[str] = []
+    for a in argv:
+        if out and out[-1] == "--points" and a.startswith("-") and a[1:2].isdigit():
+            out[-1] = f"--points={a}"
+        else:
+            out.append(a)
+    return out
