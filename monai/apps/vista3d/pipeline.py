@@ -354,7 +354,8 @@ class Vista3DPipeline:
 
         Returns:
             the label map on the input grid with the stage timings, windows and preprocessing record; with
-            ``per_class`` also the masks of the prompted classes on the input grid.
+            ``per_class`` also the masks of the prompted classes on the input grid; for a path, the file's
+            ``geometry`` (what saving needs).
 
         Raises:
             PromptError: ``per_class`` with a point prompt that names no class.
@@ -362,6 +363,7 @@ class Vista3DPipeline:
         prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
         timer = StageTimer()
+        geometry = None
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
                 image, geometry = load_input(image, self.device, volume_index, self.nonfinite)
@@ -387,7 +389,8 @@ class Vista3DPipeline:
             if masks is not None:
                 masks = ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
         timings = {**timer.timings, **run.stages}
-        return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks)
+        return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks,
+                                  geometry=geometry)
 
     def _check_per_class(self, prompt: Prompt) -> None:
         if self.per_class and not prompt.label_ids:
@@ -442,15 +445,14 @@ class Vista3DPipeline:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
         check_image(path, self.device)
+        result = self.segment(path, classes=prompt, volume_index=volume_index)
         timer = StageTimer()
-        with timer.stage("load"):
-            image, geometry = load_input(path, self.device, volume_index, self.nonfinite)
-        result = self.segment(image, geometry.affine, prompt)
         with timer.stage("save"):
-            result.output = Path(save_label_map(result.labels, geometry, out_path, dtype=self.output_dtype))
+            result.output = Path(save_label_map(result.labels, result.geometry, out_path, dtype=self.output_dtype))
             if result.masks is not None:
-                result.mask_outputs = save_class_masks(result.masks, geometry, class_mask_dir(path, output_dir))
-        result.timings = {"load": timer.timings["load"], **result.timings, "save": timer.timings["save"]}
+                folder = class_mask_dir(path, output_dir)
+                result.mask_outputs = save_class_masks(result.masks, result.geometry, folder)
+        result.timings = {**result.timings, "save": timer.timings["save"]}
         return result
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from .image_geometry import ImageGeometry
 from .postprocess import ClassMasks
 from .preprocess import PreprocessRecord
 
@@ -40,6 +41,7 @@ class SegmentationResult:
         masks: with ``per_class``, one mask per prompted class on the input grid (label id -> ``[X, Y, Z]``
             bool, see :class:`~.postprocess.ClassMasks`); None otherwise.
         mask_outputs: label id -> the mask file written, when the masks were saved.
+        geometry: the input file's affine and header, when the image was read from a file (what saving needs).
     """
 
     labels: torch.Tensor
@@ -50,3 +52,4 @@ class SegmentationResult:
     output: Path | None = None
     masks: ClassMasks | None = None
     mask_outputs: dict[int, Path] | None = None
+    geometry: ImageGeometry | None = None

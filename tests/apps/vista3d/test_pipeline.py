@@ -361,18 +361,27 @@ class TestStagesCompose(unittest.TestCase):
     def test_segment_equals_its_stages_without_calling_their_methods(self):
         """``segment`` hands the image to each stage's room once; the public stage methods give the same map."""
         img, aff, _ = phantom((30, 28, 24), np.eye(3), (1.2, 1.0, 1.5))
-        image = torch.from_numpy(img)[None]
-        pipe = _pipe(StubVista(HU), streaming=False)
-        x, record = pipe.preprocess(image, aff)
-        logits, _ = pipe.infer(x, [1, 3])
-        by_stage = pipe.invert(pipe.postprocess(logits, [1, 3]), record)
-        self.assertTrue({1, 3} <= set(torch.unique(by_stage).tolist()))
-        with contextlib.ExitStack() as stack:
-            for name in self.STAGE_METHODS:
-                stack.enter_context(mock.patch.object(Vista3DPipeline, name, side_effect=AssertionError(name)))
-            for streaming in (False, True):
-                result = pipe.replace(streaming=streaming).segment(image, aff, classes=[1, 3])
-                torch.testing.assert_close(result.labels, by_stage)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(img, aff), src)
+            aff = nib.load(src).affine  # as the file stores it
+            image = torch.from_numpy(img)[None]
+            pipe = _pipe(StubVista(HU), streaming=False)
+            x, record = pipe.preprocess(image, aff)
+            logits, _ = pipe.infer(x, [1, 3])
+            by_stage = pipe.invert(pipe.postprocess(logits, [1, 3]), record)
+            self.assertTrue({1, 3} <= set(torch.unique(by_stage).tolist()))
+            with contextlib.ExitStack() as stack:
+                for name in self.STAGE_METHODS:
+                    stack.enter_context(mock.patch.object(Vista3DPipeline, name, side_effect=AssertionError(name)))
+                for streaming in (False, True):
+                    result = pipe.replace(streaming=streaming).segment(image, aff, classes=[1, 3])
+                    torch.testing.assert_close(result.labels, by_stage)
+                    self.assertIsNone(result.geometry)  # a tensor has no file geometry
+                written = pipe.segment_file(src, Path(tmp) / "out", classes=[1, 3])
+            np.testing.assert_array_equal(written.geometry.affine, aff)
+            self.assertEqual((list(written.timings)[0], list(written.timings)[-1]), ("load", "save"))
+            np.testing.assert_array_equal(np.asarray(nib.load(written.output).dataobj), by_stage.numpy())
 
 
 class TestPipelineErrors(unittest.TestCase):
