@@ -60,6 +60,7 @@ from .distributed import (
 )
 from .errors import Vista3DInputError
 from .feasibility import check_environment, check_images, failure_reason
+from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs, read_input_list
 from .job import check_nonfinite, check_output_dtype
 from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
@@ -84,8 +85,6 @@ from .summary import (
     _counted,
     _print_record,
     _remove_empty,
-    _new_record,
-    _segmented_fields,
     _stopped_records,
     _write_summary,
     BatchResult,
@@ -187,7 +186,7 @@ def run_batch(
         volumes = [opts.volume_index if four_d else None for _, four_d in info]
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
         report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
-        records = {i: _new_record(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
+        records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
         todo = _triage(records, mask_ids, overwrite, claims, report)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
@@ -198,7 +197,7 @@ def run_batch(
                 wall = time.perf_counter() - started
                 _write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
             raise
-        every = _gathered([records[i] for i in sorted(records)], world)
+        every = _gathered([records[i].as_dict() for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
     if rank == 0:
         result.summary_path = _write_summary(summary, result)
@@ -250,31 +249,31 @@ def _my_images(
 
 
 def _triage(
-    records: dict[int, dict],
+    records: dict[int, ImageRecord],
     mask_ids: list[int] | None,
     overwrite: bool,
     claims: OutputClaims,
-    report: Callable[[dict[str, Any]], None] | None,
+    report: Callable[[ImageRecord], None] | None,
 ) -> list[int]:
     """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
     todo: list[int] = []
     for i, rec in records.items():
-        image, out = Path(rec["image"]), Path(rec["output"])
+        image, out = Path(rec.image), Path(rec.output)
         files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
         if mask_ids:
-            rec["masks"] = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
+            rec.masks = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
             for f in files:
                 check_output(image, f, overwrite=True)
         except Vista3DInputError as e:
-            rec["status"], rec["error"] = "failed", failure_reason(e, image)
+            rec.status, rec.error = "failed", failure_reason(e, image)
         else:
             if not overwrite and all(f.exists() for f in files):
-                rec["status"] = "skipped"
+                rec.status = "skipped"
                 claims.sweep(out)  # a lock file left by a writer killed after its save
             else:
                 todo.append(i)
-        if rec["status"] is not None and report is not None:
+        if rec.status is not None and report is not None:
             report(rec)
     return todo
 
@@ -294,7 +293,7 @@ class _Jobs:
     """This rank's images to segment, every image's record (by index), and the outputs this process claims."""
 
     todo: list[ImageJob]
-    records: dict[int, dict]
+    records: dict[int, ImageRecord]
     claims: OutputClaims
     started: bool = False
 
@@ -341,7 +340,7 @@ class _Finisher:
     """Gives an image's record its final status once its file is written (on the saver's thread) or it failed (on
     the main one), releases its output's claim and reports it; one report at a time."""
 
-    def __init__(self, jobs: _Jobs, report: Callable[[dict[str, Any]], None] | None):
+    def __init__(self, jobs: _Jobs, report: Callable[[ImageRecord], None] | None):
         self.jobs, self.report = jobs, report
         self.lock = threading.Lock()
 
@@ -353,20 +352,17 @@ class _Finisher:
         self.jobs.claims.release(job.output)  # the file is written, or the image failed
         with self.lock:
             if isinstance(error, OutputTaken):  # another process's, or written since the plan
-                rec["status"], rec["note"] = error.status, str(error)
+                rec.status, rec.note = error.status, str(error)
             elif error is not None:
                 _remove_empty(created)
-                rec["status"], rec["error"] = "failed", failure_reason(error, job.image)
+                rec.status, rec.error = "failed", failure_reason(error, job.image)
             else:
-                _, seconds = fut.result()  # type: ignore[union-attr]
-                rec["status"] = "done"
-                rec["stages"]["save"] = round(seconds, 4)
-                rec["seconds"] = round(rec["seconds"] + seconds, 4)
+                rec.saved(fut.result()[1])  # type: ignore[union-attr]
             if self.report is not None:
                 self.report(rec)
 
 
-def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], None] | None) -> None:
+def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None] | None) -> None:
     """This rank's images: load ahead, segment, save behind; each record gets its status when its file is written."""
     records = jobs.records
     loads = work.loader(jobs)  # before the build: the first image and the weights load together
@@ -378,12 +374,12 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
         raise
     jobs.started = True
     finish = _Finisher(jobs, report)
-    rank = records[jobs.todo[0].index]["rank"] if jobs.todo else 0
+    rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
         with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.output_dtype) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
-                rec["load_seconds"] = round(t_load, 4)
+                rec.load_seconds = round(t_load, 4)
                 timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
                 try:
                     if err is not None:
@@ -392,11 +388,11 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[dict[str, Any]], No
                         fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
                     with timer.stage("segment"):
                         labels, info = _labels_and_info(fn(image, geom))
-                    rec.update(_segmented_fields(t_load, timer.timings["segment"], info))
+                    rec.segmented(t_load, timer.timings["segment"], info)
                     created = missing_folders(job.output.parent)
                     fut = saver.submit(labels, geom, job.output, masks=info.get("masks"))
                 except Exception as e:
-                    rec["seconds"] = round(t_load + timer.timings.get("segment", 0.0), 4)
+                    rec.seconds = round(t_load + timer.timings.get("segment", 0.0), 4)
                     finish(job, [], None, e)
                     continue
                 finally:

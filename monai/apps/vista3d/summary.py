@@ -17,13 +17,14 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import OutputPathError, Vista3DOutputError
 from .feasibility import os_message
+from .image_record import ImageRecord
 from .io import check_name_lengths
 from .layout import TEMP_SUFFIX, summary_path_for, temp_prefix
 from .claims import claim_summary
@@ -84,15 +85,15 @@ def _write_json(path: Path, obj: Any) -> None:
         ) from None
 
 
-def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[dict[str, Any]], None] | None:
-    """``report`` called with a copy of each record that carries ``progress``: ``(k, n)``."""
+def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[ImageRecord], None] | None:
+    """``report`` called with each record's entry (a dict) that also carries ``progress``: ``(k, n)``."""
     if report is None:
         return None
     count = [0]
 
-    def counted(rec: dict[str, Any]) -> None:
+    def counted(rec: ImageRecord) -> None:
         count[0] += 1
-        report(dict(rec, progress=(count[0], n)))
+        report(dict(rec.as_dict(), progress=(count[0], n)))
 
     return counted
 
@@ -191,38 +192,19 @@ def _write_summary(path: Path, result: BatchResult) -> Path:
     return path
 
 
-def _new_record(i: int, path: Path, out: Path, rank: int | None, voxels: int) -> dict[str, Any]:
-    """The record of image ``i`` before anything was done with it."""
-    return {"index": i, "image": str(path), "output": str(out), "rank": rank, "voxels": voxels,
-            "status": None, "error": None, "seconds": 0.0, "windows": None}
-
-
 def _stopped_records(
-    records: dict[int, dict], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
+    records: dict[int, ImageRecord], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
 ) -> list[dict]:
-    """The record of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
+    """The entry of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they
     got, the others' unknown."""
     every = []
     for i in sorted(pool):
-        path, out = paths[i], outs[i]
         rec = records.get(i)
         if rec is None:
-            rec = dict(_new_record(i, path, out, None, sizes[i]), status="unknown",
-                       error="on another rank, which was stopped too")
-        elif rec["status"] is None:
-            rec = dict(rec, status="interrupted", error="the run was stopped before this image was finished")
-        every.append(rec)
+            rec = ImageRecord.new(i, paths[i], outs[i], None, sizes[i])
+            rec.status, rec.error = "unknown", "on another rank, which was stopped too"
+        elif rec.status is None:
+            rec = dataclasses.replace(rec, status="interrupted",
+                                      error="the run was stopped before this image was finished")
+        every.append(rec.as_dict())
     return every
-
-
-def _segmented_fields(t_load: float, t_segment: float, info: dict[str, Any]) -> dict[str, Any]:
-    """An image's record fields once it is segmented: its times, windows, window batch and per-stage seconds."""
-    fields: dict[str, Any] = {
-        "segment_seconds": round(t_segment, 4),
-        "seconds": round(t_load + t_segment, 4),
-        "windows": info.get("windows"),
-    }
-    if info.get("sw_batch_size") is not None:
-        fields["sw_batch_size"] = info["sw_batch_size"]
-    fields["stages"] = {"load": round(t_load, 4), **{k: round(float(v), 4) for k, v in info.get("stages", {}).items()}}
-    return fields
