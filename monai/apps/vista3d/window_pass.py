@@ -24,7 +24,7 @@ import torch
 from monai.utils.profiling import WINDOW_STAGES
 
 from .errors import PromptError
-from .postprocess import ClassMasks, logits_to_outputs
+from .postprocess import ClassMasks
 from .progress import WindowProgress
 
 __all__ = ["WindowPass", "CountingPredictor", "PassSettings", "WindowPasses"]
@@ -124,25 +124,6 @@ class WindowPasses:
         if not label_ids:
             raise PromptError("no classes to segment")
         return torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
-
-    def labels(
-        self, x: torch.Tensor, on_grid: dict[str, Any], streaming: bool, masks: bool, title: str = "windows"
-    ) -> tuple[torch.Tensor, ClassMasks | None, WindowPass]:
-        """A prompt's label map (and per-class masks) on the network grid, by the streamed pass for class prompts
-        when ``streaming``, else from the logits: ``(labels int16, masks or None, what ran)`` on the device.
-
-        Args:
-            x: ``[1, X, Y, Z]`` preprocessed image.
-            on_grid: the prompt on the network grid (:func:`~.prompts.prompt_on_grid`).
-            streaming: class prompts never hold every class's logits (the streamed path).
-            masks: also one mask per class.
-            title: what the progress bar calls the windows.
-        """
-        if streaming and on_grid["point_coords"] is None:
-            return self.stream(x, on_grid["label_ids"], masks, title)
-        logits, run = self.logits(x, **on_grid, title=title)
-        label_map, class_masks = logits_to_outputs(logits, masks=masks, **on_grid)
-        return label_map.to(self.device), None if class_masks is None else class_masks.to(self.device), run
 
     def logits(
         self,
