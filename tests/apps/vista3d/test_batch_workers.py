@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch_workers, nifti_write
+from monai.apps.vista3d import batch_workers, label_transfer
 from monai.apps.vista3d.batch import run_batch
 from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
@@ -41,7 +41,7 @@ class TestLabelMapToTheSaver(unittest.TestCase):
         """run_batch with the label map treated as on a GPU (``off_host``): every host copy of a label-map-shaped
         tensor, every device cast, and what the saver was handed."""
         copies, casts, saved = [], [], []
-        real_cpu, real_cast, real_save = torch.Tensor.cpu, nifti_write._to_host_file_order, batch_workers.save_label_map
+        real_cpu, real_cast, real_save = torch.Tensor.cpu, label_transfer.to_host_file_order, batch_workers.save_label_map
 
         def counted_cpu(t, *a, **k):
             if tuple(t.shape) in (SHAPE, (1, *SHAPE), SHAPE[::-1]):  # [X, Y, Z] or file order
@@ -59,7 +59,7 @@ class TestLabelMapToTheSaver(unittest.TestCase):
 
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": 32, "classes": [1, 20]}
         with mock.patch.object(torch.Tensor, "cpu", counted_cpu), \
-                mock.patch.object(nifti_write, "_to_host_file_order", counted_cast), \
+                mock.patch.object(label_transfer, "to_host_file_order", counted_cast), \
                 mock.patch.object(batch_workers, "save_label_map", recorded_save), \
                 mock.patch.object(batch_workers, "_on_device", lambda labels: off_host):
             result = run_batch(self.images, self.tmp / f"{output_dtype}-{off_host}", pipeline_kwargs=kw, device="cpu",

@@ -29,7 +29,7 @@ from nibabel.testing import data_path
 from parameterized import parameterized
 
 from monai.apps.vista3d import io as vio
-from monai.apps.vista3d import nifti_read, nifti_write
+from monai.apps.vista3d import label_transfer, nifti_read, nifti_write
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import (
     ImageGeometry,
@@ -607,7 +607,7 @@ class TestSaveLabelMap(TempDirCase):
         labels = torch.from_numpy(self.labels).to(src_dtype)
         if extra:
             labels[1, 2, 3] = extra
-        host = nifti_write._to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
+        host = label_transfer.to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
         self.assertEqual(host.dtype, np.dtype(carrier))
         self.assertTrue(host.T.flags.c_contiguous)  # file order: the host-side slabs are views
         np.testing.assert_array_equal(host, labels.numpy())
@@ -621,7 +621,7 @@ class TestSaveLabelMap(TempDirCase):
         labels = torch.from_numpy(self.labels).to(torch.int32)
         labels[0, 0, 0] = -1
         with self.assertRaisesRegex(Vista3DInputError, r"\[-1, 255\].*does not fit uint8"):
-            nifti_write._to_host_file_order(labels, np.dtype("uint8"))
+            label_transfer.to_host_file_order(labels, np.dtype("uint8"))
 
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_cuda_labels(self):
