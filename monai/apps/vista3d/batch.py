@@ -119,7 +119,7 @@ __all__ = [
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
-    segment_fn: SegmentFn | None = None,
+    segment_fn: SegmentJob | SegmentFn | None = None,
     overwrite: bool = False,
     summary_path: str | os.PathLike | None = None,
     *,
@@ -143,9 +143,10 @@ def run_batch(
             :class:`~.results.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
             ``(labels, {"windows": ...})`` (a :class:`Segmenter`); a :class:`PipelineSegmenter` reads the images
             itself, with its pipeline's load policy; a :class:`~.pipeline.Vista3DPipeline` runs with its own
-            settings and the prompt of ``pipeline_kwargs`` (every class without one). ``None``: the VISTA3D
-            pipeline on this rank's device, built from ``pipeline_kwargs`` (``classes``, ``points``,
-            ``point_labels`` are the prompt) while the first image loads.
+            settings and the prompt of ``pipeline_kwargs`` (every class without one); a :class:`SegmentJob` (what
+            the command line gives): the pipeline it describes, built on this process while the first image
+            loads. ``None``: the :class:`SegmentJob` of ``pipeline_kwargs`` (``classes``, ``points``,
+            ``point_labels`` are the prompt) on this rank's device.
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
@@ -160,7 +161,8 @@ def run_batch(
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
         TypeError: a keyword that is no field of :class:`BatchOptions`, or a ``segment_fn`` that cannot be called.
-        Vista3DInputError: a setting that disagrees with the given pipeline's (nothing was started).
+        Vista3DInputError: a setting that disagrees with the given pipeline's or job's (nothing was started).
+        SettingError: a setting the pipeline cannot run (it names the field; nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
     segmenter = _what_segments(segment_fn, opts)  # every setting of the run decided here, once

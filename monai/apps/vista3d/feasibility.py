@@ -10,7 +10,8 @@
 # limitations under the License.
 """What cannot run, refused before any work: settings the network cannot take and images that cannot fit.
 
-The command line and :class:`~.pipeline.Vista3DPipeline` both ask here, so that a window the network cannot
+A :class:`~.segmenter.SegmentJob` (what the command line and ``run_batch`` build) and
+:class:`~.pipeline.Vista3DPipeline` both ask here, so that a window the network cannot
 downsample, a width or window that would ask the allocator for terabytes, or an image whose resampled volume is
 larger than the memory there is, fail with one line that says what it needs, not with a raw allocator message
 after minutes of work. The estimates are lower bounds: what passes may still run out of memory later, what is
@@ -35,7 +36,6 @@ __all__ = [
     "failure_reason",
     "os_message",
     "check_environment",
-    "check_settings",
     "check_network",
     "check_window",
     "check_image",
@@ -137,14 +137,6 @@ def check_environment() -> None:
         gzip_reader_choice()
     except Vista3DInputError as e:
         raise ResourceError(str(e)) from None
-
-
-def check_settings(roi_size: Sequence[int], embed_dim: int, device: torch.device | str) -> None:
-    """:func:`check_environment`, :func:`check_network` and :func:`check_window`: what the command line asks
-    before building anything."""
-    check_environment()
-    check_network(embed_dim, device)
-    check_window(roi_size, embed_dim, device)
 
 
 def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
