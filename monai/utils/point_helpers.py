@@ -267,8 +267,12 @@ def keep_merge_components_with_points(
         )
     if img_pos.dtype != torch.bool or img_neg.dtype != torch.bool:
         raise ValueError(f"img_pos and img_neg must be bool tensors, got {img_pos.dtype} and {img_neg.dtype}.")
-    features_pos, _ = _label(img_pos, connectivity=3)
-    features_neg, _ = _label(img_neg.to(img_pos.device), connectivity=3)
+    # both masks labelled in one pass (half the device round trips of the labeller): stacked along the batch axis
+    # with an empty item between them, which no component can cross; the ids of each part keep their raster order
+    b = img_pos.shape[0]
+    both = torch.cat([img_pos, torch.zeros_like(img_pos[:1]), img_neg.to(img_pos.device)])
+    features, _ = _label(both, connectivity=3)
+    features_pos, features_neg = features[:b], features[b + 1 :]
     outs = torch.zeros(img_pos.shape, dtype=torch.bool, device=img_pos.device)
     coords = torch.as_tensor(point_coords).detach().float().round().int().cpu().tolist()
     labels = torch.as_tensor(point_labels).detach().cpu().tolist()

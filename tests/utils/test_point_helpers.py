@@ -203,6 +203,31 @@ class TestKeepComponents(unittest.TestCase):
         self.assertTrue(torch.equal(none[1, 0], neg[1, 0]))
 
     @parameterized.expand(BACKENDS)
+    def test_merge_labels_both_masks_at_once(self, name):
+        """One labelling of both masks keeps each component and the highest-id rule of labelling them apart."""
+        gen = torch.Generator().manual_seed(0)
+        for trial in range(12):
+            pos = torch.rand(2, 1, 9, 8, 7, generator=gen) > 0.93  # sparse: many small components
+            neg = torch.rand(2, 1, 9, 8, 7, generator=gen) > 0.93
+            coords = torch.randint(0, 7, (2, 5, 3), generator=gen).float()
+            labels = torch.randint(-1, 4, (2, 5), generator=gen)
+            with backend(name):
+                pos_ids, _ = tu._label(pos, connectivity=3)
+                neg_ids, _ = tu._label(neg, connectivity=3)
+                out = keep_merge_components_with_points(pos, neg, coords, labels)
+            expected = torch.zeros_like(pos)
+            for b in range(2):
+                for (x, y, z), lb in zip(coords[b].int().tolist(), labels[b].tolist()):
+                    ids = pos_ids if lb in (1, 3) else neg_ids if lb in (0, 2) else None
+                    for margin in range(3) if ids is not None else ():
+                        top = int(ids[b, 0, max(x - margin, 0) : x + margin + 1, max(y - margin, 0) : y + margin + 1,
+                                      max(z - margin, 0) : z + margin + 1].max())
+                        if top > 0:
+                            expected[b] |= ids[b] == top
+                            break
+            self.assertTrue(torch.equal(out, expected), f"trial {trial}")
+
+    @parameterized.expand(BACKENDS)
     def test_merge_with_points_numpy(self, name):
         """numpy in, numpy out (as MONAI 1.6.1), the same masks as for tensors."""
         pos = two_blobs()[None, None].repeat(2, 1, 1, 1, 1)

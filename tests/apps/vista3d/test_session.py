@@ -75,7 +75,9 @@ class TestHostReads(unittest.TestCase):
                 rounds.append(reads.counts.pop("aten.equal", 0))  # the labeller's checks: as many as its rounds need
                 counts.append(sum(reads.counts.values()))
         self.assertEqual(len(set(counts[1:])), 1, counts)  # later clicks: the same count, not one more per click
-        self.assertLessEqual(max(c + r for c, r in zip(counts, rounds)), 16, (counts, rounds))
+        # the merge labels its positive and negative regions in one pass: 10-11 reads a later click (13-14 when it
+        # labelled them one after the other), 8 the first
+        self.assertLessEqual(max(c + r for c, r in zip(counts, rounds)), 12, (counts, rounds))
 
 
 class TestSessionEqualsPipeline(unittest.TestCase):
