@@ -334,6 +334,9 @@ def keep_components_with_positive_points(
         features, _ = _label(fg, connectivity=3)
         features = features.to(chan.device)
         at = torch.tensor([[round(v) for v in p[:3]] for p in coords], device=features.device)
+        # a point in the last half voxel rounds to one past the end (MONAI 1.6.1 raises IndexError there): it lies
+        # in the last voxel, as in the network's merge
+        at = torch.minimum(at.clamp(min=0), torch.tensor(features.shape[-3:], device=features.device) - 1)
         hit = features[at[:, 0], at[:, 1], at[:, 2]]  # the components under the positive points (0: none)
         keep = torch.isin(features, hit) & (features > 0)
         outside = ~keep & not_nan

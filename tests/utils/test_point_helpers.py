@@ -271,6 +271,18 @@ class TestKeepComponents(unittest.TestCase):
         self.assertTrue(torch.isnan(out[0, 0, 0, 9, 7]))
 
 
+    @parameterized.expand(BACKENDS)
+    def test_positive_point_in_the_last_half_voxel(self, name):
+        """A point at size - 0.5 rounds to one past the end: it is taken as the last voxel, not an IndexError."""
+        img = torch.full((1, 1, 8, 8, 8), -1.0)
+        img[0, 0, 5:8, 5:8, 5:8] = 2.0  # the clicked corner component
+        img[0, 0, 0:2, 0:2, 0:2] = 2.0  # another component, dropped
+        with backend(name):
+            out = keep_components_with_positive_points(img, torch.tensor([[[7.5, 7.5, 7.5]]]), torch.tensor([[1]]))
+        self.assertEqual(int((out[0, 0] > 0).sum()), 27)
+        self.assertTrue(bool((out[0, 0, 5:8, 5:8, 5:8] > 0).all()))
+
+
 class TestPoints(unittest.TestCase):
     @parameterized.expand([("disc", True, 2), ("gaussian", False, 3)])
     def test_discs_while_exporting_equal_the_loop(self, _, disc, radius):
