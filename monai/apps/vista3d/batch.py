@@ -41,8 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from monai.utils.profiling import StageTimer
 
 from .batch_options import BatchOptions
@@ -62,24 +60,19 @@ from .errors import Vista3DInputError
 from .feasibility import check_environment, check_images, failure_reason
 from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs, read_input_list
-from .job import check_nonfinite, check_output_dtype
-from .io import check_output, class_mask_paths, DEFAULT_OUTPUT_DTYPE, output_path
+from .io import check_output, class_mask_paths, output_path
 from .layout import part_summary_name
 from .network_ready import resolve_device
 from .parts import check_part, parse_part, part_keys, split_parts
 from .segmenter import (
-    _as_segmenter,
-    _batch_device,
     _labels_and_info,
-    _mask_ids,
-    _one_setting,
-    _rank_device,
     pipeline_segment_fn,
     PipelineSegmenter,
+    resolve_segmenter,
+    ResolvedSegmenter,
     SegmentFn,
     SegmentJob,
     Segmenter,
-    spread_options,
 )
 from .summary import (
     _counted,
@@ -165,21 +158,17 @@ def run_batch(
         SettingError: a setting the pipeline cannot run (it names the field; nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
-    segmenter = _what_segments(segment_fn, opts)  # every setting of the run decided here, once
+    run = resolve_segmenter(segment_fn, opts)  # what segments, where, and how it reads and writes: decided once
     paths, outs = _planned_outputs(inputs, output_dir, opts)
-    nonfinite, output_dtype = _run_settings(segmenter, opts)
-    dev = _device_of(segmenter)
     check_environment()
-    if isinstance(segmenter, SegmentJob):  # what cannot fit is refused before the first image
-        check_images(paths, dev)
-    work = functools.partial(_Work, segmenter, output_dtype, nonfinite, opts.prefetch)
-    mask_ids = _mask_ids(segmenter)
+    if isinstance(run.segmenter, SegmentJob):  # what cannot fit is refused before the first image
+        check_images(paths, run.device)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
     # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
-    with on_device(dev), dist_context(opts.backend) as (rank, world, _):
+    with on_device(run.device), dist_context(opts.backend) as (rank, world, _):
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
         info = [_header_info(p) for p in paths]
@@ -189,10 +178,10 @@ def run_batch(
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
         report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
         records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
-        todo = _triage(records, mask_ids, overwrite, claims, report)
+        todo = _triage(records, run.mask_ids, overwrite, claims, report)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
-            _segment_all(jobs, work(dev, world), report)
+            _segment_all(jobs, _Work(run, opts.prefetch, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = _stopped_records(records, paths, outs, sizes, pool)
@@ -305,33 +294,30 @@ class _Work:
     """How this rank segments: with the pipeline of a :class:`SegmentJob` (built here), a given pipeline, or the
     caller's function."""
 
-    segmenter: SegmentJob | Segmenter
-    output_dtype: str
-    nonfinite: str
+    run: ResolvedSegmenter
     prefetch: int
-    device: torch.device
     world: int
 
     def loader(self, jobs: _Jobs) -> _Loader:
         """Start reading this rank's images with the policy of what will segment them."""
-        if isinstance(self.segmenter, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
-            load = functools.partial(self.segmenter.load, nonfinite=self.nonfinite)
-            load_device = self.segmenter.device
+        run = self.run
+        if isinstance(run.segmenter, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
+            load = functools.partial(run.segmenter.load, nonfinite=run.nonfinite)
         else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
-            load_device = self.device if isinstance(self.segmenter, SegmentJob) else torch.device("cpu")
-            load = functools.partial(_load_for, device=load_device, nonfinite=self.nonfinite)
+            load = functools.partial(_load_for, device=run.device, nonfinite=run.nonfinite)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
-        return _Loader(load, items, self.prefetch, load_device)
+        return _Loader(load, items, self.prefetch, run.device)
 
     def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter:
         """What segments each image; the pipeline is built here, while the loader reads the first image."""
-        if not isinstance(self.segmenter, SegmentJob):
-            return self.segmenter
+        job = self.run.segmenter
+        if not isinstance(job, SegmentJob):
+            return job
         built, error = None, None
         if todo:
             try:
-                built = self.segmenter.build()
+                built = job.build()
             except Exception as e:
                 error = e
         _agree_on_setup(error, self.world)
@@ -378,7 +364,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.output_dtype) as saver:
+        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.run.output_dtype) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
@@ -405,56 +391,3 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finally:
         loads.close()
         jobs.claims.release_all()
-
-
-def _what_segments(segment_fn: Any, opts: BatchOptions) -> SegmentJob | Segmenter:
-    """``segment_fn`` resolved before any work: a :class:`SegmentJob` (from ``pipeline_kwargs`` when None; its
-    device this rank's), a :class:`PipelineSegmenter` (a given pipeline), or a caller's function. A pipeline's
-    settings are never silently replaced: a field of ``opts`` that disagrees with them is refused."""
-    if segment_fn is None:
-        kwargs = dict(spread_options(opts.pipeline_kwargs) or {})
-        for name in ("nonfinite", "output_dtype"):  # given twice, they must agree
-            value = _one_setting(name, getattr(opts, name), kwargs.get(name), None)
-            if value is not None:
-                kwargs[name] = value
-        return SegmentJob.from_kwargs(kwargs, _rank_device(_batch_device(opts.device, kwargs)))
-    if isinstance(segment_fn, SegmentJob):
-        if opts.pipeline_kwargs:
-            raise Vista3DInputError("pipeline_kwargs configure the pipeline run_batch builds, but segment_fn is a "
-                                    "SegmentJob already; give its settings and prompt there.")
-        _same_device(opts.device, segment_fn.device)
-        return segment_fn
-    segmenter = _as_segmenter(segment_fn, opts.pipeline_kwargs)
-    if isinstance(segmenter, PipelineSegmenter):
-        _same_device(opts.device, segmenter.device)
-    return segmenter
-
-
-def _same_device(given: str | torch.device | None, own: torch.device) -> None:
-    if given is None:
-        return
-    given = torch.device(given)
-    if given.type != own.type or given.index not in (None, own.index):
-        raise Vista3DInputError(f"device={str(given)!r} disagrees with the pipeline's device={str(own)!r}; give it "
-                                "once.")
-
-
-def _device_of(segmenter: SegmentJob | Segmenter) -> torch.device:
-    """Where this process computes: the pipeline's device; the CPU for a caller's function (it gets its images
-    there)."""
-    if isinstance(segmenter, (SegmentJob, PipelineSegmenter)):
-        return segmenter.device
-    return torch.device("cpu")
-
-
-def _run_settings(segmenter: SegmentJob | Segmenter, opts: BatchOptions) -> tuple[str, str]:
-    """``(nonfinite, output_dtype)`` of the run: the pipeline's, or for a caller's function the fields of ``opts``
-    (else ``"air"`` and uint8); a field that disagrees with a pipeline's is refused."""
-    own: Any = None
-    if isinstance(segmenter, SegmentJob):
-        own = segmenter.options
-    elif isinstance(segmenter, PipelineSegmenter):
-        own = segmenter.pipeline.options
-    nonfinite = _one_setting("nonfinite", opts.nonfinite, own and own.nonfinite, "air")
-    dtype = _one_setting("output_dtype", opts.output_dtype, own and own.output_dtype, DEFAULT_OUTPUT_DTYPE)
-    return check_nonfinite(nonfinite), check_output_dtype(dtype)

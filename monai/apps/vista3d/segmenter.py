@@ -23,11 +23,12 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 import torch.distributed as dist
 
+from .batch_options import BatchOptions
 from .distributed import TorchrunEnv, rank_device
 from .errors import Vista3DInputError
 from .feasibility import check_network, check_window
-from .io import ImageGeometry
-from .job import ROI_MULTIPLE, SettingError, check_roi_size, embed_dim_of
+from .io import DEFAULT_OUTPUT_DTYPE, ImageGeometry
+from .job import ROI_MULTIPLE, SettingError, check_nonfinite, check_output_dtype, check_roi_size, embed_dim_of
 from .network_ready import resolve_device
 from .pipeline import Vista3DPipeline
 from .pipeline_options import PipelineOptions
@@ -35,7 +36,16 @@ from .progress import text_bar
 from .prompts import Prompt, parse_prompt
 from .results import SegmentationResult
 
-__all__ = ["SegmentFn", "Segmenter", "PipelineSegmenter", "SegmentJob", "pipeline_segment_fn", "spread_options"]
+__all__ = [
+    "SegmentFn",
+    "Segmenter",
+    "PipelineSegmenter",
+    "SegmentJob",
+    "ResolvedSegmenter",
+    "resolve_segmenter",
+    "pipeline_segment_fn",
+    "spread_options",
+]
 
 
 @runtime_checkable
@@ -254,6 +264,81 @@ def _rank_device(device: str | torch.device | None) -> torch.device:
         # a process group the caller started without torchrun's variables: one GPU per rank
         env = dataclasses.replace(env, local_rank=dist.get_rank() if dist.get_world_size() > 1 else 0)
     return rank_device(device, env)
+
+
+@dataclass(frozen=True)
+class ResolvedSegmenter:
+    """What a :func:`~.batch.run_batch` segments with, where, and how it reads and writes: decided once, where it
+    enters (:func:`resolve_segmenter`).
+
+    Attributes:
+        segmenter: a :class:`SegmentJob` (its pipeline is built on this process while the first image loads), a
+            given pipeline (:class:`PipelineSegmenter`), or a caller's function.
+        device: where this process computes and reads its images to (the CPU for a caller's function).
+        nonfinite: how NaN/Inf voxels are read (``"air"`` or ``"error"``).
+        output_dtype: the label maps' voxel type on disk.
+        mask_ids: the classes whose masks each image gets, or None.
+    """
+
+    segmenter: Any
+    device: torch.device
+    nonfinite: str
+    output_dtype: str
+    mask_ids: list[int] | None
+
+
+def resolve_segmenter(segment_fn: Any, opts: BatchOptions) -> ResolvedSegmenter:
+    """``segment_fn`` of :func:`~.batch.run_batch` and its options resolved before any work: ``None`` becomes the
+    :class:`SegmentJob` of ``opts.pipeline_kwargs`` on this rank's device, a ``Vista3DPipeline`` a
+    :class:`PipelineSegmenter` with the prompt of ``pipeline_kwargs``. A pipeline's settings are never silently
+    replaced: a field of ``opts`` (``device``, ``nonfinite``, ``output_dtype``) that disagrees with them is refused.
+
+    Raises:
+        Vista3DInputError: a setting given twice that disagrees; pipeline settings beside a pipeline or a job.
+        SettingError: a setting the pipeline cannot run (it names the field).
+        TypeError: a ``segment_fn`` that cannot be called.
+    """
+    segmenter = _what_segments(segment_fn, opts)
+    own: PipelineOptions | None = None
+    if isinstance(segmenter, SegmentJob):
+        own = segmenter.options
+    elif isinstance(segmenter, PipelineSegmenter):
+        own = segmenter.pipeline.options
+    nonfinite = _one_setting("nonfinite", opts.nonfinite, own and own.nonfinite, "air")
+    dtype = _one_setting("output_dtype", opts.output_dtype, own and own.output_dtype, DEFAULT_OUTPUT_DTYPE)
+    device = segmenter.device if isinstance(segmenter, (SegmentJob, PipelineSegmenter)) else torch.device("cpu")
+    return ResolvedSegmenter(segmenter, device, check_nonfinite(nonfinite), check_output_dtype(dtype),
+                             _mask_ids(segmenter))
+
+
+def _what_segments(segment_fn: Any, opts: BatchOptions) -> Any:
+    """The :class:`SegmentJob`, :class:`PipelineSegmenter` or caller's function that segments each image."""
+    if segment_fn is None:
+        kwargs = dict(spread_options(opts.pipeline_kwargs) or {})
+        for name in ("nonfinite", "output_dtype"):  # given twice, they must agree
+            value = _one_setting(name, getattr(opts, name), kwargs.get(name), None)
+            if value is not None:
+                kwargs[name] = value
+        return SegmentJob.from_kwargs(kwargs, _rank_device(_batch_device(opts.device, kwargs)))
+    if isinstance(segment_fn, SegmentJob):
+        if opts.pipeline_kwargs:
+            raise Vista3DInputError("pipeline_kwargs configure the pipeline run_batch builds, but segment_fn is a "
+                                    "SegmentJob already; give its settings and prompt there.")
+        _same_device(opts.device, segment_fn.device)
+        return segment_fn
+    segmenter = _as_segmenter(segment_fn, opts.pipeline_kwargs)
+    if isinstance(segmenter, PipelineSegmenter):
+        _same_device(opts.device, segmenter.device)
+    return segmenter
+
+
+def _same_device(given: str | torch.device | None, own: torch.device) -> None:
+    if given is None:
+        return
+    given = torch.device(given)
+    if given.type != own.type or given.index not in (None, own.index):
+        raise Vista3DInputError(f"device={str(given)!r} disagrees with the pipeline's device={str(own)!r}; give it "
+                                "once.")
 
 
 def _mask_ids(segmenter: Any) -> list[int] | None:

@@ -31,7 +31,8 @@ from monai.apps.vista3d.job import SettingError
 from monai.apps.vista3d.phantom import write_phantom
 from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
 from monai.apps.vista3d.prompts import Prompt
-from monai.apps.vista3d.segmenter import SegmentJob
+from monai.apps.vista3d.batch_options import BatchOptions
+from monai.apps.vista3d.segmenter import PipelineSegmenter, SegmentJob, resolve_segmenter
 from tests.apps.vista3d.stub_vista import StubVista
 
 TINY = {"encoder_embed_dim": 8}
@@ -75,6 +76,32 @@ class TestSegmentJob(unittest.TestCase):
         self.assertIs(built.pipeline.network, stub)
         self.assertEqual(built.pipeline.options, dataclasses.replace(job.options, amp=False))  # amp: off on a CPU
         self.assertEqual(built.prompt, job.prompt)
+
+
+class TestResolveSegmenter(unittest.TestCase):
+    """What run_batch decides once where it enters: the segmenter, its device, the NaN policy, the type, the masks."""
+
+    def test_pipeline_kwargs_become_a_job(self):
+        opts = BatchOptions(device="cpu", nonfinite="error", pipeline_kwargs={
+            "network": StubVista({1: 60.0}), "roi_size": 32, "classes": "liver", "per_class": True})
+        run = resolve_segmenter(None, opts)
+        self.assertIsInstance(run.segmenter, SegmentJob)
+        self.assertEqual((run.device, run.nonfinite, run.output_dtype, run.mask_ids),
+                         (torch.device("cpu"), "error", "uint8", [1]))
+        self.assertEqual(run.segmenter.options.nonfinite, "error")  # the pipeline it builds reads as the run does
+
+    def test_a_pipeline_keeps_its_settings(self):
+        pipe = Vista3DPipeline(StubVista({1: 60.0}), device="cpu", roi_size=32, output_dtype="int16")
+        run = resolve_segmenter(pipe, BatchOptions(pipeline_kwargs={"classes": [1]}))
+        self.assertIsInstance(run.segmenter, PipelineSegmenter)
+        self.assertEqual((run.output_dtype, run.nonfinite, run.mask_ids), ("int16", "air", None))
+
+    def test_a_function_runs_on_the_cpu_with_the_runs_settings(self):
+        run = resolve_segmenter(lambda image, geometry: image[0] > 0, BatchOptions(output_dtype="float32"))
+        self.assertEqual((run.device, run.output_dtype, run.nonfinite, run.mask_ids),
+                         (torch.device("cpu"), "float32", "air", None))
+        with self.assertRaises(SettingError):
+            resolve_segmenter(lambda image, geometry: image, BatchOptions(output_dtype="int64"))
 
 
 class TestRunBatchTakesAJob(unittest.TestCase):
