@@ -52,6 +52,8 @@ from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom  # noq
 DEFAULT_CASES = "512x512x200@0.78x0.78x2.0,512x512x480@0.9x0.9x1.0"
 #: header fields that describe the voxel values and so differ between a CT and its label map
 VALUE_FIELDS = {"datatype", "bitpix", "scl_slope", "scl_inter", "cal_min", "cal_max", "vox_offset", "glmax", "glmin"}
+#: the fields that mark a file as this program's output (``io.mark_output_header``): the intent 'label', 'vista3d'
+MARK_FIELDS = {"intent_code", "intent_name", "intent_p1", "intent_p2", "intent_p3"}
 
 
 def parse_cases(text: str) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
@@ -99,14 +101,19 @@ def codec(name: str):
 
 
 def check_written(path: Path, labels: np.ndarray, ref: Any) -> None:
-    """The file equals ``labels`` and carries ``ref``'s affine and every header field but the value ones."""
+    """The file equals ``labels``, is marked as this program's output, and carries ``ref``'s affine and every header
+    field but the value and mark ones."""
+    from monai.apps.vista3d.io import is_vista3d_output
+
+    if not is_vista3d_output(path):
+        raise AssertionError(f"{path}: not marked as a vista3d output")
     back = nib.load(path)
     if not np.array_equal(np.asanyarray(back.dataobj), labels):
         raise AssertionError(f"{path}: the voxels differ from the label map")
     if not np.allclose(back.affine, ref.affine, atol=1e-6):
         raise AssertionError(f"{path}: the affine differs from the input's")
     for key in ref.header.keys():
-        if key not in VALUE_FIELDS and not np.array_equal(back.header[key], ref.header[key]):
+        if key not in VALUE_FIELDS | MARK_FIELDS and not np.array_equal(back.header[key], ref.header[key]):
             raise AssertionError(f"{path}: header field {key} differs from the input's")
 
 
