@@ -62,8 +62,8 @@ def logits_to_labels(
     """Turn VISTA3D logits into a label map.
 
     Args:
-        logits: ``[C, X, Y, Z]`` or ``[1, C, X, Y, Z]`` logits (other spatial ranks as ``[C, *spatial]``) (before sigmoid), any float type; NaN marks
-            voxels without a prediction.
+        logits: ``[C, X, Y, Z]`` or ``[1, C, X, Y, Z]`` logits before sigmoid (other spatial ranks as
+            ``[C, *spatial]``), any float type; NaN marks voxels without a prediction.
         label_ids: ``[C]`` label id of each channel; None numbers the channels 1..C (upstream's behaviour
             without a class prompt).
         nan_value: label of voxels whose (single-channel) logit is NaN.

@@ -41,7 +41,8 @@ class TestLabelMapToTheSaver(unittest.TestCase):
         """run_batch with the label map treated as on a GPU (``off_host``): every host copy of a label-map-shaped
         tensor, every device cast, and what the saver was handed."""
         copies, casts, saved = [], [], []
-        real_cpu, real_cast, real_save = torch.Tensor.cpu, label_transfer.to_host_file_order, batch_workers.save_label_map
+        real_cpu, real_save = torch.Tensor.cpu, batch_workers.save_label_map
+        real_cast = label_transfer.to_host_file_order
 
         def counted_cpu(t, *a, **k):
             if tuple(t.shape) in (SHAPE, (1, *SHAPE), SHAPE[::-1]):  # [X, Y, Z] or file order
