@@ -83,6 +83,11 @@ class PipelineSegmenter:
         """Where the pipeline computes, and so where its images are read to."""
         return self.pipeline.device
 
+    @property
+    def mask_ids(self) -> list[int] | None:
+        """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
+        return list(self.prompt.label_ids or []) if self.pipeline.per_class else None
+
     def show_image(self, k: int, n: int, path: Path, rank: int, world: int) -> None:
         """Name image ``k`` of ``n`` in the pipeline's window progress bar (``images [###---] 2/7 ct.nii.gz |
         windows``; under torchrun the rank's line)."""
@@ -163,10 +168,10 @@ class SegmentJob:
         Raises:
             TypeError: a keyword that is none of these.
         """
-        kwargs = dict(spread_options(dict(pipeline_kwargs or {})) or {})
-        kwargs.pop("device", None)  # resolved by the caller (under torchrun: this rank's GPU)
-        prompt = parse_prompt(kwargs.pop("classes", "everything"), kwargs.pop("points", None),
-                              kwargs.pop("point_labels", None))
+        kwargs = dict(spread_options(pipeline_kwargs) or {})
+        prompt = _prompt_of(kwargs)
+        for key in (*_PROMPT_KEYS, "device"):  # the device: resolved by the caller (under torchrun: this rank's GPU)
+            kwargs.pop(key, None)
         build = {k: kwargs.pop(k) for k in _BUILD_KEYS if k in kwargs}
         return cls(prompt, PipelineOptions(**kwargs), device, **build)
 
@@ -306,9 +311,10 @@ def resolve_segmenter(segment_fn: Any, opts: BatchOptions) -> ResolvedSegmenter:
         own = segmenter.pipeline.options
     nonfinite = _one_setting("nonfinite", opts.nonfinite, own and own.nonfinite, "air")
     dtype = _one_setting("output_dtype", opts.output_dtype, own and own.output_dtype, DEFAULT_OUTPUT_DTYPE)
-    device = segmenter.device if isinstance(segmenter, (SegmentJob, PipelineSegmenter)) else torch.device("cpu")
+    pipeline = isinstance(segmenter, (SegmentJob, PipelineSegmenter))
+    device = segmenter.device if pipeline else torch.device("cpu")
     return ResolvedSegmenter(segmenter, device, check_nonfinite(nonfinite), check_output_dtype(dtype),
-                             _mask_ids(segmenter))
+                             segmenter.mask_ids if pipeline else None)
 
 
 def _what_segments(segment_fn: Any, opts: BatchOptions) -> Any:
@@ -339,12 +345,3 @@ def _same_device(given: str | torch.device | None, own: torch.device) -> None:
     if given.type != own.type or given.index not in (None, own.index):
         raise Vista3DInputError(f"device={str(given)!r} disagrees with the pipeline's device={str(own)!r}; give it "
                                 "once.")
-
-
-def _mask_ids(segmenter: Any) -> list[int] | None:
-    """The classes whose masks each image gets (a pipeline with ``per_class``), else None."""
-    if isinstance(segmenter, SegmentJob):
-        return segmenter.mask_ids
-    if isinstance(segmenter, PipelineSegmenter) and segmenter.pipeline.per_class:
-        return list(segmenter.prompt.label_ids or [])
-    return None

@@ -156,7 +156,6 @@ class WindowPasses:
         predictor.start(progress)
         inferer = self._sliding_inferer()
         inferer.on_plan = progress.planned
-        stages: dict[str, float] = {}
         try:
             logits = inferer(inp, predictor, transpose=True, class_vector=cv, prompt_class=cv, point_coords=None,
                              point_labels=None, labels=None, label_set=None, prev_mask=None)
