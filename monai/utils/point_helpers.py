@@ -341,7 +341,7 @@ def keep_components_with_positive_points(
         keep = torch.isin(features, hit) & (features > 0)
         outside = ~keep & not_nan
         fill_in = chan[outside].mean()
-        chan.copy_(torch.where(fg & ~keep, fill_in, chan))
+        chan.masked_fill_(fg & ~keep, fill_in)
     return img
 
 
