@@ -36,5 +36,5 @@ setup(
         "serve": _requirements("requirements-serve.txt"),  # vista3d serve: the HTTP server
         "nrrd": ["pynrrd>=1.0"],  # NRRD images for vista3d serve (3D Slicer's format)
     },
-    entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.__main__:main"]},
+    entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.cli.main:main"]},
 )

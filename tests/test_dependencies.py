@@ -76,7 +76,7 @@ class TestDependencies(unittest.TestCase):
         self.assertEqual(private, [])
 
     def test_cli_uses_public_names(self):
-        tree = ast.parse((ROOT / "apps" / "vista3d" / "__main__.py").read_text())
+        tree = ast.parse((ROOT / "apps" / "vista3d" / "cli" / "main.py").read_text())
         private = [
             f"{node.value.id}.{node.attr}"
             for node in ast.walk(tree)

@@ -66,7 +66,7 @@ def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callab
 
 def names_from_submodules(package: str, path: Iterable[str]) -> Callable[[str], Any]:
     """A package ``__getattr__`` that finds a public name of one of its submodules (their ``__all__``), so that
-    ``from monai.apps.vista3d import Vista3DPipeline`` works as ``from monai.apps.vista3d.pipeline import ...``.
+    ``from monai.apps.vista3d import Vista3DPipeline`` works as ``from monai.apps.vista3d.core.pipeline import ...``.
 
     The submodules are imported on the first name that is not found otherwise; a name none of them exports is
     missing (``from package import name`` then raises :func:`not_carried_error` through ``monai``'s finder).

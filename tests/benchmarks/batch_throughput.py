@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from monai.apps.vista3d.batch import run_batch  # noqa: E402
-from monai.apps.vista3d.phantom import write_phantom  # noqa: E402
+from monai.apps.vista3d.batch.run import run_batch  # noqa: E402
+from monai.apps.vista3d.cli.phantom import write_phantom  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -56,7 +56,7 @@ def _worker(log: str, pids: str, argv: list[str]) -> int:
             os.close(fd)
 
     os.replace = logged_replace
-    from monai.apps.vista3d.__main__ import main
+    from monai.apps.vista3d.cli.main import main
 
     return main(argv)
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the result to this JSON file")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    from monai.apps.vista3d.phantom import write_phantom
+    from monai.apps.vista3d.cli.phantom import write_phantom
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_parts_"))
     (work / "cts").mkdir(parents=True, exist_ok=True)

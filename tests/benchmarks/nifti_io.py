@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Loading a CT and saving its label map: nibabel's defaults against monai.apps.vista3d.io (issue 15, goal 3).
+"""Loading a CT and saving its label map: nibabel's defaults against monai.apps.vista3d.io.nifti (issue 15, goal 3).
 
 For each CT (the end-to-end benchmark's phantoms: int16 ``.nii.gz`` written by ``write_phantom``) this times
 
@@ -46,8 +46,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from monai.apps.vista3d import io as vio  # noqa: E402
-from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom  # noqa: E402
+from monai.apps.vista3d.cli.phantom import make_phantom_labels, write_phantom  # noqa: E402
+from monai.apps.vista3d.io import nifti as vio  # noqa: E402
 
 DEFAULT_CASES = "512x512x200@0.78x0.78x2.0,512x512x480@0.9x0.9x1.0"
 #: header fields that describe the voxel values and so differ between a CT and its label map
@@ -103,7 +103,7 @@ def codec(name: str):
 def check_written(path: Path, labels: np.ndarray, ref: Any) -> None:
     """The file equals ``labels``, is marked as this program's output, and carries ``ref``'s affine and every header
     field but the value and mark ones."""
-    from monai.apps.vista3d.io import is_vista3d_output
+    from monai.apps.vista3d.io.nifti_write import is_vista3d_output
 
     if not is_vista3d_output(path):
         raise AssertionError(f"{path}: not marked as a vista3d output")

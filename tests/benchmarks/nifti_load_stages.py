@@ -19,7 +19,7 @@ For each CT (an int16 phantom written by ``write_phantom``, or ``--input`` files
 * ``load_image``: as the pipeline calls it on the CPU (float32, C order) and as it calls it for a GPU, on the
   CPU here (stored int16, file order), with each reader (``VISTA3D_GZIP_READER`` auto, stream, rapidgzip);
 * with ``--device cuda``: ``load_image`` onto the GPU with the pipeline's options
-  (``monai.apps.vista3d.pipeline.load_options``: stored type, file order; slabs copied while the file inflates), each
+  (``monai.apps.vista3d.core.pipeline.load_options``: stored type, file order; slabs copied while the file inflates), each
   reader, synchronised.
 
 Each number is the minimum (and median) of ``--repeat`` runs, the variants alternating within a round. Example::
@@ -44,12 +44,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from monai.apps.vista3d import gzip_codec as gz  # noqa: E402
-from monai.apps.vista3d.io import load_image  # noqa: E402
+from monai.apps.vista3d.io import gzip_codec as gz  # noqa: E402
+from monai.apps.vista3d.io.nifti import load_image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from nifti_io import environment, timed  # noqa: E402
-from monai.apps.vista3d.phantom import write_phantom  # noqa: E402
+
+from monai.apps.vista3d.cli.phantom import write_phantom  # noqa: E402
 
 DEFAULT_CASES = "512x512x480@0.9x0.9x1.0"
 THREADS = (1, 2, 4, 8, 16)

@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from monai.networks.nets import SegResNetDS2, VISTA3D, vista3d132  # noqa: E402
+from monai.networks.nets import VISTA3D, SegResNetDS2, vista3d132  # noqa: E402
 
 
 class LegacySegResNetDS2(SegResNetDS2):

@@ -99,7 +99,7 @@ def train_clicks(net: torch.nn.Module, volumes: list, steps: int, crop: int, sec
 def click_cases(truth: np.ndarray) -> dict[str, dict]:
     """The click cases on the held-out phantom's labels ``truth``: each ``{"clicks": [[x, y, z], label] list,
     "prompt_class": id, "class_vector": id or None, "sequence": carry the previous logits click by click}``."""
-    from monai.apps.vista3d.phantom import PHANTOM_LABELS
+    from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS
 
     def at(organ: str, rank: int = 0) -> list[int]:
         return organ_point(truth, PHANTOM_LABELS[organ], rank)

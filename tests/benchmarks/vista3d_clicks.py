@@ -10,8 +10,8 @@
 # limitations under the License.
 """Click latency: one click, and a sequence of clicks, from the prompt to the full-size label map (issue 26).
 
-The phantom CT (:py:mod:`monai.apps.vista3d.phantom`, seed 0, ``--size`` at 1 x 1 x 1.5 mm) is loaded and
-preprocessed once. The fork runs a :py:class:`~monai.apps.vista3d.session.Vista3DSession` of ``vista3d132``
+The phantom CT (:py:mod:`monai.apps.vista3d.cli.phantom`, seed 0, ``--size`` at 1 x 1 x 1.5 mm) is loaded and
+preprocessed once. The fork runs a :py:class:`~monai.apps.vista3d.core.session.Vista3DSession` of ``vista3d132``
 (random weights, seed 0, or ``--checkpoint``) with fp16 autocast, on the fused path (``--no-fuse``: the module
 path): a click's time runs from the prompt in input voxels to the label map on the input grid, on the device
 (``inference`` includes the windows, the stitch and the previous mask; then the click-only post-processing and the
@@ -64,7 +64,7 @@ def organ_point(labels: np.ndarray, label_id: int, rank: int) -> list[int]:
 def click_sequence(labels: np.ndarray, count: int, redraws: dict[int, int] | None = None) -> list:
     """``count`` clicks ``(input voxel, 1/0)`` of :data:`SEQUENCE` (repeated past its length with other voxels);
     ``redraws`` maps a click's index to how many times it was drawn again (see :func:`past_window_end`)."""
-    from monai.apps.vista3d.phantom import PHANTOM_LABELS
+    from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS
 
     out = []
     for i in range(count):
@@ -107,7 +107,7 @@ def synced(dev: torch.device) -> Callable[[], float]:
 
 def _on_grid(pipe, session, clicks: list) -> dict:
     """The clicks on the network grid of ``session``'s image, as upstream gets them (``pipe.prompts``)."""
-    from monai.apps.vista3d.prompts import Prompt
+    from monai.apps.vista3d.core.prompts import Prompt
 
     prompt = Prompt(None, np.array([c[0] for c in clicks], float), np.array([c[1] for c in clicks]))
     return pipe.prompts(prompt, session.record)
@@ -118,9 +118,9 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
     the clicks there and the logits for the upstream worker and the comparison."""
     from vista3d_everything import build_net
 
-    from monai.apps.vista3d.phantom import make_phantom
-    from monai.apps.vista3d.pipeline import Vista3DPipeline
-    from monai.apps.vista3d.session import Vista3DSession
+    from monai.apps.vista3d.cli.phantom import make_phantom
+    from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+    from monai.apps.vista3d.core.session import Vista3DSession
 
     net = build_net(args.tiny, dev, args.checkpoint)
     pipe = Vista3DPipeline(network=net, device=dev, roi_size=args.roi, fuse=False, warn_random=False)
@@ -283,7 +283,7 @@ def main(argv=None) -> int:
         if args.impl == "upstream":
             result = upstream_worker(args, dev)
         else:
-            from monai.apps.vista3d.phantom import make_phantom_labels
+            from monai.apps.vista3d.cli.phantom import make_phantom_labels
 
             labels = make_phantom_labels(args.shape, SPACING, 0)
             result = fork_worker(args, labels, dev)

@@ -93,7 +93,7 @@ def write_inputs(work: Path, tiny: bool, copies: int, seed: int) -> tuple[list[P
     """``copies`` phantoms of the issue's CT (different seeds) and a random ``vista3d132`` checkpoint."""
     import torch
 
-    from monai.apps.vista3d.phantom import write_phantom
+    from monai.apps.vista3d.cli.phantom import write_phantom
     from monai.networks.nets import vista3d132
 
     shape, spacing = CPU_CT if tiny else CUDA_CT

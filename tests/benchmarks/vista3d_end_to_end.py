@@ -11,7 +11,7 @@
 """File in, label map out: this fork's VISTA3D pipeline against the VISTA3D bundle's, per stage.
 
 Both sides segment the same CT-like phantoms (int16 ``.nii.gz``, written once by
-``monai.apps.vista3d.phantom.write_phantom``) with the same random weights (one state dict, written by this
+``monai.apps.vista3d.cli.phantom.write_phantom``) with the same random weights (one state dict, written by this
 script, loaded strictly on both sides) and the same class prompt, and write a label map file:
 
 * fork: ``run_batch``, the code the ``segment`` command runs (its loader and saver threads, the label map's
@@ -173,8 +173,9 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     import monai
-    from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
-    from monai.apps.vista3d.pipeline import Vista3DPipeline
+    from monai.apps.vista3d.batch.run import run_batch
+    from monai.apps.vista3d.batch.segmenter import pipeline_segment_fn
+    from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 
     dev = torch.device(args.device)
     net = _load_weights(args, dev)
@@ -207,7 +208,7 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
                          "stages": median_stages(runs), "file_bytes": Path(out).stat().st_size})
             print(f"  fork {dtype} {Path(path).name}: total {rows[-1]['stages']['total']:.3f} s", file=sys.stderr,
                   flush=True)
-    from monai.apps.vista3d.gzip_codec import gzip_codec
+    from monai.apps.vista3d.io.gzip_codec import gzip_codec
 
     return {"rows": rows, "monai": monai.__version__, "torch": torch.__version__,
             "gzip_codec": gzip_codec().__name__}
@@ -216,12 +217,24 @@ def fork_worker(args: argparse.Namespace) -> dict[str, Any]:
 def upstream_worker(args: argparse.Namespace) -> dict[str, Any]:
     """Upstream MONAI: the bundle's inference.json, transform by transform, per case."""
     import torch
+    from monai.apps.vista3d.transforms import VistaPostTransformd, VistaPreTransformd
 
     import monai
-    from monai.apps.vista3d.transforms import VistaPostTransformd, VistaPreTransformd
     from monai.inferers import SlidingWindowInfererAdapt
-    from monai.transforms import (CastToTyped, Compose, CropForegroundd, EnsureChannelFirstd, EnsureTyped, Invertd,
-                                  Lambdad, LoadImaged, Orientationd, SaveImaged, ScaleIntensityRanged, Spacingd)
+    from monai.transforms import (
+        CastToTyped,
+        Compose,
+        CropForegroundd,
+        EnsureChannelFirstd,
+        EnsureTyped,
+        Invertd,
+        Lambdad,
+        LoadImaged,
+        Orientationd,
+        SaveImaged,
+        ScaleIntensityRanged,
+        Spacingd,
+    )
 
     dev = torch.device(args.device)
     net = _load_weights(args, dev)
@@ -353,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from monai.apps.vista3d.phantom import write_phantom
+    from monai.apps.vista3d.cli.phantom import write_phantom
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_e2e_")).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -33,11 +33,9 @@ import subprocess
 import sys
 import tempfile
 import time
-
 from typing import Any
 
 import torch
-
 
 
 def everything_labels() -> list[int]:

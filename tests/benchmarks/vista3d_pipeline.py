@@ -24,6 +24,6 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from monai.apps.vista3d.__main__ import main
+    from monai.apps.vista3d.cli.main import main
 
     sys.exit(main(["benchmark", *sys.argv[1:]]))

@@ -12,7 +12,7 @@
 
 The real server runs in a subprocess (``python -m monai.apps.vista3d serve``, the command a user types) on a free
 loopback port, with a ``vista3d132`` whose weights are written to a file first (random, seed 0, or ``--weights``)
-and the phantom CT (:py:mod:`monai.apps.vista3d.phantom`, seed 0) under its ``--data-dir``. Each client is a thread
+and the phantom CT (:py:mod:`monai.apps.vista3d.cli.phantom`, seed 0) under its ``--data-dir``. Each client is a thread
 with its own HTTP connection sending the NIM's JSON request (``{"image": "ct.nii.gz", "prompts": ...}``, a path
 under ``--data-dir``; ``--source upload`` sends the file in the body instead) ``--rounds`` times, one after the
 other, cycling through three prompts (one class, two classes, one click in the liver; a single client sends each
@@ -76,7 +76,7 @@ class Config:
 
 def prompts(shape: tuple[int, int, int]) -> list[dict]:
     """The NIM ``prompts`` the clients cycle through: one class, two classes, one positive click in the liver."""
-    from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom_labels
+    from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS, make_phantom_labels
 
     labels = make_phantom_labels(shape, SPACING, 0)
     voxels = np.argwhere(labels == PHANTOM_LABELS["liver"])
@@ -85,7 +85,7 @@ def prompts(shape: tuple[int, int, int]) -> list[dict]:
 
 
 def _pipeline(cfg: Config, weights: Path):
-    from monai.apps.vista3d.pipeline import Vista3DPipeline
+    from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 
     # what the server builds from its flags' defaults (vista3d serve: --overlap 0.25 --sw-batch-size 1, amp on CUDA)
     return Vista3DPipeline(weights=str(weights), device=cfg.device, roi_size=cfg.roi, overlap=0.25, sw_batch_size=1,
@@ -232,7 +232,7 @@ def run(cfg: Config) -> dict:
     """The whole benchmark; the summary dict (also printed)."""
     import httpx
 
-    from monai.apps.vista3d.phantom import write_phantom
+    from monai.apps.vista3d.cli.phantom import write_phantom
     from monai.networks.nets import vista3d132
 
     with tempfile.TemporaryDirectory(prefix="vista3d_serve_") as tmp:

@@ -82,7 +82,7 @@ def worker(a) -> dict:
             kw = dict(transpose=True, class_vector=cv, prompt_class=cv)
             variants = []
             if is_fork and a.repeats > 0:
-                from monai.apps.vista3d.streaming import sliding_window_label_inference
+                from monai.apps.vista3d.core.streaming import sliding_window_label_inference
 
                 for acc, bs in itertools.product(a.acc_dtypes, a.sw_batch_size):
                     acc_dt = getattr(torch, acc)

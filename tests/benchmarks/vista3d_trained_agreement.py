@@ -13,7 +13,7 @@
 A random network's logits sit near 0 and near each other, so fp16 rounding flips labels on a few tenths of a
 percent of voxels whichever kernels run (two cuDNN algorithms disagree as much). The bundle's checkpoint cannot be
 shipped or downloaded here, so this script trains ``vista3d132`` (seed 0) for ``--steps`` steps on the synthetic
-CT phantom (:py:mod:`monai.apps.vista3d.phantom`, random seeds, random 128³ crops, 117 everything classes, binary
+CT phantom (:py:mod:`monai.apps.vista3d.cli.phantom`, random seeds, random 128³ crops, 117 everything classes, binary
 cross-entropy + soft Dice of the classes present, AdamW, fp16 autocast), saves the weights, and segments a held-out phantom (seed 0) with everything
 classes at ``--sw-batch-size`` through ``vista3d_everything.py``'s worker: the fork's fused path, the fork's
 module path (cuDNN) and, with ``--upstream``, upstream MONAI, all from the same checkpoint. It reports the label
@@ -45,8 +45,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from vista3d_everything import build_net, compare, everything_labels, missing_upstream, run_worker  # noqa: E402
 
-from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom, make_phantom_labels  # noqa: E402
-from monai.apps.vista3d.preprocess import scale_intensity_range  # noqa: E402
+from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS, make_phantom, make_phantom_labels  # noqa: E402
+from monai.apps.vista3d.core.preprocess import scale_intensity_range  # noqa: E402
 
 A_MIN, A_MAX = -963.8247715525971, 1053.678477684517  # the bundle's intensity window (HU -> [0, 1])
 SPACING = (1.5, 1.5, 1.5)  # the bundle's resampled spacing: the phantom is made at it, nothing to resample

@@ -26,6 +26,7 @@ __all__ = [
     "OutputPathError",
     "OutputCollisionError",
     "ResourceError",
+    "WorkerError",
 ]
 
 
@@ -64,3 +65,7 @@ class OutputCollisionError(Vista3DOutputError):
 class ResourceError(Vista3DInputError):
     """Settings or an image that cannot run here (a window the network cannot take, not enough memory); raised
     before any work, with what it needs."""
+
+
+class WorkerError(RuntimeError):
+    """A background thread of the run ended without handing on its result or its error."""

@@ -29,21 +29,18 @@ import torch
 import torch.multiprocessing as mp
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch, batch_workers
-from monai.apps.vista3d.batch import (
-    AsyncSaver,
-    BatchOptions,
-    TorchrunEnv,
-    collect_inputs,
-    output_path,
-    plan_outputs,
-    resolve_device,
-    run_batch,
-    shard_by_size,
-)
+from monai.apps.vista3d.batch import run as batch
+from monai.apps.vista3d.batch import workers as batch_workers
+from monai.apps.vista3d.batch.distributed import TorchrunEnv, shard_by_size
+from monai.apps.vista3d.batch.inputs import collect_inputs, plan_outputs
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.workers import AsyncSaver
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.config import BatchOptions
+from monai.apps.vista3d.core.network_ready import resolve_device
 from monai.apps.vista3d.errors import OutputCollisionError, Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.io import load_image
-from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.io.paths import output_path
 from tests.apps.vista3d.stub_vista import StubVista
 
 SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
@@ -267,7 +264,7 @@ class TestBatchSingleProcess(unittest.TestCase):
         self.assertIn("RuntimeError: CUDA out of memory", per[0]["error"])
 
     def test_default_is_the_pipeline(self):
-        from monai.apps.vista3d.pipeline import Vista3DPipeline
+        from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 
         good = [p for p in self.inputs if "broken" not in p.name][:2]
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}
@@ -295,7 +292,7 @@ class TestOnePath(unittest.TestCase):
 
     def _spy_policy(self):
         """Count the load policy's uses (per device) while keeping what it decides."""
-        from monai.apps.vista3d import load_policy
+        from monai.apps.vista3d.io import load_policy
 
         calls, real = [], load_policy.load_options
 
@@ -306,8 +303,8 @@ class TestOnePath(unittest.TestCase):
         return calls, mock.patch.object(load_policy, "load_options", spy)
 
     def test_every_entry_reads_through_the_load_policy(self):
-        from monai.apps.vista3d.__main__ import main
-        from monai.apps.vista3d.pipeline import Vista3DPipeline
+        from monai.apps.vista3d.cli.main import main
+        from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 
         calls, patch = self._spy_policy()
         with patch:
@@ -450,8 +447,8 @@ class TestAsyncSaver(unittest.TestCase):
     def test_bounded_and_saved_at_exit(self):
         code = (
             "import sys; sys.path.insert(0, %r)\n"
-            "from monai.apps.vista3d.batch import AsyncSaver\n"
-            "from monai.apps.vista3d.io import load_image\n"
+            "from monai.apps.vista3d.batch.workers import AsyncSaver\n"
+            "from monai.apps.vista3d.io.nifti import load_image\n"
             "img, g = load_image(%r)\n"
             "s = AsyncSaver()\n"
             "for i in range(3): s.submit(img > 0, g, %r + f'/x{i}.nii.gz')\n"

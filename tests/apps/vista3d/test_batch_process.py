@@ -23,11 +23,12 @@ from unittest import mock
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import main
-from monai.apps.vista3d import batch
-from monai.apps.vista3d.batch import TorchrunEnv, rank_device, run_batch
+from monai.apps.vista3d.batch import run as batch
+from monai.apps.vista3d.batch.distributed import TorchrunEnv, rank_device
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.cli.main import main
+from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
 
 TORCHRUN_RANK_1 = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}

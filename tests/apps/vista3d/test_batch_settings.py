@@ -21,10 +21,12 @@ import nibabel as nib
 import numpy as np
 from parameterized import parameterized
 
-from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.segmenter import pipeline_segment_fn
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.config import PipelineOptions
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.phantom import write_phantom
-from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
 from tests.apps.vista3d.stub_vista import StubVista
 
 

@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch_workers, label_transfer
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.batch import workers as batch_workers
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.io import label_transfer
 from tests.apps.vista3d.stub_vista import StubVista
 
 SHAPE = (24, 20, 16)

@@ -22,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 import unittest
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 import nibabel as nib
 import numpy as np
@@ -31,7 +31,7 @@ import pytest
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import main
+from monai.apps.vista3d.cli.main import main
 from tests.apps.vista3d.stub_vista import phantom
 from tests.subprocess_env import child_env, default_sigint
 
@@ -222,8 +222,8 @@ class TestBenchmarkCli(unittest.TestCase):
             self.assertGreaterEqual(r["windows"], 1)
 
 
-# what the installed console script runs (setup.py: vista3d=monai.apps.vista3d.__main__:main)
-CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.__main__ import main; sys.argv[0] = 'vista3d'; sys.exit(main())"
+# what the installed console script runs (setup.py: vista3d=monai.apps.vista3d.cli.main:main)
+CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.cli.main import main; sys.argv[0] = 'vista3d'; sys.exit(main())"
 
 
 def vista3d(*args, timeout=300, **env_extra: str):

@@ -24,9 +24,10 @@ import nibabel as nib
 import numpy as np
 from parameterized import parameterized
 
-from monai.apps.vista3d import batch, batch_workers
-from monai.apps.vista3d.io import load_image
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.batch import run as batch
+from monai.apps.vista3d.batch import workers as batch_workers
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.apps.vista3d.io.nifti import load_image
 from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main, vista3d
 
 
@@ -173,7 +174,7 @@ class TestPerClass(unittest.TestCase):
         self.assertTrue((folder / "liver.nii.gz").is_file())
 
     def test_batch_masks_equal_the_pipelines(self):
-        from monai.apps.vista3d.batch import run_batch
+        from monai.apps.vista3d.batch.run import run_batch
         from tests.apps.vista3d.stub_vista import StubVista
 
         kw = {"network": StubVista({1: 60.0, 3: 40.0}), "roi_size": (32, 32, 32)}  # overlapping intensity bands
@@ -256,7 +257,7 @@ class TestKernelPreparation(unittest.TestCase):
         self.assertIn("--roi-size must be one or three positive multiples of 16", res.stderr)
 
     def test_unwritable_kernel_cache_costs_speed_not_the_run(self):
-        from monai.apps.vista3d.__main__ import _usable_kernel_cache
+        from monai.apps.vista3d.cli.main import _usable_kernel_cache
 
         with tempfile.TemporaryDirectory() as tmp:
             blocker = Path(tmp) / "a_file"

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d import feasibility
-from monai.apps.vista3d.feasibility import failure_reason
-from monai.apps.vista3d.checkpoint import load_checkpoint
+from monai.apps.vista3d.core import feasibility
+from monai.apps.vista3d.core.checkpoint import load_checkpoint
+from monai.apps.vista3d.core.feasibility import failure_reason
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.errors import CheckpointError, ResourceError
-from monai.apps.vista3d.pipeline import Vista3DPipeline
 from tests.apps.vista3d.test_cli import TINY, run_main
 
 

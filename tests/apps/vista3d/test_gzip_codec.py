@@ -24,11 +24,12 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d import gzip_codec as gz
-from monai.apps.vista3d import nifti_write
+from monai.apps.vista3d.cli.phantom import make_phantom_labels, write_phantom
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.io import load_image, save_label_map
-from monai.apps.vista3d.phantom import make_phantom_labels, write_phantom
+from monai.apps.vista3d.io import gzip_codec as gz
+from monai.apps.vista3d.io import nifti_write
+from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.io.nifti_write import save_label_map
 
 
 def _has_isal() -> bool:

@@ -26,11 +26,11 @@ import torch
 from nibabel.testing import data_path
 from parameterized import parameterized
 
-from monai.apps.vista3d import gzip_codec as gz
-from monai.apps.vista3d import nifti_read
+from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.io import load_image
-from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.io import gzip_codec as gz
+from monai.apps.vista3d.io import nifti_read
+from monai.apps.vista3d.io.nifti import load_image
 
 # "auto" with the thresholds lowered, so that it picks rapidgzip for a small file on this machine
 READERS = [("stream",), ("rapidgzip",), ("auto_parallel",)]

@@ -16,7 +16,7 @@ import json
 import unittest
 from pathlib import Path
 
-from monai.apps.vista3d.image_record import ImageRecord
+from monai.apps.vista3d.batch.image_record import ImageRecord
 
 BASE = ["index", "image", "output", "rank", "voxels", "status", "error", "seconds", "windows"]
 

@@ -28,22 +28,22 @@ import torch
 from nibabel.testing import data_path
 from parameterized import parameterized
 
-from monai.apps.vista3d import io as vio
-from monai.apps.vista3d import label_transfer, nifti_read, nifti_write
-from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
-from monai.apps.vista3d.io import (
-    ImageGeometry,
-    class_file_name,
-    class_mask_dir,
-    class_mask_paths,
-    load_image,
-    output_path,
-    save_class_masks,
-    save_label_map,
+from monai.apps.vista3d.cli.phantom import (
+    PHANTOM_HU,
+    PHANTOM_LABELS,
+    make_phantom,
+    make_phantom_labels,
+    write_phantom,
 )
+from monai.apps.vista3d.core.postprocess import ClassMasks, pack_masks
+from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.io import label_transfer, nifti_read, nifti_write
+from monai.apps.vista3d.io import nifti as vio
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
+from monai.apps.vista3d.io.paths import class_file_name, class_mask_dir, class_mask_paths, output_path
 from monai.apps.vista3d.labels import label_names
-from monai.apps.vista3d.postprocess import ClassMasks, pack_masks
-from monai.apps.vista3d.phantom import PHANTOM_HU, PHANTOM_LABELS, make_phantom, make_phantom_labels, write_phantom
 
 NIBABEL_FILES = [
     ("anatomical.nii",),  # big-endian int16, LAS
@@ -264,7 +264,7 @@ class TestAtomicWrite(TempDirCase):
 
     def test_importing_io_leaves_the_umask_alone(self):
         code = "import os, unittest.mock as m; m.patch.object(os, 'umask', side_effect=SystemExit(3)).start(); "
-        code += "import monai.apps.vista3d.io"
+        code += "import monai.apps.vista3d.io.nifti"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
         self.assertEqual(subprocess.run([sys.executable, "-c", code], env=env).returncode, 0)
 

@@ -20,11 +20,11 @@ from contextlib import redirect_stderr
 
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import main
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.job import SettingError, check_output_dtype, check_roi_size, check_sw_batch_size
-from monai.apps.vista3d.phantom import write_phantom
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.cli.main import main
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.config import SettingError, check_output_dtype, check_roi_size, check_sw_batch_size
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from tests.apps.vista3d.stub_vista import StubVista
 
 # (field, bad value in Python, the flag and its bad text on the command line)
@@ -79,7 +79,7 @@ class TestOneValidation(unittest.TestCase):
         self.assertEqual(check_sw_batch_size(value), expected)
 
     def test_output_dtypes_listed_once(self):
-        from monai.apps.vista3d import __main__ as cli
+        from monai.apps.vista3d.cli import main as cli
 
         parser = cli.build_parser()
         choices = next(a.choices for sub in parser._subparsers._group_actions for p in sub.choices.values()

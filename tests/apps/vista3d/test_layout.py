@@ -18,10 +18,16 @@ import unittest
 
 from parameterized import parameterized
 
-from monai.apps.vista3d import io
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.layout import OutputLayout, lock_path, own_summary_name, part_summary_name, summary_kind
-from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.io import nifti as io
+from monai.apps.vista3d.io.paths import (
+    OutputLayout,
+    lock_path,
+    own_summary_name,
+    part_summary_name,
+    summary_kind,
+)
 from tests.apps.vista3d.stub_vista import StubVista
 
 LAYOUT = OutputLayout(pathlib.Path("out"))
@@ -74,8 +80,8 @@ class TestOutputLayout(unittest.TestCase):
 
     def test_io_names_are_the_layouts(self):
         # the names io has always exported are the layout's, not a second spelling
-        self.assertIs(io.output_path, __import__("monai.apps.vista3d.layout", fromlist=["x"]).output_path)
-        self.assertIs(io.class_mask_paths, __import__("monai.apps.vista3d.layout", fromlist=["x"]).class_mask_paths)
+        self.assertIs(io.output_path, __import__("monai.apps.vista3d.io.paths", fromlist=["x"]).output_path)
+        self.assertIs(io.class_mask_paths, __import__("monai.apps.vista3d.io.paths", fromlist=["x"]).class_mask_paths)
 
     def test_a_run_writes_the_layouts_names(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The slab conversion of :mod:`monai.apps.vista3d.nifti_read`: every layout, type, scaling and block boundary."""
+"""The slab conversion of :mod:`monai.apps.vista3d.io.nifti_read`: every layout, type, scaling and block boundary."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d import gzip_codec, nifti_read
-from monai.apps.vista3d.io import load_image
+from monai.apps.vista3d.io import gzip_codec, nifti_read
+from monai.apps.vista3d.io.nifti import load_image
 
 SHAPE = (37, 5, 41)  # divisible by no block size used here
 

@@ -32,20 +32,20 @@ import pytest
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import main
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.claims import OutputClaims, OutputTaken, claim, claim_summary
+from monai.apps.vista3d.batch.claims import OutputClaims, OutputTaken, claim, claim_summary
+from monai.apps.vista3d.batch.parts import check_part, parse_part, split_parts
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.summary_merge import format_summary, merge_summaries
+from monai.apps.vista3d.cli.main import main
+from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.layout import lock_path, part_summary_name
-from monai.apps.vista3d.parts import check_part, parse_part, split_parts
-from monai.apps.vista3d.phantom import write_phantom
-from monai.apps.vista3d.summary_merge import format_summary, merge_summaries
+from monai.apps.vista3d.io.paths import lock_path, part_summary_name
 from tests.subprocess_env import child_env
 
 ROOT = Path(__file__).resolve().parents[3]
 # a second process that claims the path given on its command line, says so, and holds the claim until stdin closes;
 HOLDER = (
-    "import sys\nfrom monai.apps.vista3d.claims import claim\n"
+    "import sys\nfrom monai.apps.vista3d.batch.claims import claim\n"
     "c = claim(sys.argv[1])\n"
     "print('held' if c is not None else 'busy', flush=True)\nsys.stdin.read()\n"
 )

@@ -15,14 +15,19 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import unittest
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 import nibabel as nib
 import numpy as np
 import torch
 from parameterized import parameterized
 
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.segmenter import pipeline_segment_fn
+from monai.apps.vista3d.config import PipelineOptions
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.postprocess import ClassMasks
 from monai.apps.vista3d.errors import (
     ClassPromptError,
     EmptyForegroundError,
@@ -30,13 +35,12 @@ from monai.apps.vista3d.errors import (
     Vista3DInputError,
     Vista3DOutputError,
 )
-from monai.apps.vista3d.batch import pipeline_segment_fn, run_batch
-from monai.apps.vista3d.io import class_mask_paths, load_image
-from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
-from monai.apps.vista3d.postprocess import ClassMasks
+from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.io.paths import class_mask_paths
 from monai.inferers import plan_sliding_windows
-from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
 from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
+from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
+
 
 def _pipe(network, **kw):
     kw.setdefault("roi_size", (32, 32, 32))

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.job import SettingError
-from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
+from monai.apps.vista3d.config import PipelineOptions, SettingError
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from tests.apps.vista3d.stub_vista import HU, StubVista, phantom
 
 
@@ -93,7 +93,7 @@ class TestOnePlanPerImage(unittest.TestCase):
     @parameterized.expand([("streamed", True), ("full_logits", False)])
     def test_windows_planned_once(self, _, streaming):
         """The pass plans its windows; the progress bar takes its total from that plan, not from one of its own."""
-        from monai.apps.vista3d.progress import WindowProgress
+        from monai.apps.vista3d.core.progress import WindowProgress
         from monai.inferers import windows
 
         planned, totals, real, original = [], [], windows.SlidingWindowPlan.__init__, WindowProgress.planned

@@ -20,10 +20,14 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.errors import ClassPromptError, EmptyForegroundError
-from monai.apps.vista3d.labels import everything_labels, label_name, parse_classes
-from monai.apps.vista3d.postprocess import ClassMasks, logits_to_labels, logits_to_masks, logits_to_outputs, pack_masks
-from monai.apps.vista3d.preprocess import (
+from monai.apps.vista3d.core.postprocess import (
+    ClassMasks,
+    logits_to_labels,
+    logits_to_masks,
+    logits_to_outputs,
+    pack_masks,
+)
+from monai.apps.vista3d.core.preprocess import (
     apply_orientation,
     foreground_box,
     input_to_preprocessed_coords,
@@ -35,6 +39,8 @@ from monai.apps.vista3d.preprocess import (
     spacing_geometry,
     undo_orientation,
 )
+from monai.apps.vista3d.errors import ClassPromptError, EmptyForegroundError
+from monai.apps.vista3d.labels import everything_labels, label_name, parse_classes
 
 REF = torch.load(
     Path(__file__).parents[2] / "testing_data" / "vista3d_pipeline_reference.pt", weights_only=True
@@ -269,7 +275,7 @@ class TestComputeLayout(unittest.TestCase):
     def _full_volume_ops(x):
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        from monai.apps.vista3d.load_policy import as_compute_layout
+        from monai.apps.vista3d.io.load_policy import as_compute_layout
 
         ops = []
 

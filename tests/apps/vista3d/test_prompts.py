@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import unittest
 
+from monai.apps.vista3d.core.prompts import parse_prompt
 from monai.apps.vista3d.errors import PromptError
-from monai.apps.vista3d.prompts import parse_prompt
 
 
 class TestParsedOnce(unittest.TestCase):

@@ -20,8 +20,8 @@ import nibabel as nib
 import numpy as np
 from parameterized import parameterized
 
-from monai.apps.vista3d.batch import collect_inputs
-from monai.apps.vista3d.io import is_vista3d_output
+from monai.apps.vista3d.batch.inputs import collect_inputs
+from monai.apps.vista3d.io.nifti_write import is_vista3d_output
 from tests.apps.vista3d.stub_vista import phantom
 from tests.apps.vista3d.test_cli import run_main
 

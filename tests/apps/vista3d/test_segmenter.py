@@ -25,14 +25,14 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import main
-from monai.apps.vista3d.batch import BatchResult, run_batch
-from monai.apps.vista3d.job import SettingError
-from monai.apps.vista3d.phantom import write_phantom
-from monai.apps.vista3d.pipeline import PipelineOptions, Vista3DPipeline
-from monai.apps.vista3d.prompts import Prompt
-from monai.apps.vista3d.batch_options import BatchOptions
-from monai.apps.vista3d.segmenter import PipelineSegmenter, SegmentJob, resolve_segmenter
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.segmenter import PipelineSegmenter, SegmentJob, resolve_segmenter
+from monai.apps.vista3d.batch.summary import BatchResult
+from monai.apps.vista3d.cli.main import main
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.config import BatchOptions, PipelineOptions, SettingError
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.prompts import Prompt
 from tests.apps.vista3d.stub_vista import StubVista
 
 TINY = {"encoder_embed_dim": 8}
@@ -147,7 +147,7 @@ class TestCommandLineBuildsOneJob(unittest.TestCase):
             argv = ["-i", str(image), "-o", str(pathlib.Path(tmp) / "out"), "--device", "cpu", "--embed-dim", "8",
                     "--roi-size", "32", "--strict", "--per-class", "--classes", "liver,spleen", "--output-dtype",
                     "int16", "--sw-batch-size", "3", "--quiet"]
-            with mock.patch("monai.apps.vista3d.batch.run_batch", fake_run_batch), \
+            with mock.patch("monai.apps.vista3d.batch.run.run_batch", fake_run_batch), \
                     redirect_stderr(io.StringIO()), redirect_stdout(io.StringIO()):
                 self.assertEqual(main(argv), 0)
         job = given["segment_fn"]

@@ -21,10 +21,10 @@ import torch
 from parameterized import parameterized
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.prompts import parse_prompt
+from monai.apps.vista3d.core.session import Vista3DSession, WindowFeatureCache
 from monai.apps.vista3d.errors import ClassPromptError, PromptError, Vista3DInputError
-from monai.apps.vista3d.pipeline import Vista3DPipeline
-from monai.apps.vista3d.prompts import parse_prompt
-from monai.apps.vista3d.session import Vista3DSession, WindowFeatureCache
 from monai.networks.kernels.dispatch import FusedConfig
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights

@@ -24,8 +24,8 @@ from unittest import mock
 import numpy as np
 import torch
 
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.phantom import write_phantom
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.cli.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import StubVista
 
 

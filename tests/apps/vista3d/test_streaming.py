@@ -21,10 +21,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import monai.inferers.batch_size as bsz
-from monai.apps.vista3d.postprocess import ClassMasks
-from monai.apps.vista3d.streaming import logits_to_labels, sliding_window_label_inference
+from monai.apps.vista3d.core.postprocess import ClassMasks, logits_to_labels
+from monai.apps.vista3d.core.streaming import sliding_window_label_inference
 from monai.inferers import sliding_window_inference
 from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
+
 
 def reference_labels(logits: torch.Tensor, label_ids=None) -> torch.Tensor:
     """VISTA3D's post-transform written out step by step on full ``[N, C, *spatial]`` logits (the reference)."""

@@ -20,8 +20,8 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 
-from monai.apps.vista3d.batch import run_batch
-from monai.apps.vista3d.summary_merge import merge_summaries
+from monai.apps.vista3d.batch.run import run_batch
+from monai.apps.vista3d.batch.summary_merge import merge_summaries
 from tests.apps.vista3d.test_batch import tiny_segment
 from tests.apps.vista3d.test_cli import run_main
 

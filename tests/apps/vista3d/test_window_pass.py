@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from parameterized import parameterized
 
+from monai.apps.vista3d.core.postprocess import logits_to_outputs
+from monai.apps.vista3d.core.preprocess import preprocess_like_bundle
+from monai.apps.vista3d.core.window_pass import PassSettings, WindowPasses
 from monai.apps.vista3d.errors import PromptError
-from monai.apps.vista3d.postprocess import logits_to_outputs
-from monai.apps.vista3d.preprocess import preprocess_like_bundle
-from monai.apps.vista3d.window_pass import PassSettings, WindowPasses
 from tests.apps.vista3d.stub_vista import HU, StubVista, phantom
 
 ROI = (16, 16, 16)

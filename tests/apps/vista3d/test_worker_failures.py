@@ -18,8 +18,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import threading
+import time
 import unittest
 from pathlib import Path
 from unittest import mock
@@ -27,7 +27,9 @@ from unittest import mock
 import nibabel as nib
 import numpy as np
 
-from monai.apps.vista3d import batch, batch_workers, gzip_codec
+from monai.apps.vista3d.batch import run as batch
+from monai.apps.vista3d.batch import workers as batch_workers
+from monai.apps.vista3d.io import gzip_codec
 from tests.apps.vista3d.stub_vista import phantom
 from tests.apps.vista3d.test_cli import ROOT, run_main
 from tests.subprocess_env import child_env, default_sigint
@@ -35,8 +37,8 @@ from tests.subprocess_env import child_env, default_sigint
 # the command line with an inflate thread that never ends (a stuck read), telling when it is stuck
 STUCK = """
 import sys, threading
-from monai.apps.vista3d import gzip_codec
-from monai.apps.vista3d.__main__ import main
+from monai.apps.vista3d.io import gzip_codec
+from monai.apps.vista3d.cli.main import main
 
 def stuck(self):
     print("stuck", flush=True)

@@ -30,9 +30,9 @@ def main(argv=None) -> int:
     from vista3d_clicks import SPACING, click_sequence
     from vista3d_everything import build_net
 
-    from monai.apps.vista3d.phantom import make_phantom, make_phantom_labels
-    from monai.apps.vista3d.pipeline import Vista3DPipeline
-    from monai.apps.vista3d.session import Vista3DSession
+    from monai.apps.vista3d.cli.phantom import make_phantom, make_phantom_labels
+    from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+    from monai.apps.vista3d.core.session import Vista3DSession
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import monai.utils.point_helpers as ph
-from monai.apps.vista3d.phantom import PHANTOM_LABELS, make_phantom_labels
+from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS, make_phantom_labels
 
 
 def masks() -> dict[str, torch.Tensor]:

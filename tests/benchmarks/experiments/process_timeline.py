@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else 0
     config = _overrides(argv[:split])
     cli = argv[split + 1:] if "--" in argv else argv
-    from monai.apps.vista3d import __main__ as vista3d_main
+    from monai.apps.vista3d.cli import main as vista3d_main
 
     mark("import monai.apps.vista3d")
     from monai.networks.kernels import graph_cache

@@ -34,8 +34,9 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..gzip_codec import GZIP_MAGIC, gzip_codec
-from ..io import ImageGeometry, save_label_map
+from ..io.gzip_codec import GZIP_MAGIC, gzip_codec
+from ..io.image_geometry import ImageGeometry
+from ..io.nifti_write import save_label_map
 from .errors import ServeError
 
 __all__ = ["ImageInfo", "LoadedImage", "inspect_image", "check_inflated_size", "load_nrrd", "write_label_map",
@@ -73,7 +74,7 @@ class LoadedImage:
         name: the base of the answer's file name (``ct`` -> ``ct_trans.nii.gz``).
         format: ``"nifti"`` or ``"nrrd"``.
         shape: ``(X, Y, Z)`` of the input grid.
-        geometry: an :class:`~monai.apps.vista3d.io.ImageGeometry` for NIfTI; for NRRD the header fields that
+        geometry: an :class:`~monai.apps.vista3d.io.nifti.ImageGeometry` for NIfTI; for NRRD the header fields that
             place the grid (``space``, ``space directions``, ``space origin``).
     """
 

@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
+from ..core.feasibility import check_image
+from ..core.prompts import Prompt
+from ..core.session import Vista3DSession
 from ..errors import ResourceError
-from ..feasibility import check_image
-from ..prompts import Prompt
-from ..session import Vista3DSession
 from .errors import ServeError
 from .images import LoadedImage, load_nrrd
 

@@ -34,13 +34,20 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
+from ..core.prompts import parse_points
 from ..labels import everything_labels, label_names
-from ..prompts import parse_points
 from . import jobs
 from .errors import ServeError
 from .fetch import confined_path, download, has_scheme, receive_form
-from .images import (LoadedImage, check_inflated_size, inspect_image, nrrd_available, safe_stem, write_label_map,
-                     zip_one)
+from .images import (
+    LoadedImage,
+    check_inflated_size,
+    inspect_image,
+    nrrd_available,
+    safe_stem,
+    write_label_map,
+    zip_one,
+)
 from .schemas import ClickRequest, InferenceRequest, SessionRequest, nim_prompt, parse_body
 from .sessions import SessionEntry, SessionStore
 from .settings import ServerSettings

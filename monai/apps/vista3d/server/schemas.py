@@ -24,8 +24,8 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.prompts import Prompt, parse_prompt
 from ..labels import parse_classes
-from ..prompts import Prompt, parse_prompt
 from .errors import ServeError
 
 __all__ = ["Prompts", "InferenceRequest", "SessionRequest", "ClickRequest", "parse_body", "nim_prompt"]
@@ -99,11 +99,11 @@ def parse_body(model: type[BaseModel], data: Any) -> Any:
 
 
 def nim_prompt(prompts: Prompts | None) -> Prompt:
-    """The pipeline's :class:`~monai.apps.vista3d.prompts.Prompt` of a NIM ``prompts`` object (none: everything).
+    """The pipeline's :class:`~monai.apps.vista3d.core.prompts.Prompt` of a NIM ``prompts`` object (none: everything).
 
     Raises:
         ServeError: clicks keyed by several classes, labels for another class, or classes beside the clicks'.
-        PromptError, ClassPromptError: what :func:`~monai.apps.vista3d.prompts.parse_prompt` refuses (422).
+        PromptError, ClassPromptError: what :func:`~monai.apps.vista3d.core.prompts.parse_prompt` refuses (422).
     """
     if prompts is None or (not prompts.points and not prompts.classes):
         if prompts is not None and prompts.point_labels:

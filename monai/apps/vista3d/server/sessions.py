@@ -10,7 +10,7 @@
 # limitations under the License.
 """The click sessions a server holds: a bounded number, each living ``ttl`` seconds after its last use.
 
-A session is one :class:`~monai.apps.vista3d.session.Vista3DSession` (the image preprocessed once, the clicks and
+A session is one :class:`~monai.apps.vista3d.core.session.Vista3DSession` (the image preprocessed once, the clicks and
 previous logits of the current object) with what the server needs to answer in the image's own format. When the
 store is full a new session evicts the least recently used one; a request for a session that was evicted, has
 expired or was deleted gets 410 with the reason, an id never issued gets 404.

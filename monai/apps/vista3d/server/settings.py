@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..job import DEFAULT_EMBED_DIM, FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
+from ..config import DEFAULT_EMBED_DIM, FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
 
 __all__ = ["ModelSettings", "Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 
@@ -79,7 +79,7 @@ class ModelSettings:
 
     def build_pipeline(self) -> Any:
         """The ``Vista3DPipeline`` these settings describe (weights loaded, on its device)."""
-        from ..pipeline import Vista3DPipeline
+        from ..core.pipeline import Vista3DPipeline
 
         return Vista3DPipeline(
             weights=self.weights, device=self.device, roi_size=self.roi_size, overlap=self.overlap,

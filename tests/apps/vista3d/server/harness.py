@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import uvicorn
 
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.server.app import create_app
 from monai.apps.vista3d.server.protocol import uvicorn_config
 from monai.apps.vista3d.server.settings import Limits, ModelSettings, ServerSettings

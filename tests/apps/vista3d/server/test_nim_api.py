@@ -23,14 +23,19 @@ from pathlib import Path
 
 import httpx
 import nibabel as nib
-import numpy as np
 import nrrd
+import numpy as np
 import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.labels import everything_labels, label_names
 from tests.apps.vista3d.server.harness import (
-    ImageHost, LiveServer, settings, start_for_class, tiny_pipeline, write_phantom,
+    ImageHost,
+    LiveServer,
+    settings,
+    start_for_class,
+    tiny_pipeline,
+    write_phantom,
 )
 from tests.apps.vista3d.server.nim_client import NimClient
 

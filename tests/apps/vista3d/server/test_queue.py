@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from monai.apps.vista3d.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.server.settings import Limits
 from tests.apps.vista3d.server.harness import Gate, LiveServer, settings, write_phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights

@@ -21,8 +21,8 @@ import socket
 import tempfile
 import unittest
 import zlib
-from unittest import mock
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import nibabel as nib
@@ -206,7 +206,7 @@ class TestBadRequests(unittest.TestCase):
     def test_image_larger_than_memory(self):
         # the header's volume, resampled, against the memory there (as segment_file checks it): 413 before the load,
         # the message without the server's scratch path
-        with mock.patch("monai.apps.vista3d.feasibility.memory_available", return_value=1 << 10):
+        with mock.patch("monai.apps.vista3d.core.feasibility.memory_available", return_value=1 << 10):
             response = self.http.post("/v1/vista3d/inference", json={"image": "ct.nii.gz"})
         self.assert_one_line_error(response, 413)
         self.assertIn("the image: segmenting it needs at least", response.json()["detail"])

@@ -23,9 +23,9 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.server.routes import changed_box
 from monai.apps.vista3d.server.settings import Limits
-from monai.apps.vista3d.session import Vista3DSession
 from tests.apps.vista3d.server.harness import settings, start_for_class, tiny_pipeline, write_phantom
 
 # clicks inside the body of the 40 x 40 x 36 phantom: (points, labels, class on the first click)

@@ -21,7 +21,8 @@ from unittest import mock
 
 from parameterized import parameterized
 
-from monai.apps.vista3d.__main__ import build_parser, main
+from monai.apps.vista3d.cli.main import main
+from monai.apps.vista3d.cli.parser import build_parser
 from monai.apps.vista3d.server.cli import settings_from_args
 from monai.apps.vista3d.server.settings import TOKEN_ENV, is_loopback
 

@@ -1,0 +1,250 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The settings of a VISTA3D run, in one room: each setting's default, its one check, and the frozen objects that
+hold them (:class:`PipelineOptions` for the pipeline, :class:`BatchOptions` for :func:`~.batch.run.run_batch`).
+
+Each check returns the setting as the library uses it, or raises :class:`SettingError`, which names the field
+(``roi_size``); the command line names its flag instead (``--roi-size``) from the same error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import Vista3DInputError
+
+__all__ = [
+    "SettingError",
+    "OUTPUT_DTYPES",
+    "NONFINITE",
+    "ROI_MULTIPLE",
+    "check_roi_size",
+    "check_overlap",
+    "check_sw_batch_size",
+    "check_output_dtype",
+    "check_nonfinite",
+    "check_embed_dim",
+    "embed_dim_of",
+    "DEFAULT_EMBED_DIM",
+    "FIELD_FLAGS",
+    "DEFAULT_OUTPUT_DTYPE",
+    "PipelineOptions",
+    "BatchOptions",
+]
+
+#: voxel types a label map may be saved as (uint8 holds every label id and the 255 sentinel)
+OUTPUT_DTYPES = ("uint8", "int16", "float32")
+#: how NaN/Inf voxels are read: as air (-1000 HU, with a warning that counts them), or refused
+NONFINITE = ("air", "error")
+#: VISTA3D's encoder halves the grid four times, so windows are multiples of this
+ROI_MULTIPLE = 16
+#: voxel type of a saved label map unless asked otherwise (every label id and the 255 sentinel fit)
+DEFAULT_OUTPUT_DTYPE = "uint8"
+#: the ``vista3d132`` width of the published checkpoint, and so of a network built without ``encoder_embed_dim``
+DEFAULT_EMBED_DIM = 48
+#: the command-line flag of each field (``vista3d`` and ``vista3d serve`` name them alike)
+FIELD_FLAGS = {
+    "roi_size": "--roi-size",
+    "overlap": "--overlap",
+    "sw_batch_size": "--sw-batch-size",
+    "output_dtype": "--output-dtype",
+    "nonfinite": "--strict",
+    "device": "--device",
+    "encoder_embed_dim": "--embed-dim",
+    "per_class": "--per-class",
+}
+
+
+class SettingError(Vista3DInputError):
+    """A setting that cannot be used. ``field`` is its Python name; the message reads ``"<field> <problem>"``.
+
+    Args:
+        field: the parameter's name (``roi_size``).
+        problem: what is wrong and how to fix it, without the name (``"must be in [0, 1), got 2"``).
+    """
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field} {problem}")
+        self.field, self.problem = field, problem
+
+
+def check_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
+    """A window size as three ints: one int is a cube; each a positive multiple of ``multiple``."""
+    try:
+        roi = (int(value),) * 3 if isinstance(value, (int, np.integer)) else tuple(int(r) for r in value)
+    except (TypeError, ValueError):
+        roi = ()
+    if len(roi) != 3 or any(r < multiple or r < 1 or r % multiple for r in roi):
+        why = " (VISTA3D halves the window four times)" if multiple > 1 else ""
+        shown = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+        raise SettingError("roi_size", f"must be one or three positive multiples of {multiple}{why}, got "
+                                       f"{shown!r}; e.g. 128 (the bundle's) or 64.")
+    return roi  # type: ignore[return-value]
+
+
+def check_overlap(value: Any) -> float:
+    """The window overlap as a float in ``[0, 1)``."""
+    try:
+        overlap = float(value)
+    except (TypeError, ValueError):
+        overlap = float("nan")
+    if not 0.0 <= overlap < 1.0:
+        raise SettingError("overlap", f"must be in [0, 1), got {value!r}; the bundle's is 0.25.")
+    return overlap
+
+
+def check_sw_batch_size(value: Any) -> int | str:
+    """Windows per network call: a positive int, or ``"auto"``."""
+    if isinstance(value, str) and value == "auto":
+        return value
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        n = 0
+    if n < 1 or (isinstance(value, float) and value != n):
+        raise SettingError("sw_batch_size", f"must be >= 1 or 'auto', got {value!r}.")
+    return n
+
+
+def check_output_dtype(value: Any) -> str:
+    """The label map's voxel type on disk, one of :data:`OUTPUT_DTYPES`."""
+    if str(value) not in OUTPUT_DTYPES:
+        raise SettingError("output_dtype", f"must be {', '.join(OUTPUT_DTYPES)}, got {value!r}.")
+    return str(value)
+
+
+def check_nonfinite(value: Any) -> str:
+    """How NaN/Inf voxels are read, one of :data:`NONFINITE`."""
+    if value not in NONFINITE:
+        raise SettingError("nonfinite", f"must be 'air' or 'error', got {value!r}.")
+    return value
+
+
+def check_embed_dim(value: Any) -> int:
+    """A ``vista3d132`` width the network can be built with: a positive multiple of 8 (the point head's attention
+    splits half of it over 4 heads)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 8 or value % 8:
+        raise SettingError("encoder_embed_dim", f"must be a positive multiple of 8, got {value!r}; the published "
+                                                "checkpoint uses 48 (the default).")
+    return int(value)
+
+
+def embed_dim_of(network_kwargs: Any) -> int:
+    """The checked ``vista3d132`` width that ``network_kwargs`` builds (:data:`DEFAULT_EMBED_DIM` when unset)."""
+    return check_embed_dim((network_kwargs or {}).get("encoder_embed_dim", DEFAULT_EMBED_DIM))
+
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """The per-run options of a :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` (what its ``replace`` changes); every field
+    is also a keyword of the pipeline.
+
+    Attributes:
+        roi_size: sliding-window size, one int for a cube or three (the bundle's 128³); multiples of 16.
+        overlap: window overlap (the bundle's 0.25).
+        sw_batch_size: windows per network call, or ``"auto"`` (see :mod:`monai.inferers.batch_size`).
+        amp: float16 autocast on CUDA; None means on for CUDA, off for CPU.
+        progress: a progress bar over the windows.
+        timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
+        output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
+            fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
+        streaming: class prompts go through the streamed label-map path (:meth:`~Vista3DPipeline.infer_labels`),
+            which never holds all classes' logits for the whole volume; False keeps upstream's full-logits path
+            with its out-of-memory fallback (``infer`` + ``postprocess``). Point prompts always use the latter.
+        nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
+            or ``"error"`` (refused).
+        per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
+            them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
+            path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
+            prompt (with points: the clicked object's class).
+
+    Raises:
+        SettingError: a value that cannot be used; the message names the field (``roi_size must be ...``). The
+            window's multiple of 16 and its fit on the device are the pipeline's checks, which know the network.
+    """
+
+    roi_size: int | Sequence[int] = (128, 128, 128)
+    overlap: float = 0.25
+    sw_batch_size: int | str = 1
+    amp: bool | None = None
+    progress: bool = False
+    timing: bool = True
+    output_dtype: str = DEFAULT_OUTPUT_DTYPE
+    streaming: bool = True
+    nonfinite: str = "air"
+    per_class: bool = False
+
+    def __post_init__(self):
+        resolved = {
+            "roi_size": check_roi_size(self.roi_size),
+            "overlap": check_overlap(self.overlap),
+            "sw_batch_size": check_sw_batch_size(self.sw_batch_size),
+            "output_dtype": check_output_dtype(self.output_dtype),
+            "nonfinite": check_nonfinite(self.nonfinite),
+            "amp": None if self.amp is None else bool(self.amp),
+            "progress": bool(self.progress),
+            "timing": bool(self.timing),
+            "streaming": bool(self.streaming),
+            "per_class": bool(self.per_class),
+        }
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one, once
+
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How :func:`run_batch` reads, segments and writes; every field is also a keyword of :func:`run_batch`.
+
+    Attributes:
+        outputs: one output file per input instead of the ``output_dir`` naming.
+        volume_index: the volume of each 4D input; 3D inputs are read as they are.
+        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
+            else uint8.
+        postfix: output name postfix.
+        prefetch: images loaded ahead of the one being segmented.
+        device: see :func:`~monai.apps.vista3d.core.network_ready.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
+            ``pipeline_kwargs["device"]`` may give it instead.
+        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
+        pipeline_kwargs: arguments of :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``
+            (they make a :class:`~monai.apps.vista3d.batch.segmenter.SegmentJob`, checked before any work).
+        on_image: called on this process's main thread with each image's record once its file is written (or
+            it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
+        quiet: without ``on_image``, no per-image line on stdout.
+        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
+            fails such images. None: the pipeline's (given, or ``pipeline_kwargs["nonfinite"]``), else ``"air"``.
+            A value that disagrees with the pipeline's is refused (as ``output_dtype`` and ``device``).
+        part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
+            by voxel count, the same in every process (see :mod:`monai.apps.vista3d.batch.parts`); its ranks shard it. The summary is
+            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
+            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
+            output folder never write one file twice.
+    """
+
+    outputs: Sequence[str | os.PathLike] | None = None
+    volume_index: int | None = None
+    output_dtype: str | None = None
+    postfix: str = "trans"
+    prefetch: int = 1
+    device: str | torch.device | None = None
+    backend: str | None = None
+    pipeline_kwargs: dict | None = None
+    on_image: Callable[[dict[str, Any]], None] | None = None
+    quiet: bool = True
+    nonfinite: str | None = None
+    part: tuple[int, int] | str | None = None

@@ -1,0 +1,221 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What cannot run, refused before any work: settings the network cannot take and images that cannot fit.
+
+A :class:`~monai.apps.vista3d.batch.segmenter.SegmentJob` (what the command line and ``run_batch`` build) and
+:class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` both ask here, so that a window the network cannot
+downsample, a width or window that would ask the allocator for terabytes, or an image whose resampled volume is
+larger than the memory there is, fail with one line that says what it needs, not with a raw allocator message
+after minutes of work. The estimates are lower bounds: what passes may still run out of memory later, what is
+refused could never have run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ResourceError, Vista3DInputError
+from ..io.nifti_read import _MAX_DEFLATE_RATIO, _memory_available
+
+__all__ = [
+    "failure_reason",
+    "os_message",
+    "check_environment",
+    "check_network",
+    "check_window",
+    "check_image",
+    "check_images",
+    "memory_available",
+    "friendly_memory_error",
+]
+
+#: spacing (mm) the bundle resamples every image to
+_SPACING_MM = 1.5
+#: bytes a network voxel costs at least while the image is preprocessed and labelled: the float32 resampled image,
+#: a float32 intermediate and the int16 label map
+_BYTES_PER_NETWORK_VOXEL = 10
+#: full-resolution activations a window needs at once at least (a convolution's input, output and residual)
+_LIVE_ACTIVATIONS = 3
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.3g} GiB"
+
+
+def memory_available(device: torch.device | str) -> int | None:
+    """Bytes the pipeline could still use on ``device`` (CUDA: the GPU's total memory), None when unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        try:  # the properties, not mem_get_info: no CUDA context is made on the device (torchrun's ranks share 0)
+            return int(torch.cuda.get_device_properties(device).total_memory)
+        except (RuntimeError, AssertionError):
+            return None
+    return _memory_available()
+
+
+@functools.lru_cache(maxsize=8)
+def _network_bytes(embed_dim: int) -> int:
+    """Bytes of ``vista3d132(encoder_embed_dim=embed_dim)``'s float32 weights, counted without allocating them
+    (kept per width: the command line and the pipeline it builds both ask)."""
+    from monai.networks.nets import vista3d132
+
+    with torch.device("meta"):
+        net = vista3d132(encoder_embed_dim=embed_dim)
+    return 4 * sum(p.numel() for p in net.parameters())
+
+
+def check_network(embed_dim: int, device: torch.device | str) -> None:
+    """Refuse a ``vista3d132`` width whose weights alone exceed the memory of ``device``.
+
+    Raises:
+        ResourceError: the weights do not fit.
+    """
+    if embed_dim < 1:
+        raise ResourceError(f"encoder_embed_dim must be a positive multiple of 8, got {embed_dim}")
+    try:
+        need = _network_bytes(embed_dim)
+    except ValueError:  # a width the network refuses: building it says why
+        return
+    have = memory_available(device)
+    if have is not None and need > have:
+        raise ResourceError(
+            f"a vista3d132 with encoder_embed_dim={embed_dim} needs {_gib(need)} for its weights alone, "
+            f"{torch.device(device).type} has {_gib(have)}; the published checkpoint uses 48"
+        )
+
+
+def check_window(roi_size: Sequence[int], embed_dim: int, device: torch.device | str, halvings: int = 4) -> None:
+    """Refuse a window the network cannot downsample or whose activations cannot fit on ``device``.
+
+    VISTA3D (``vista3d132``) halves the window ``halvings`` = 4 times and normalises each level over its voxels, so
+    a window of 16 along every axis leaves one voxel at the deepest level, which instance normalisation cannot take.
+
+    Raises:
+        ResourceError: the window cannot run.
+    """
+    roi = tuple(int(r) for r in roi_size)
+    if math.prod(r >> halvings for r in roi) <= 1:
+        raise ResourceError(
+            f"roi_size {roi} leaves one voxel at the network's deepest level (it halves the window {halvings} "
+            f"times); use at least {2 << halvings} along one axis, e.g. 128 (the bundle's) or 64"
+        )
+    need, have = _LIVE_ACTIVATIONS * 4 * embed_dim * math.prod(roi), memory_available(device)
+    if have is not None and need > have:
+        raise ResourceError(
+            f"roi_size {roi} with encoder_embed_dim={embed_dim} needs at least {_gib(need)} per window, "
+            f"{torch.device(device).type} has {_gib(have)}; use a smaller roi_size, e.g. 128 (the bundle's)"
+        )
+
+
+def check_environment() -> None:
+    """Refuse a ``VISTA3D_GZIP_CODEC`` or ``VISTA3D_GZIP_READER`` that cannot be used, before any file is read
+    (otherwise a ``.nii`` run would fail only when saving, after the whole segmentation).
+
+    Raises:
+        ResourceError: the variable's value, and what it may be.
+    """
+    from ..errors import Vista3DInputError
+    from ..io.gzip_codec import gzip_codec, gzip_reader_choice
+
+    try:
+        gzip_codec()
+        gzip_reader_choice()
+    except Vista3DInputError as e:
+        raise ResourceError(str(e)) from None
+
+
+def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
+    """``(host bytes, device bytes)`` that reading and segmenting ``path`` take at least, from its header;
+    ``(0, 0)`` for a header whose data cannot be in the file (truncated: its load says so)."""
+    import nibabel as nib
+
+    header = nib.load(os.fspath(path)).header
+    shape = [int(s) for s in header.get_data_shape()]
+    spatial = (shape + [1, 1, 1])[:3]
+    zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
+    inflated = math.prod(shape) * np.dtype(header.get_data_dtype()).itemsize
+    size = os.path.getsize(path)
+    if inflated > (_MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
+        return 0, 0
+    itemsize = np.dtype(header.get_data_dtype()).itemsize
+    host = (itemsize + 4) * math.prod(spatial)  # one volume's data and its float32 copy
+    resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(spatial, zooms))
+    return host, _BYTES_PER_NETWORK_VOXEL * resampled
+
+
+def check_image(path: str | os.PathLike, device: torch.device | str) -> None:
+    """Refuse an image whose inflated data or volume resampled to 1.5 mm cannot fit (read from the header only).
+
+    A header that cannot be read is left to the image's own load, which says what is wrong with it.
+
+    Raises:
+        ResourceError: the image cannot fit; the message says how much it needs.
+    """
+    try:
+        host, dev = _image_needs(path)
+    except Exception:  # noqa: BLE001 - an unreadable header fails as that image, with its own message
+        return
+    device = torch.device(device)
+    if device.type == "cpu":
+        host, dev = host + dev, 0
+    for need, where in ((host, torch.device("cpu")), (dev, device)):
+        have = memory_available(where)
+        if need and have is not None and need > have:
+            raise ResourceError(
+                f"{path}: segmenting it needs at least {_gib(need)} of {where.type} memory (the image read and "
+                f"resampled to {_SPACING_MM} mm), {_gib(have)} are available; check the header's dim and pixdim, "
+                "or segment it on a machine with more memory"
+            )
+
+
+def check_images(paths: Sequence[str | os.PathLike], device: torch.device | str) -> None:
+    """:func:`check_image` of every image, before the first is loaded."""
+    for p in paths:
+        check_image(p, device)
+
+
+def friendly_memory_error(e: BaseException) -> str | None:
+    """One line for an allocation failure (numpy's ``MemoryError``, PyTorch's raw allocator error), else None."""
+    text = str(e)
+    if isinstance(e, MemoryError) or (
+        isinstance(e, RuntimeError) and ("DefaultCPUAllocator" in text or "can't allocate memory" in text)
+    ):
+        return "not enough memory for this image; free memory, use a smaller --roi-size, or a larger machine"
+    return None
+
+
+def os_message(e: OSError) -> str:
+    """What went wrong, in the system's words but without the errno number (``[Errno 28] ...``)."""
+    what = e.strerror or type(e).__name__
+    return f"{what[:1].lower()}{what[1:]}" + (f" ({e.filename})" if e.filename else "")
+
+
+def failure_reason(e: BaseException, path: Path | None = None) -> str:
+    """One line for a failed image, without the image's path (the record names it)."""
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if friendly_memory_error(e) is not None:
+        return friendly_memory_error(e)
+    if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
+        return os_message(e)
+    if isinstance(e, MemoryError):
+        return f"not enough memory ({msg or 'allocation failed'}); free memory or segment it on a larger machine"
+    if not isinstance(e, Vista3DInputError):
+        return f"{type(e).__name__}: {msg}"
+    if path is not None and msg.startswith(f"{path}: "):
+        msg = msg[len(f"{path}: "):]
+    return msg

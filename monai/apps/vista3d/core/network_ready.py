@@ -1,0 +1,102 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The network a pipeline runs, made ready: the device chosen, ``vista3d132`` built (or the caller's network),
+the weights loaded, on the device in eval mode, fused where its fused path can run there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..config import DEFAULT_EMBED_DIM, embed_dim_of
+from ..errors import Vista3DInputError
+from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
+
+__all__ = ["RANDOM_WEIGHTS_WARNING", "resolve_device", "check_network_kwargs", "ready_network", "encoder_shape"]
+
+RANDOM_WEIGHTS_WARNING = (
+    "WARNING: no weights given: the VISTA3D network has RANDOM weights, the label maps are MEANINGLESS "
+    "(use only to test the pipeline or measure speed; pass weights=PATH, the bundle's models/model.pt, for real "
+    "results)"
+)
+
+
+def resolve_device(device: str | torch.device | None = None, local_rank: int = 0) -> torch.device:
+    """The device to compute on: ``None`` picks CUDA when available, a bare ``"cuda"`` means ``cuda:local_rank``.
+
+    A resolved CUDA device always has an index: under ``torchrun`` a bare ``"cuda"`` should mean one GPU per
+    rank, not every rank on GPU 0.
+
+    Raises:
+        Vista3DInputError: not a CUDA or CPU device, or CUDA asked for where there is none.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cuda", "cpu"):
+        raise Vista3DInputError(f"device {str(device)!r} is not supported; use 'cuda', 'cuda:N' or 'cpu'.")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise Vista3DInputError("device 'cuda' was asked for, but CUDA is not available here; use device='cpu'.")
+    return torch.device("cuda", local_rank) if dev.type == "cuda" and dev.index is None else dev
+
+
+def check_network_kwargs(network_kwargs: dict | None) -> None:
+    """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
+
+    Raises:
+        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~monai.apps.vista3d.config.check_embed_dim`).
+    """
+    embed_dim_of(network_kwargs)
+
+
+def ready_network(
+    network: torch.nn.Module | Callable | None,
+    weights: str | os.PathLike | None,
+    network_kwargs: dict | None,
+    device: torch.device,
+    fuse: bool,
+) -> torch.nn.Module | Callable:
+    """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
+    and fused where the network says its fused path can run there."""
+    if network is None:
+        check_network_kwargs(network_kwargs)
+        if weights is not None:
+            return on_device(network_from_checkpoint(weights, network_kwargs), device, fuse)
+        network = build_network(network_kwargs)
+    if weights is not None:
+        if not isinstance(network, torch.nn.Module):
+            raise ValueError("weights can only be loaded into a torch.nn.Module network")
+        load_checkpoint(network, weights)
+    return on_device(network, device, fuse) if isinstance(network, torch.nn.Module) else network
+
+
+def on_device(network: torch.nn.Module, device: torch.device, fuse: bool) -> torch.nn.Module:
+    """``network`` on ``device`` in eval mode, fused where the network says its fused path can run there."""
+    from monai.networks.nets import VISTA3D
+
+    network = network.to(device).eval()
+    if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
+        network.fuse()
+    return network
+
+
+def encoder_shape(network: Any) -> tuple[int, int]:
+    """``(encoder_embed_dim, halvings)`` of a VISTA3D: its first convolution's channels and its encoder's levels
+    below the first (``vista3d132``: ``(48, 4)``)."""
+    encoder = getattr(getattr(network, "image_encoder", None), "encoder", None)
+    width = int(getattr(getattr(encoder, "conv_init", None), "out_channels", DEFAULT_EMBED_DIM))
+    return width, max(len(getattr(encoder, "layers", ())) - 1, 0) if encoder is not None else 4

@@ -1,0 +1,466 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""From a CT file to a VISTA3D label map: the bundle's ``configs/inference.json`` as one Python object.
+
+Stages (each a method, each timed by :meth:`Vista3DPipeline.segment`): load -> preprocess (1.5 mm, foreground
+crop, HU scaling, RAS) -> infer (sliding-window VISTA3D, or the point-window inferer for clicks) -> postprocess
+(logits -> label ids) -> invert (back onto the input grid) -> save (input's affine and header). Each stage is one
+room's function (:mod:`monai.apps.vista3d.io.load_policy`, :mod:`monai.apps.vista3d.core.preprocess`, :mod:`monai.apps.vista3d.core.window_pass`, :mod:`monai.apps.vista3d.core.postprocess`,
+:mod:`monai.apps.vista3d.io.nifti_write`); :meth:`~Vista3DPipeline.segment` calls them in turn, so an image leaves the pipeline once per
+stage and never comes back through its methods. A run returns a :class:`SegmentationResult`; the pipeline itself
+keeps no per-image state. Many files go through :func:`monai.apps.vista3d.batch.run.run_batch`.
+
+With ``per_class=True`` a class prompt also gives one mask per class (``result.masks``, a
+:class:`~monai.apps.vista3d.core.postprocess.ClassMasks`: label id -> ``[X, Y, Z]`` bool on the input grid), each class thresholded on its
+own, so structures that overlap (a vessel inside an organ) are all kept; ``segment_file`` writes them as
+``<output_dir>/<name>/<class name>.nii.gz`` beside the label map.
+
+Example::
+
+    from monai.apps.vista3d import Vista3DPipeline
+
+    pipe = Vista3DPipeline(weights="model.pt", device="cuda")
+    result = pipe.segment_file("ct.nii.gz", "out", classes="liver,spleen")
+    print(result.output, result.timings)
+
+    masks = pipe.replace(per_class=True).segment("ct.nii.gz", classes="liver,hepatic vessel").masks
+    vessel_in_liver = masks[25] & masks[1]
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from monai.utils.profiling import StageTimer
+
+from ..config import ROI_MULTIPLE, PipelineOptions, check_roi_size, embed_dim_of
+from ..errors import PromptError, Vista3DInputError
+from ..io.image_geometry import ImageGeometry
+from ..io.load_policy import load_input, load_options
+from ..io.nifti_write import save_class_masks, save_label_map
+from ..io.paths import check_output, class_mask_dir, class_mask_paths, output_path
+from ..labels import bundle_config
+from .checkpoint import build_network, load_checkpoint
+from .feasibility import check_image, check_network, check_window
+from .network_ready import (
+    RANDOM_WEIGHTS_WARNING,
+    check_network_kwargs,
+    encoder_shape,
+    ready_network,
+    resolve_device,
+)
+from .postprocess import ClassMasks, logits_to_masks, logits_to_outputs
+from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
+from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
+from .results import STAGES, SegmentationResult
+from .window_pass import PassSettings, WindowPass, WindowPasses
+
+__all__ = [
+    "Vista3DPipeline",
+    "PipelineOptions",
+    "SegmentationResult",
+    "WindowPass",
+    "STAGES",
+    "RANDOM_WEIGHTS_WARNING",
+    "build_network",
+    "load_checkpoint",
+    "resolve_device",
+    "segment_file",
+    "as_roi_size",
+    "check_network_kwargs",
+    "ROI_MULTIPLE",
+    "load_input",
+    "load_options",
+]
+
+
+def as_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
+    """A window size as three ints (see :func:`~monai.apps.vista3d.config.check_roi_size`, the one check of it).
+
+    Raises:
+        SettingError: not one or three positive multiples of ``multiple``.
+    """
+    return check_roi_size(value, multiple)
+
+
+class Vista3DPipeline:
+    """The VISTA3D bundle's inference, stage by stage, on plain tensors.
+
+    Args:
+        network: a VISTA3D-like module called as ``network(x, class_vector=..., point_coords=..., ...,
+            transpose=True)``; None builds ``vista3d132(**network_kwargs)``.
+        weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
+            built network keeps random weights and a warning says so.
+        device: where to compute (see :func:`~monai.apps.vista3d.core.network_ready.resolve_device`); None picks CUDA when available.
+        options: the per-run options (:class:`PipelineOptions`: window size, overlap, batch, amp, output type, ...).
+        network_kwargs: arguments of ``vista3d132`` when building the network.
+        resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
+        warn_random: warn when the network has random weights.
+        fuse: run the network's fused channels-last path (``VISTA3D.fuse()``: class prompts, and the encoder of
+            clicks) where its kernels run (see ``VISTA3D.fused_unavailable_reason``: a Hopper GPU with Triton);
+            elsewhere, or with False, the module path runs.
+        settings: any field of :class:`PipelineOptions` as a keyword (``roi_size=96``, ``sw_batch_size=4``, ...);
+            it replaces that field of ``options``.
+
+    Attributes:
+        random_weights: True when the network was built here and no weights were loaded.
+    """
+
+    def __init__(
+        self,
+        network: torch.nn.Module | Callable | None = None,
+        weights: str | os.PathLike | None = None,
+        device: str | torch.device | None = None,
+        *,
+        options: PipelineOptions | None = None,
+        network_kwargs: dict | None = None,
+        resample_dtype: torch.dtype = torch.float32,
+        warn_random: bool = True,
+        fuse: bool = True,
+        **settings: Any,
+    ) -> None:
+        from monai.networks.nets import VISTA3D
+
+        opts = dataclasses.replace(options or PipelineOptions(), **settings)
+        self.device = resolve_device(device)
+        self.random_weights = network is None and weights is None
+        if network is None:
+            check_network(embed_dim_of(network_kwargs), self.device)
+        self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
+        if self.random_weights and warn_random:
+            warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
+        self.resample_dtype = resample_dtype
+        self.progress_label = "windows"  # what the progress bar calls the windows (the command line adds the image)
+        self._roi_multiple = ROI_MULTIPLE if isinstance(self.network, VISTA3D) else 1
+        self._configure(opts)
+
+    def _configure(self, options: PipelineOptions) -> None:
+        """Set the per-run options, checked when ``options`` was built; here what needs the network and device: the
+        window's multiple of 16 and its fit (VISTA3D), and ``amp``'s default (the network and device stay)."""
+        from monai.networks.nets import VISTA3D
+
+        for f in dataclasses.fields(PipelineOptions):
+            setattr(self, f.name, getattr(options, f.name))
+        self.roi_size = as_roi_size(options.roi_size, self._roi_multiple)
+        if self._roi_multiple == ROI_MULTIPLE:
+            width, halvings = encoder_shape(self.network)
+            check_window(self.roi_size, width, self.device, halvings)
+        self.amp = (self.device.type == "cuda") if options.amp is None else options.amp
+        # the stitch's Triton window add is a setting of the fused path: on where the network was fused with it
+        fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
+        settings = PassSettings(self.roi_size, self.overlap, self.sw_batch_size, self.amp, self.progress, self.timing,
+                                window_add=fused is not None and fused.stitch_window_add)
+        self._passes = WindowPasses(self.network, self.device, settings)  # one per setting: "auto" probes per pass
+
+    def replace(self, **options: Any) -> Vista3DPipeline:
+        """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).
+
+        Raises:
+            TypeError: a keyword that is no field of :class:`PipelineOptions` (as the constructor).
+            SettingError: a value that cannot be used (nothing changes).
+        """
+        changed = dataclasses.replace(self.options, **options)  # checked here, before anything changes
+        other = copy.copy(self)
+        other._configure(changed)
+        return other
+
+    @property
+    def options(self) -> PipelineOptions:
+        """This pipeline's per-run options, as resolved (``amp`` a bool, ``roi_size`` three ints)."""
+        return PipelineOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(PipelineOptions)})
+
+    # ----------------------------------------------------------------------------------------------- stages
+    def load(
+        self, path: str | os.PathLike, volume_index: int | None = None, nonfinite: str | None = None
+    ) -> tuple[torch.Tensor, ImageGeometry]:
+        """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
+
+        See :func:`~monai.apps.vista3d.io.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the
+        pipeline's.
+        """
+        return load_input(path, self.device, volume_index, nonfinite or self.nonfinite)
+
+    def preprocess(
+        self, image: torch.Tensor, affine: np.ndarray | torch.Tensor
+    ) -> tuple[torch.Tensor, PreprocessRecord]:
+        """The bundle's preprocessing on this pipeline's device: ``([1, X', Y', Z'] float32, record)``."""
+        return preprocess_like_bundle(self._on_device(image), affine, self.resample_dtype)
+
+    def _on_device(self, image: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(image).to(self.device, non_blocking=True)
+
+    def prompts(self, prompt: Prompt, record: PreprocessRecord) -> dict[str, Any]:
+        """Express a parsed prompt on this image's network grid.
+
+        Returns:
+            dict with ``label_ids`` (list or None), ``point_coords`` ``[1, N, 3]`` and ``point_labels``
+            ``[1, N]`` tensors on the network grid (or None).
+
+        Raises:
+            PromptError: a point outside the image, or in the air cropped away by the preprocessing.
+        """
+        return prompt_on_grid(prompt, record, self.device)
+
+    def infer(
+        self,
+        x: torch.Tensor,
+        label_ids: Sequence[int] | None = None,
+        point_coords: torch.Tensor | None = None,
+        point_labels: torch.Tensor | None = None,
+        prev_mask: torch.Tensor | None = None,
+        point_start: int = 0,
+        network: Callable | None = None,
+    ) -> tuple[torch.Tensor, WindowPass]:
+        """Run VISTA3D on the preprocessed image.
+
+        Args:
+            x: ``[1, X, Y, Z]`` preprocessed image.
+            label_ids: class prompt (label ids); with points, the clicked object's class (or None).
+            point_coords: ``[1, N, 3]`` points on the network grid, or None for class prompts.
+            point_labels: ``[1, N]`` point labels (0/1, or 2/3 for special classes).
+            prev_mask: with points, the ``[1, 1, X, Y, Z]`` logits of the earlier clicks of this object (what this
+                method returned for them): the clicks edit it, and it is kept where no window lands (upstream's
+                ``point_based_window_inferer``).
+            point_start: with points, windows are placed around the points from this index on only (the earlier
+                ones shaped ``prev_mask``); every point is still given to the network.
+            network: called in the network's place (e.g. a :class:`~monai.apps.vista3d.core.session.WindowFeatureCache` around it).
+
+        Returns:
+            ``([1, C, X, Y, Z] logits, what ran)``; the logits are NaN where the point inferer has no window
+            (``prev_mask`` there when given).
+        """
+        return self._passes.logits(x, label_ids, point_coords, point_labels, prev_mask, point_start, network,
+                                   title=self.progress_label)
+
+    def infer_labels(self, x: torch.Tensor, label_ids: Sequence[int]) -> tuple[torch.Tensor, WindowPass]:
+        """Class prompts straight to the label map on the network grid, never holding every class's logits.
+
+        The streamed path of :func:`monai.apps.vista3d.sliding_window_label_inference`: the same labels as
+        :meth:`infer` followed by :meth:`postprocess`, with memory bounded by a slab of the volume. It has no
+        out-of-memory fallback and no per-stage split.
+
+        Returns:
+            ``([X, Y, Z] int16 label map on the pipeline's device, what ran)``.
+        """
+        labels, _, run = self._passes.stream(x, label_ids, False, self.progress_label)
+        return labels, run
+
+    def infer_labels_and_masks(
+        self, x: torch.Tensor, label_ids: Sequence[int]
+    ) -> tuple[torch.Tensor, ClassMasks, WindowPass]:
+        """:meth:`infer_labels`, and one mask per class on the network grid from the same streamed pass.
+
+        Each finished tile is thresholded class by class (logit > 0) and packed 8 classes a byte, so the masks
+        add ``ceil(C / 8)`` bytes a voxel and equal :meth:`postprocess_masks` of :meth:`infer`'s logits.
+
+        Returns:
+            ``([X, Y, Z] int16 label map, the masks, what ran)``, on the pipeline's device.
+        """
+        return self._passes.stream(x, label_ids, True, self.progress_label)  # type: ignore[return-value]
+
+    def postprocess(
+        self,
+        logits: torch.Tensor,
+        label_ids: Sequence[int] | None,
+        point_coords: torch.Tensor | None = None,
+        point_labels: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits -> ``[X, Y, Z]`` int16 label map on the network grid (upstream's ``VistaPostTransformd``).
+
+        A point-only prompt (no class) first keeps only the connected components that hold a positive point.
+        """
+        # computed where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of GPU
+        # memory): only the small integer label map moves
+        return logits_to_outputs(logits, label_ids, point_coords, point_labels)[0].to(self.device)
+
+    def postprocess_masks(self, logits: torch.Tensor, label_ids: Sequence[int]) -> ClassMasks:
+        """Logits -> one mask per class on the network grid, each class thresholded on its own (logit > 0).
+
+        Voxels without a prediction (NaN logits of the point inferer) are in no mask.
+        """
+        return logits_to_masks(logits, list(label_ids)).to(self.device)
+
+    def invert(self, labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:
+        """Bring the label map back onto the input grid (nearest), like the bundle's ``Invertd``."""
+        return invert_labels(labels, record)
+
+    def invert_masks(self, masks: ClassMasks, record: PreprocessRecord) -> ClassMasks:
+        """Bring the masks back onto the input grid exactly as :meth:`invert` does the label map.
+
+        Nearest-neighbour resampling moves whole voxels, so the packed bytes are inverted as they are, 8 classes at
+        a time; outside the foreground crop every mask is 0, as the label map is background there.
+        """
+        return ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
+
+    def save(self, labels: torch.Tensor, geometry: ImageGeometry, path: str | os.PathLike) -> Path:
+        """Write the label map with the input's affine and header (atomically), as ``output_dtype``."""
+        return Path(save_label_map(labels, geometry, path, dtype=self.output_dtype))  # a GPU map is cast there
+
+    def save_masks(
+        self, masks: ClassMasks, geometry: ImageGeometry, folder: str | os.PathLike
+    ) -> dict[int, Path]:
+        """Write one uint8 mask per class, ``folder/<class name>.nii.gz``, as a complete set (see
+        :func:`~monai.apps.vista3d.io.nifti.save_class_masks`); returns label id -> path."""
+        return save_class_masks(masks, geometry, folder)
+
+    def warm_up(self, sw_batch_size: int, label_ids: Sequence[int]) -> None:
+        """One network call on a batch of blank windows: backends pick their kernels per input shape."""
+        x = torch.zeros((sw_batch_size, 1, *self.roi_size), device=self.device)
+        cv = self._passes.class_vector(label_ids)
+        coords = [(slice(None), slice(None), *(slice(0, r) for r in self.roi_size))] * sw_batch_size
+        with torch.no_grad(), self._passes.autocast():
+            self.network(x, patch_coords=coords, class_vector=cv, prompt_class=cv, transpose=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------------------------------------ whole runs
+    def segment(
+        self,
+        image: torch.Tensor | str | os.PathLike,
+        affine: np.ndarray | torch.Tensor | None = None,
+        classes: ClassSpec | Prompt = "everything",
+        points: Any = None,
+        point_labels: Any = None,
+        volume_index: int | None = None,
+    ) -> SegmentationResult:
+        """Segment one image: a NIfTI path, or a tensor with its affine.
+
+        Args:
+            image: ``[1, X, Y, Z]`` or ``[X, Y, Z]`` image in HU, or a ``.nii`` / ``.nii.gz`` path.
+            affine: ``[4, 4]`` voxel-to-world (RAS mm) affine of a tensor image.
+            classes: a :class:`~monai.apps.vista3d.core.prompts.Prompt` (parsed once for many images), or the class prompt:
+                ``"everything"`` for the bundle's 117 labels; with points one class or None.
+            points: ``"x,y,z;..."`` or ``[N, 3]`` voxel indices of ``image``.
+            point_labels: ``"1,0,..."`` or ``[N]``, one per point.
+            volume_index: volume of a 4D file.
+
+        Returns:
+            the label map on the input grid with the stage timings, windows and preprocessing record; with
+            ``per_class`` also the masks of the prompted classes on the input grid; for a path, the file's
+            ``geometry`` (what saving needs).
+
+        Raises:
+            PromptError: ``per_class`` with a point prompt that names no class.
+        """
+        prompt = parse_prompt(classes, points, point_labels)
+        self._check_per_class(prompt)
+        timer = StageTimer()
+        geometry = None
+        if isinstance(image, (str, os.PathLike)):
+            with timer.stage("load"):
+                image, geometry = load_input(image, self.device, volume_index, self.nonfinite)
+            affine = geometry.affine
+        if affine is None:
+            raise ValueError("give the image's [4, 4] affine (voxel -> world mm) with a tensor input")
+        with timer.stage("preprocess"):
+            x, record = preprocess_like_bundle(self._on_device(image), affine, self.resample_dtype)
+        on_grid = prompt_on_grid(prompt, record, self.device)
+        if self.streaming and on_grid["point_coords"] is None:
+            with timer.stage("inference"):
+                labels, masks, run = self._passes.stream(x, on_grid["label_ids"], self.per_class, self.progress_label)
+            timer.set("postprocess", 0.0)  # done inside the streamed inference
+        else:
+            with timer.stage("inference"):
+                logits, run = self._passes.logits(x, **on_grid, title=self.progress_label)
+            with timer.stage("postprocess"):  # where the inferer stitched; then the (small) results move
+                labels, masks = logits_to_outputs(logits, masks=self.per_class, **on_grid)
+                labels, masks = labels.to(self.device), None if masks is None else masks.to(self.device)
+            del logits
+        with timer.stage("invert"):
+            labels = invert_labels(labels, record)
+            if masks is not None:
+                masks = ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
+        timings = {**timer.timings, **run.stages}
+        return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks,
+                                  geometry=geometry)
+
+    def _check_per_class(self, prompt: Prompt) -> None:
+        if self.per_class and not prompt.label_ids:
+            raise PromptError(
+                "per-class masks need classes: give classes= (or 'everything'), or one class with the points"
+            )
+
+    def __call__(
+        self,
+        image: torch.Tensor | str | os.PathLike,
+        affine: np.ndarray | torch.Tensor | None = None,
+        classes: ClassSpec | Prompt = "everything",
+        points: Any = None,
+        point_labels: Any = None,
+        volume_index: int | None = None,
+    ) -> torch.Tensor:
+        """The ``[X, Y, Z]`` int16 label map of :meth:`segment`."""
+        return self.segment(image, affine, classes, points, point_labels, volume_index).labels
+
+    def segment_file(
+        self,
+        path: str | os.PathLike,
+        output_dir: str | os.PathLike,
+        classes: ClassSpec | Prompt = "everything",
+        points: Any = None,
+        point_labels: Any = None,
+        volume_index: int | None = None,
+        overwrite: bool = False,
+    ) -> SegmentationResult:
+        """Segment one NIfTI file and write ``output_dir/<name>/<name>_trans.nii.gz``.
+
+        With ``per_class`` it also writes one uint8 mask per prompted class, ``output_dir/<name>/<class
+        name>.nii.gz`` (names of the label list, spaces as underscores; see :func:`~monai.apps.vista3d.io.nifti.class_mask_paths`).
+
+        Returns:
+            the result, with ``output`` the file written (and ``mask_outputs`` the masks) and ``timings["save"]``.
+
+        Raises:
+            OutputPathError: an output would overwrite the input, exists (without ``overwrite``), or cannot
+                be written.
+        """
+        path = Path(path)
+        if path.is_dir():
+            raise Vista3DInputError(f"{path}: is a folder, not an image; give a .nii or .nii.gz file.")
+        if not path.is_file():
+            raise Vista3DInputError(f"{path}: no such file; check the path.")
+        prompt = parse_prompt(classes, points, point_labels)
+        self._check_per_class(prompt)
+        out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
+        check_output(path, out_path, overwrite)
+        if self.per_class:
+            for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
+                check_output(path, mask_path, overwrite)
+        check_image(path, self.device)
+        result = self.segment(path, classes=prompt, volume_index=volume_index)
+        timer = StageTimer()
+        with timer.stage("save"):
+            result.output = Path(save_label_map(result.labels, result.geometry, out_path, dtype=self.output_dtype))
+            if result.masks is not None:
+                folder = class_mask_dir(path, output_dir)
+                result.mask_outputs = save_class_masks(result.masks, result.geometry, folder)
+        result.timings = {**result.timings, "save": timer.timings["save"]}
+        return result
+
+
+def segment_file(path: str | os.PathLike, output_dir: str | os.PathLike, **kwargs: Any) -> SegmentationResult:
+    """One-call form: ``Vista3DPipeline(**pipeline_kwargs).segment_file(path, output_dir, **prompt_kwargs)``.
+
+    Keyword arguments of :meth:`Vista3DPipeline.segment_file` (``classes``, ``points``, ``point_labels``,
+    ``volume_index``, ``overwrite``) go to it, the others to the constructor.
+    """
+    call_keys = {"classes", "points", "point_labels", "volume_index", "overwrite"}
+    call = {k: kwargs.pop(k) for k in list(kwargs) if k in call_keys}
+    return Vista3DPipeline(**kwargs).segment_file(path, output_dir, **call)

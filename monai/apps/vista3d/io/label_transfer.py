@@ -1,0 +1,160 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""A label map made ready for writing: range-checked for the output type, cast and laid out in NIfTI's file order
+where it is (on a GPU: one byte a voxel crosses to the host), and cut into file-order slabs of z-slices."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..errors import Vista3DInputError
+from .image_geometry import ImageGeometry
+
+__all__ = ["label_map_to_host", "to_host_file_order", "label_source", "file_order_slab"]
+
+
+#: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
+_DEVICE_DTYPES = {
+    "uint8": torch.uint8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "float32": torch.float32,
+    "float64": torch.float64,
+}
+_SAVE_TILE = (16, 64)  # (x, y) extent of the tiles of the transposing cast; every z of the slab at once
+
+
+def _fits(src_dtype: np.dtype, dtype: np.dtype) -> bool:
+    """Whether every value of ``src_dtype`` is exactly representable in ``dtype`` (no range check needed)."""
+    return dtype.kind == "f" or src_dtype.kind == "b" or (src_dtype.kind in "iu" and np.can_cast(src_dtype, dtype))
+
+
+def _tensor_fits(src: torch.dtype, dtype: np.dtype) -> bool:
+    """:func:`_fits` for a torch dtype."""
+    if dtype.kind == "f" or src == torch.bool:
+        return True
+    if src.is_floating_point or src.is_complex:
+        return False
+    info, lim = torch.iinfo(src), np.iinfo(dtype)
+    return info.min >= lim.min and info.max <= lim.max
+
+
+def _range_error(amin: Any, amax: Any, dtype: np.dtype) -> Vista3DInputError:
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    return Vista3DInputError(
+        f"label ids span [{float(amin):g}, {float(amax):g}], which does not fit {dtype.name} [{lo}, {hi}] (the output "
+        "dtype); save as int16 or float32 instead (--output-dtype, or dtype= of save_label_map)."
+    )
+
+
+def _check_values(values: Any, dtype: np.dtype) -> None:
+    """Raise when ``values`` (array or tensor) hold a label that ``dtype`` cannot represent."""
+    if isinstance(values, torch.Tensor):
+        amin, amax = (float(v) for v in torch.aminmax(values))
+    else:
+        amin, amax = float(values.min()), float(values.max())
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    if not (math.isfinite(amin) and math.isfinite(amax)) or amin < lo or amax > hi:
+        raise _range_error(amin, amax, dtype)
+
+
+def file_order_slab(arr: np.ndarray, k0: int, k1: int, dtype: np.dtype, check: bool) -> np.ndarray:
+    """z-slices ``k0:k1`` of ``arr`` ``[X, Y, Z]`` as ``dtype`` in NIfTI order: a C-contiguous ``[k1-k0, Y, X]``.
+
+    A slab that is already in file order is cast in one linear pass (or returned as a view); otherwise the
+    transposing cast runs tile by tile, so that both sides of a tile stay in cache (a plain transposing copy of
+    a 512x512x200 volume is ~4x slower).
+    """
+    src = arr[:, :, k0:k1]
+    if check:
+        _check_values(src, dtype)
+    t = src.T
+    if t.flags.c_contiguous:
+        return t if t.dtype == dtype else t.astype(dtype)
+    out = np.empty(t.shape, dtype=dtype)
+    tx, ty = _SAVE_TILE
+    nx, ny = src.shape[0], src.shape[1]
+    for j in range(0, ny, ty):
+        for i in range(0, nx, tx):
+            np.copyto(out[:, j : j + ty, i : i + tx], t[:, j : j + ty, i : i + tx], casting="unsafe")
+    return out
+
+
+def to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
+    """``[X, Y, Z]`` view of the label map ``t`` copied to the host in file order, checked for ``dtype``.
+
+    The cast and the transposition run where ``t`` is; integer labels travel in the narrowest type that holds
+    them (uint8 or int16) when ``dtype`` is wider, so that a float32 map moves a quarter of its bytes (a copy
+    from the GPU to pageable host memory, and its page faults, cost ~0.4 ns per byte) and is widened slab by
+    slab on the compressing threads.
+    """
+    if not _tensor_fits(t.dtype, dtype):
+        _check_values(t, dtype)
+    carrier = _DEVICE_DTYPES[dtype.name]
+    if t.dtype == torch.bool:
+        carrier = torch.uint8
+    elif not (t.dtype.is_floating_point or t.dtype.is_complex) and dtype.itemsize > 1:
+        lo, hi = (int(v) for v in torch.aminmax(t))
+        for narrow in (torch.uint8, torch.int16):
+            info = torch.iinfo(narrow)
+            if narrow.itemsize < dtype.itemsize and info.min <= lo and hi <= info.max:
+                carrier = narrow
+                break
+    return t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+
+
+def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:
+    """``labels`` on the host, ready for :func:`~monai.apps.vista3d.io.nifti_write.save_label_map` to write as ``dtype``.
+
+    A label map on the input grid is range-checked, cast and laid out in file order where it is, and crosses to
+    the host as one copy in the narrowest type that holds it (see :func:`to_host_file_order`): a GPU map moves
+    one byte a voxel. Anything else (another grid, a type the device cannot cast to) is copied as it is, and the
+    save reports what is wrong with it.
+    """
+    t = labels.detach()
+    if t.ndim == 4 and t.shape[0] == 1:
+        t = t[0]
+    if str(dtype) in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
+        return to_host_file_order(t, np.dtype(str(dtype)))
+    return t.cpu()
+
+
+def label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
+    """The label map as an ``[X, Y, Z]`` array, and whether its values still need a range check for ``dtype``.
+
+    A tensor on an accelerator is checked and laid out in file order there (see :func:`label_map_to_host`), so
+    that the host-side slabs are views or linear casts.
+    """
+    if isinstance(labels, torch.Tensor):
+        if labels.device.type != "cpu":
+            labels = label_map_to_host(labels, geometry, dtype.name)
+            if isinstance(labels, np.ndarray):
+                return labels, False
+        labels = labels.detach().cpu().numpy()
+    arr = np.asarray(labels)
+    if arr.dtype.kind not in "biuf":
+        raise Vista3DInputError(f"label map of type {arr.dtype} cannot be saved; give integer or float label ids.")
+    if arr.ndim == 4 and arr.shape[0] == 1:
+        arr = arr[0]
+    if tuple(arr.shape) != tuple(geometry.spatial_shape):
+        raise Vista3DInputError(
+            f"label map shape {tuple(arr.shape)} does not match the input grid {tuple(geometry.spatial_shape)}; "
+            "invert the preprocessing (orientation, crop, resampling) before saving."
+        )
+    check = not _fits(arr.dtype, dtype)
+    if check and (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        _check_values(arr, dtype)  # one linear pass; slabs of a strided array are checked one by one
+        check = False
+    return arr, check
