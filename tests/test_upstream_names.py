@@ -14,7 +14,9 @@ import unittest
 
 from parameterized import parameterized
 
-from tests.testing_data.record_upstream_names import kind_of  # the recorder's kinds, by the same rule
+from tests.testing_data.record_upstream_names import (
+    kind_of,  # the recorder's kinds, by the same rule
+)
 
 TESTING_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing_data")
 with open(os.path.join(TESTING_DATA, "upstream_public_names.json")) as _f:

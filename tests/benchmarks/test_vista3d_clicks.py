@@ -17,7 +17,12 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS, make_phantom_labels
-from tests.benchmarks.vista3d_click_agreement import SPECIAL_CLASS, agreement, click_cases, train_clicks
+from tests.benchmarks.vista3d_click_agreement import (
+    SPECIAL_CLASS,
+    agreement,
+    click_cases,
+    train_clicks,
+)
 from tests.benchmarks.vista3d_clicks import click_sequence, organ_point, past_window_end
 from tests.benchmarks.vista3d_everything import tiny_vista3d
 from tests.benchmarks.vista3d_trained_agreement import phantom

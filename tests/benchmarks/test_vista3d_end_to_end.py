@@ -19,7 +19,13 @@ import nibabel as nib
 import numpy as np
 from parameterized import parameterized
 
-from tests.benchmarks.vista3d_end_to_end import case_name, format_table, label_agreement, median_stages, parse_cases
+from tests.benchmarks.vista3d_end_to_end import (
+    case_name,
+    format_table,
+    label_agreement,
+    median_stages,
+    parse_cases,
+)
 
 CASES_OK = [
     ("one", "512x512x200@0.78x0.78x2.0", [((512, 512, 200), (0.78, 0.78, 2.0))]),

@@ -54,7 +54,10 @@ def train_clicks(net: torch.nn.Module, volumes: list, steps: int, crop: int, sec
                  lr: float = 2e-4, seed: int = 0) -> list[float]:
     """Fit the point branch of ``net`` (the point decoder and the point head) to clicks on crops of ``volumes``
     (``(image [1, 1, ...], labels [...])`` pairs on the net's device); returns the losses."""
-    from vista3d_trained_agreement import random_crops, soft_dice_loss  # the fork's side only
+    from vista3d_trained_agreement import (  # the fork's side only
+        random_crops,
+        soft_dice_loss,
+    )
 
     dev = next(net.parameters()).device
     cuda = dev.type == "cuda"
@@ -187,7 +190,9 @@ def main(argv=None) -> int:
     if args.worker:
         json.dump(worker(args), sys.stdout)
         return 0
-    from vista3d_trained_agreement import phantom  # (imports the fork: not in the workers, one of them upstream's)
+    from vista3d_trained_agreement import (
+        phantom,  # (imports the fork: not in the workers, one of them upstream's)
+    )
 
     if args.upstream and not os.path.isfile(os.path.join(args.upstream, "monai", "__init__.py")):
         p.error(f"--upstream {args.upstream} holds no monai package: pip install --no-deps --target DIR monai==1.6.1")

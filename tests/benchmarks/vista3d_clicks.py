@@ -176,7 +176,9 @@ def upstream_worker(args, dev: torch.device) -> dict:
 
     has_skimage = provide_skimage_label()
     from monai.apps.vista3d.inferer import point_based_window_inferer
-    from monai.transforms.utils import keep_components_with_positive_points as keep_components
+    from monai.transforms.utils import (
+        keep_components_with_positive_points as keep_components,
+    )
 
     fork = torch.load(args.fork_save, weights_only=True)
     net = build_net(args.tiny, dev, args.checkpoint)

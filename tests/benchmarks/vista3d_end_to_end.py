@@ -140,7 +140,11 @@ def build_network(tiny: bool, embed_dim: int = 48) -> Any:
     if not tiny:
         return vista3d132(encoder_embed_dim=embed_dim).eval()
     from monai.networks.nets.segresnet_ds import SegResNetDS2
-    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+    from monai.networks.nets.vista3d import (
+        VISTA3D,
+        ClassMappingClassify,
+        PointMappingSAM,
+    )
 
     enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)
     return VISTA3D(enc, ClassMappingClassify(n_classes=512, feature_size=8, use_mlp=True),

@@ -72,7 +72,11 @@ def _seeded_vista3d132():
 def tiny_vista3d():
     """An 8-channel VISTA3D with seed-0 random weights (the CPU stand-in for ``vista3d132``)."""
     from monai.networks.nets.segresnet_ds import SegResNetDS2
-    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+    from monai.networks.nets.vista3d import (
+        VISTA3D,
+        ClassMappingClassify,
+        PointMappingSAM,
+    )
 
     torch.manual_seed(0)
     enc = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=8, init_filters=8, dsdepth=1)

@@ -37,7 +37,13 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vista3d_everything import build_net, everything_labels, label_map, measure, missing_upstream  # noqa: E402
+from vista3d_everything import (  # noqa: E402
+    build_net,
+    everything_labels,
+    label_map,
+    measure,
+    missing_upstream,
+)
 
 
 def held_tile_voxels(size: tuple[int, ...], roi: int, overlap: float = 0.25) -> int:
@@ -82,7 +88,9 @@ def worker(a) -> dict:
             kw = dict(transpose=True, class_vector=cv, prompt_class=cv)
             variants = []
             if is_fork and a.repeats > 0:
-                from monai.apps.vista3d.core.streaming import sliding_window_label_inference
+                from monai.apps.vista3d.core.streaming import (
+                    sliding_window_label_inference,
+                )
 
                 for acc, bs in itertools.product(a.acc_dtypes, a.sw_batch_size):
                     acc_dt = getattr(torch, acc)

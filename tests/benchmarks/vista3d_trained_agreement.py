@@ -43,9 +43,19 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from vista3d_everything import build_net, compare, everything_labels, missing_upstream, run_worker  # noqa: E402
+from vista3d_everything import (  # noqa: E402
+    build_net,
+    compare,
+    everything_labels,
+    missing_upstream,
+    run_worker,
+)
 
-from monai.apps.vista3d.cli.phantom import PHANTOM_LABELS, make_phantom, make_phantom_labels  # noqa: E402
+from monai.apps.vista3d.cli.phantom import (  # noqa: E402
+    PHANTOM_LABELS,
+    make_phantom,
+    make_phantom_labels,
+)
 from monai.apps.vista3d.core.preprocess import scale_intensity_range  # noqa: E402
 
 A_MIN, A_MAX = -963.8247715525971, 1053.678477684517  # the bundle's intensity window (HU -> [0, 1])

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from monai import __version__
 from monai.data import MetaTensor
+
+from monai import __version__
 from monai.transforms import (
     CastToTyped,
     Compose,

@@ -27,7 +27,11 @@ import os
 import random
 
 import torch
-from point_cases import StubPredictor, make_inferer_cases, make_vista3d_inferer_case  # next to this script
+from point_cases import (  # next to this script
+    StubPredictor,
+    make_inferer_cases,
+    make_vista3d_inferer_case,
+)
 
 
 def blobs(gen: torch.Generator, shape, n_ids: int, density: float = 0.55) -> torch.Tensor:
@@ -48,7 +52,11 @@ def tiny_vista3d_state() -> dict:
 def build_tiny_vista3d(state: dict):
     """The tiny VISTA3D from the importable ``monai`` (upstream classes or this fork's), weights loaded."""
     from monai.networks.nets.segresnet_ds import SegResNetDS2
-    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+    from monai.networks.nets.vista3d import (
+        VISTA3D,
+        ClassMappingClassify,
+        PointMappingSAM,
+    )
 
     cfg = state["config"]
     fs = cfg["feature_size"]

@@ -144,7 +144,11 @@ def run_case(model, image, case: dict) -> torch.Tensor:
 
 def build_model(fixture: dict):
     from monai.networks.nets import SegResNetDS2
-    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify, PointMappingSAM
+    from monai.networks.nets.vista3d import (
+        VISTA3D,
+        ClassMappingClassify,
+        PointMappingSAM,
+    )
 
     cfg = fixture["config"]
     f = cfg["feature_size"]

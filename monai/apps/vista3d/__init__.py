@@ -57,7 +57,24 @@ _ROOMS = {
     "logits_to_labels": "core.postprocess",
 }
 
-__all__ = ["point_based_window_inferer", *_ROOMS]
+__all__ = [
+    "point_based_window_inferer",
+    "Vista3DPipeline",
+    "Vista3DSession",
+    "SegmentationResult",
+    "Prompt",
+    "parse_prompt",
+    "PipelineOptions",
+    "BatchOptions",
+    "SegmentJob",
+    "run_batch",
+    "BatchResult",
+    "load_image",
+    "save_label_map",
+    "save_class_masks",
+    "sliding_window_label_inference",
+    "logits_to_labels",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -25,7 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from monai.inferers.batch_size import check_sw_batch_size as _check_batch
+
 from .errors import Vista3DInputError
+from .labels import bundle_config
 
 __all__ = [
     "SettingError",
@@ -42,6 +45,9 @@ __all__ = [
     "DEFAULT_EMBED_DIM",
     "FIELD_FLAGS",
     "DEFAULT_OUTPUT_DTYPE",
+    "DEFAULT_ROI_SIZE",
+    "DEFAULT_OVERLAP",
+    "OUTPUT_POSTFIX",
     "PipelineOptions",
     "BatchOptions",
 ]
@@ -54,6 +60,15 @@ NONFINITE = ("air", "error")
 ROI_MULTIPLE = 16
 #: voxel type of a saved label map unless asked otherwise (every label id and the 255 sentinel fit)
 DEFAULT_OUTPUT_DTYPE = "uint8"
+# The bundle's own settings, read from the shipped ``vista3d_labels.json`` (its ``configs/inference.json``)
+_BUNDLE = bundle_config()
+#: the bundle's sliding window (128³)
+_ROI = [int(r) for r in _BUNDLE["inference"]["patch_size"]]
+DEFAULT_ROI_SIZE: tuple[int, int, int] = (_ROI[0], _ROI[1], _ROI[2])
+#: the bundle's window overlap (0.25)
+DEFAULT_OVERLAP: float = float(_BUNDLE["inference"]["overlap"])
+#: the bundle's output name postfix: ``ct.nii.gz`` -> ``ct_trans.nii.gz``
+OUTPUT_POSTFIX: str = str(_BUNDLE["postprocessing"]["output_postfix"])
 #: the ``vista3d132`` width of the published checkpoint, and so of a network built without ``encoder_embed_dim``
 DEFAULT_EMBED_DIM = 48
 #: the command-line flag of each field (``vista3d`` and ``vista3d serve`` name them alike)
@@ -103,21 +118,16 @@ def check_overlap(value: Any) -> float:
     except (TypeError, ValueError):
         overlap = float("nan")
     if not 0.0 <= overlap < 1.0:
-        raise SettingError("overlap", f"must be in [0, 1), got {value!r}; the bundle's is 0.25.")
+        raise SettingError("overlap", f"must be in [0, 1), got {value!r}; the bundle's is {DEFAULT_OVERLAP}.")
     return overlap
 
 
 def check_sw_batch_size(value: Any) -> int | str:
-    """Windows per network call: a positive int, or ``"auto"``."""
-    if isinstance(value, str) and value == "auto":
-        return value
+    """Windows per network call: a positive int, or ``"auto"`` (the rule of :mod:`monai.inferers.batch_size`)."""
     try:
-        n = int(value)
-    except (TypeError, ValueError):
-        n = 0
-    if n < 1 or (isinstance(value, float) and value != n):
-        raise SettingError("sw_batch_size", f"must be >= 1 or 'auto', got {value!r}.")
-    return n
+        return _check_batch(value)
+    except ValueError:
+        raise SettingError("sw_batch_size", f"must be a positive int or 'auto', got {value!r}.") from None
 
 
 def check_output_dtype(value: Any) -> str:
@@ -178,8 +188,8 @@ class PipelineOptions:
             window's multiple of 16 and its fit on the device are the pipeline's checks, which know the network.
     """
 
-    roi_size: int | Sequence[int] = (128, 128, 128)
-    overlap: float = 0.25
+    roi_size: int | Sequence[int] = DEFAULT_ROI_SIZE
+    overlap: float = DEFAULT_OVERLAP
     sw_batch_size: int | str = 1
     amp: bool | None = None
     progress: bool = False
@@ -239,7 +249,7 @@ class BatchOptions:
     outputs: Sequence[str | os.PathLike] | None = None
     volume_index: int | None = None
     output_dtype: str | None = None
-    postfix: str = "trans"
+    postfix: str = OUTPUT_POSTFIX
     prefetch: int = 1
     device: str | torch.device | None = None
     backend: str | None = None

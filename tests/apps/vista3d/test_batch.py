@@ -38,7 +38,11 @@ from monai.apps.vista3d.batch.workers import AsyncSaver
 from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.config import BatchOptions
 from monai.apps.vista3d.core.network_ready import resolve_device
-from monai.apps.vista3d.errors import OutputCollisionError, Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.errors import (
+    OutputCollisionError,
+    Vista3DInputError,
+    Vista3DOutputError,
+)
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.paths import output_path
 from tests.apps.vista3d.stub_vista import StubVista

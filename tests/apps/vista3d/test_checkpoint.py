@@ -21,7 +21,11 @@ from pathlib import Path
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.core.checkpoint import build_network, load_checkpoint, network_from_checkpoint
+from monai.apps.vista3d.core.checkpoint import (
+    build_network,
+    load_checkpoint,
+    network_from_checkpoint,
+)
 from monai.apps.vista3d.errors import CheckpointError
 from tests.subprocess_env import child_env
 

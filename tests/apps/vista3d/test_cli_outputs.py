@@ -28,7 +28,13 @@ from monai.apps.vista3d.batch import run as batch
 from monai.apps.vista3d.batch import workers as batch_workers
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.io.nifti import load_image
-from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main, vista3d
+from tests.apps.vista3d.test_cli import (
+    TINY,
+    _one_line_errors,
+    _write_ct,
+    run_main,
+    vista3d,
+)
 
 
 def _no_segmentation(*args, **kwargs):

@@ -51,12 +51,12 @@ class TestFeasibility(unittest.TestCase):
 
     @parameterized.expand([((100000,) * 3, 8), ((4096,) * 3, 48)])
     def test_window_larger_than_memory(self, roi, width):
-        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
             with self.assertRaisesRegex(ResourceError, r"needs at least [\d.e+]+ GiB per window, cpu has 64 GiB"):
                 feasibility.check_window(roi, width, "cpu")
 
     def test_width_larger_than_memory_is_counted_not_allocated(self):
-        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
             with self.assertRaisesRegex(ResourceError, "encoder_embed_dim=800000 needs .* GiB for its weights alone"):
                 feasibility.check_network(800000, "cpu")
             feasibility.check_network(8, "cpu")
@@ -75,21 +75,21 @@ class TestFeasibility(unittest.TestCase):
     def test_pipeline_refuses_in_its_constructor(self):
         with self.assertRaisesRegex(ResourceError, "deepest level"):
             Vista3DPipeline(device="cpu", roi_size=16, network_kwargs={"encoder_embed_dim": 8}, warn_random=False)
-        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
             with self.assertRaisesRegex(ResourceError, "weights alone"):
                 Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 800000}, warn_random=False)
 
     def test_resampled_volume_larger_than_memory(self):
         """A 500 mm pixdim resampled to 1.5 mm: refused from the header, saying how much it needs."""
         src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
-        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
             with self.assertRaisesRegex(ResourceError, r"needs at least [\d.]+ GiB of cpu memory .* 64 GiB are"):
                 feasibility.check_image(src, "cpu")
 
     def test_inflated_volume_larger_than_memory(self):
         """A header whose inflated data exceeds the memory there is (a gzip bomb) is refused before reading."""
         src = _save(self.dir / "bomb.nii.gz", (64, 64, 64), 1.5)
-        with mock.patch.object(feasibility, "_memory_available", return_value=2**20):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=2**20):
             with self.assertRaisesRegex(ResourceError, "bomb.nii.gz: segmenting it needs at least"):
                 feasibility.check_image(src, "cpu")
         feasibility.check_image(src, "cpu")  # fits this machine
@@ -118,7 +118,7 @@ class TestFeasibility(unittest.TestCase):
     def test_cli_refuses_an_image_that_cannot_fit(self):
         src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
         out = self.dir / "out"
-        with mock.patch.object(feasibility, "_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
             code, _, err = run_main([src, "-o", out, *TINY])
         self.assertEqual(code, 2)
         self.assertRegex(err, r"error: .*coarse.nii.gz: segmenting it needs at least")

@@ -42,7 +42,12 @@ from monai.apps.vista3d.io import nifti as vio
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
-from monai.apps.vista3d.io.paths import class_file_name, class_mask_dir, class_mask_paths, output_path
+from monai.apps.vista3d.io.paths import (
+    class_file_name,
+    class_mask_dir,
+    class_mask_paths,
+    output_path,
+)
 from monai.apps.vista3d.labels import label_names
 
 NIBABEL_FILES = [
@@ -348,7 +353,7 @@ class TestBadInput(TempDirCase):
 
     def test_more_than_the_memory(self):
         path = self._write(np.ones((20, 20, 20), np.int16), name="x.nii")
-        with mock.patch.object(nifti_read, "_memory_available", return_value=1000):
+        with mock.patch.object(nifti_read, "host_memory_available", return_value=1000):
             with self.assertRaisesRegex(Vista3DInputError, "reading it needs .* GiB of memory"):
                 load_image(path)
 

@@ -23,7 +23,12 @@ from parameterized import parameterized
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.phantom import write_phantom
-from monai.apps.vista3d.config import SettingError, check_output_dtype, check_roi_size, check_sw_batch_size
+from monai.apps.vista3d.config import (
+    SettingError,
+    check_output_dtype,
+    check_roi_size,
+    check_sw_batch_size,
+)
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from tests.apps.vista3d.stub_vista import StubVista
 

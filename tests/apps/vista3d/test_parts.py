@@ -32,7 +32,12 @@ import pytest
 import torch
 from parameterized import parameterized
 
-from monai.apps.vista3d.batch.claims import OutputClaims, OutputTaken, claim, claim_summary
+from monai.apps.vista3d.batch.claims import (
+    OutputClaims,
+    OutputTaken,
+    claim,
+    claim_summary,
+)
 from monai.apps.vista3d.batch.parts import check_part, parse_part, split_parts
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.batch.summary_merge import format_summary, merge_summaries

@@ -38,7 +38,16 @@ from monai.apps.vista3d.errors import (
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.paths import class_mask_paths
 from monai.inferers import plan_sliding_windows
-from tests.apps.vista3d.stub_vista import HU, LIVER, LIVER_2, SPLEEN, StubVista, inside, phantom, rotation
+from tests.apps.vista3d.stub_vista import (
+    HU,
+    LIVER,
+    LIVER_2,
+    SPLEEN,
+    StubVista,
+    inside,
+    phantom,
+    rotation,
+)
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
 
 

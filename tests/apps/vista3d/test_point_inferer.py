@@ -19,7 +19,11 @@ from parameterized import parameterized
 
 from monai.apps.vista3d import point_based_window_inferer
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
-from tests.testing_data.point_cases import StubPredictor, make_inferer_cases, make_vista3d_inferer_case
+from tests.testing_data.point_cases import (
+    StubPredictor,
+    make_inferer_cases,
+    make_vista3d_inferer_case,
+)
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "testing_data")
 REF = os.path.join(DATA, "point_helpers_upstream.pt")

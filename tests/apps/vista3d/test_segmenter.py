@@ -26,7 +26,11 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.batch.run import run_batch
-from monai.apps.vista3d.batch.segmenter import PipelineSegmenter, SegmentJob, resolve_segmenter
+from monai.apps.vista3d.batch.segmenter import (
+    PipelineSegmenter,
+    SegmentJob,
+    resolve_segmenter,
+)
 from monai.apps.vista3d.batch.summary import BatchResult
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.phantom import write_phantom

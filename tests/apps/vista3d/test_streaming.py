@@ -24,7 +24,10 @@ import monai.inferers.batch_size as bsz
 from monai.apps.vista3d.core.postprocess import ClassMasks, logits_to_labels
 from monai.apps.vista3d.core.streaming import sliding_window_label_inference
 from monai.inferers import sliding_window_inference
-from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
+from tests.networks.tiny_vista3d import (
+    load_testing_data,
+    tiny_vista3d_with_recorded_weights,
+)
 
 
 def reference_labels(logits: torch.Tensor, label_ids=None) -> torch.Tensor:

@@ -112,7 +112,7 @@ class TestWorkerFailures(unittest.TestCase):
         self.assertEqual(self._left_behind(), [])
 
     def test_load_thread_failure(self):
-        with mock.patch.object(batch._Loader, "_load_all", side_effect=RuntimeError("no stream")):
+        with mock.patch.object(batch.Loader, "_load_all", side_effect=RuntimeError("no stream")):
             code, lines = self._run()
         self.assertEqual(code, 1)
         self.assertEqual(lines, ["error: loading the images failed: RuntimeError: no stream"])

@@ -29,10 +29,10 @@ from ..core.feasibility import failure_reason
 from ..core.network_ready import resolve_device
 from ..errors import Vista3DInputError
 
-__all__ = ["shard_by_size", "TorchrunEnv", "rank_device", "dist_context", "on_device"]
+__all__ = ["shard_by_size", "TorchrunEnv", "rank_device", "dist_context", "on_device", "agree_on_setup", "gather_records", "header_info"]
 
 
-def _header_info(path: Path) -> tuple[int, bool]:
+def header_info(path: Path) -> tuple[int, bool]:
     """``(voxels of one volume, whether it is 4D)`` from the header only (``(0, False)`` when unreadable: the
     image then fails where it is processed)."""
     try:
@@ -136,7 +136,7 @@ class dist_context:
             dist.destroy_process_group()
 
 
-def _agree_on_setup(error: BaseException | None, world: int) -> None:
+def agree_on_setup(error: BaseException | None, world: int) -> None:
     """Raise on every rank when the pipeline could not be built on one (so no rank waits for the others)."""
     if world > 1:
         errors: list[Any] = [None] * world
@@ -148,7 +148,7 @@ def _agree_on_setup(error: BaseException | None, world: int) -> None:
         raise error
 
 
-def _gathered(local: list[dict], world: int) -> list[dict]:
+def gather_records(local: list[dict], world: int) -> list[dict]:
     """Every rank's records in input order (``local`` itself on one process)."""
     if world == 1:
         return local

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..config import OUTPUT_POSTFIX
 from ..errors import OutputCollisionError, Vista3DInputError
 from ..io.nifti_write import is_vista3d_output
 from ..io.paths import output_path
@@ -105,7 +106,7 @@ def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> l
 
 
 def plan_outputs(
-    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike, postfix: str = "trans"
+    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike, postfix: str = OUTPUT_POSTFIX
 ) -> list[tuple[Path, Path]]:
     """``(image, output)`` for every input, each output unique; checked before any work starts.
 

@@ -45,22 +45,24 @@ from monai.utils.profiling import StageTimer
 
 from ..config import BatchOptions
 from ..core.feasibility import check_environment, check_images, failure_reason
-from ..core.network_ready import resolve_device
 from ..errors import Vista3DInputError
-from ..io.paths import check_output, class_mask_paths, output_path, part_summary_name, summary_path_for
+from ..io.paths import (
+    check_output,
+    class_mask_paths,
+    part_summary_name,
+    summary_path_for,
+)
 from .claims import OutputClaims, OutputTaken, missing_folders
 from .distributed import (
-    TorchrunEnv,
-    _agree_on_setup,
-    _gathered,
-    _header_info,
+    agree_on_setup,
     dist_context,
+    gather_records,
+    header_info,
     on_device,
-    rank_device,
     shard_by_size,
 )
 from .image_record import ImageRecord
-from .inputs import collect_inputs, plan_outputs, read_input_list
+from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
 from .segmenter import (
     PipelineSegmenter,
@@ -68,42 +70,23 @@ from .segmenter import (
     Segmenter,
     SegmentFn,
     SegmentJob,
-    _labels_and_info,
-    pipeline_segment_fn,
+    labels_and_info,
     resolve_segmenter,
 )
 from .summary import (
     BatchResult,
-    _counted,
-    _print_record,
-    _remove_empty,
-    _stopped_records,
-    _write_summary,
     check_summary_path,
+    counting_reporter,
+    print_record,
+    remove_empty,
+    stopped_records,
+    write_summary,
 )
-from .workers import AsyncSaver, _load_for, _Loader, _timed_save
+from .workers import AsyncSaver, Loader, load_for, timed_save
 
 __all__ = [
     "run_batch",
-    "BatchOptions",
-    "BatchResult",
-    "PipelineSegmenter",
-    "Segmenter",
-    "SegmentJob",
     "ImageJob",
-    "pipeline_segment_fn",
-    "AsyncSaver",
-    "collect_inputs",
-    "plan_outputs",
-    "read_input_list",
-    "shard_by_size",
-    "output_path",
-    "resolve_device",
-    "dist_context",
-    "rank_device",
-    "TorchrunEnv",
-    "check_summary_path",
-    "summary_path_for",
 ]
 
 
@@ -169,12 +152,12 @@ def run_batch(
     with on_device(run.device), dist_context(opts.backend) as (rank, world, _):
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
-        info = [_header_info(p) for p in paths]
+        info = [header_info(p) for p in paths]
         sizes = [n for n, _ in info]
         # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
         volumes = [opts.volume_index if four_d else None for _, four_d in info]
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
-        report = _counted(opts.on_image or (None if opts.quiet else _print_record), len(mine))
+        report = counting_reporter(opts.on_image or (None if opts.quiet else print_record), len(mine))
         records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
         todo = _triage(records, run.mask_ids, overwrite, claims, report)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
@@ -182,14 +165,14 @@ def run_batch(
             _segment_all(jobs, _Work(run, opts.prefetch, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
-                stopped = _stopped_records(records, paths, outs, sizes, pool)
+                stopped = stopped_records(records, paths, outs, sizes, pool)
                 wall = time.perf_counter() - started
-                _write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
+                write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
             raise
-        every = _gathered([records[i].as_dict() for i in sorted(records)], world)
+        every = gather_records([records[i].as_dict() for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
     if rank == 0:
-        result.summary_path = _write_summary(summary, result)
+        result.summary_path = write_summary(summary, result)
     return result
 
 
@@ -296,16 +279,16 @@ class _Work:
     prefetch: int
     world: int
 
-    def loader(self, jobs: _Jobs) -> _Loader:
+    def loader(self, jobs: _Jobs) -> Loader:
         """Start reading this rank's images with the policy of what will segment them."""
         run = self.run
         if isinstance(run.segmenter, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
             load = functools.partial(run.segmenter.load, nonfinite=run.nonfinite)
         else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
-            load = functools.partial(_load_for, device=run.device, nonfinite=run.nonfinite)
+            load = functools.partial(load_for, device=run.device, nonfinite=run.nonfinite)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
-        return _Loader(load, items, self.prefetch, run.device)
+        return Loader(load, items, self.prefetch, run.device)
 
     def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter:
         """What segments each image; the pipeline is built here, while the loader reads the first image."""
@@ -318,7 +301,7 @@ class _Work:
                 built = job.build()
             except Exception as e:
                 error = e
-        _agree_on_setup(error, self.world)
+        agree_on_setup(error, self.world)
         return built  # type: ignore[return-value]
 
 
@@ -340,7 +323,7 @@ class _Finisher:
             if isinstance(error, OutputTaken):  # another process's, or written since the plan
                 rec.status, rec.note = error.status, str(error)
             elif error is not None:
-                _remove_empty(created)
+                remove_empty(created)
                 rec.status, rec.error = "failed", failure_reason(error, job.image)
             else:
                 rec.saved(fut.result()[1])  # type: ignore[union-attr]
@@ -362,7 +345,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=_timed_save, dtype=work.run.output_dtype) as saver:
+        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.run.output_dtype) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
@@ -373,7 +356,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
                     if isinstance(fn, PipelineSegmenter):
                         fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
                     with timer.stage("segment"):
-                        labels, info = _labels_and_info(fn(image, geom))
+                        labels, info = labels_and_info(fn(image, geom))
                     rec.segmented(t_load, timer.timings["segment"], info)
                     created = missing_folders(job.output.parent)
                     fut = saver.submit(labels, geom, job.output, masks=info.get("masks"))

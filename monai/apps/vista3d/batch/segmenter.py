@@ -53,6 +53,7 @@ __all__ = [
     "resolve_segmenter",
     "pipeline_segment_fn",
     "spread_options",
+    "labels_and_info",
 ]
 
 
@@ -258,7 +259,7 @@ def _batch_device(device: str | torch.device | None, pipeline_kwargs: dict | Non
     return device
 
 
-def _labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
+def labels_and_info(result: Any) -> tuple[Any, dict[str, Any]]:
     """What a ``segment_fn`` returned, as ``(labels, {"windows", "sw_batch_size", "stages"})``."""
     if isinstance(result, SegmentationResult):
         return result.labels, {"windows": result.windows, "sw_batch_size": result.sw_batch_size,

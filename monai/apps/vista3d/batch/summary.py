@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,15 +23,15 @@ from typing import Any
 
 from ..core.feasibility import os_message
 from ..errors import OutputPathError, Vista3DOutputError
-from ..io.paths import TEMP_SUFFIX, check_name_lengths, summary_path_for, temp_prefix
+from ..io.paths import TEMP_SUFFIX, check_name_lengths, temp_prefix
 from .claims import claim_summary
 from .image_record import ImageRecord
 from .summary_merge import keep_earlier_done
 
-__all__ = ["SUMMARY_MARK", "check_summary_path", "BatchResult", "summary_path_for"]
+__all__ = ["SUMMARY_MARK", "check_summary_path", "BatchResult", "counting_reporter", "print_record", "remove_empty", "stopped_records", "write_summary"]
 
 
-def _remove_empty(folders: list[Path]) -> None:
+def remove_empty(folders: list[Path]) -> None:
     """Remove the folders a failed save created, deepest first, as long as they are empty."""
     for folder in folders:
         try:
@@ -84,7 +83,7 @@ def _write_json(path: Path, obj: Any) -> None:
         ) from None
 
 
-def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[ImageRecord], None] | None:
+def counting_reporter(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callable[[ImageRecord], None] | None:
     """``report`` called with each record's entry (a dict) that also carries ``progress``: ``(k, n)``."""
     if report is None:
         return None
@@ -97,7 +96,7 @@ def _counted(report: Callable[[dict[str, Any]], None] | None, n: int) -> Callabl
     return counted
 
 
-def _print_record(rec: dict[str, Any]) -> None:
+def print_record(rec: dict[str, Any]) -> None:
     extra = f": {rec['error']}" if rec["error"] else ""
     print(f"[rank {rec['rank']}] {rec['status']} {rec['image']}{extra}", flush=True)
 
@@ -178,7 +177,7 @@ class BatchResult:
         }
 
 
-def _write_summary(path: Path, result: BatchResult) -> Path:
+def write_summary(path: Path, result: BatchResult) -> Path:
     """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
     (of the same part, or another whole run) wrote ``path`` since this run began (see
     :func:`~monai.apps.vista3d.batch.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
@@ -191,7 +190,7 @@ def _write_summary(path: Path, result: BatchResult) -> Path:
     return path
 
 
-def _stopped_records(
+def stopped_records(
     records: dict[int, ImageRecord], paths: list[Path], outs: list[Path], sizes: list[int], pool: list[int]
 ) -> list[dict]:
     """The entry of every image of the run's part (``pool``) when the run was stopped: this rank's as far as they

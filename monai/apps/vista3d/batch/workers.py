@@ -17,7 +17,6 @@ import os
 import queue
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
@@ -38,7 +37,7 @@ from ..io.load_policy import load_input
 from ..io.nifti_write import save_class_masks, save_label_map
 from .distributed import on_device
 
-__all__ = ["AsyncSaver"]
+__all__ = ["AsyncSaver", "load_for", "Loader", "timed_save"]
 
 
 class AsyncSaver:
@@ -144,7 +143,7 @@ def _on_device(labels: Any) -> bool:
 _LOADER_JOIN_SECONDS = 5.0
 
 
-class _Loader:
+class Loader:
     """Loads images ahead of the one being segmented, in order, on one thread.
 
     It starts at once, so the first image is read while the network is built and its weights load. On a GPU the
@@ -216,7 +215,7 @@ class _Loader:
         self._thread.join(timeout=_LOADER_JOIN_SECONDS)
 
 
-def _timed_save(
+def timed_save(
     labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any
 ) -> tuple[Path, float]:
     """Save one image's results on the saver's thread: its class masks first (when asked for), the label map last,
@@ -233,5 +232,5 @@ def _timed_save(
     return Path(path), timer.timings["save"]
 
 
-def _load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
+def load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
     return load_input(path, device, volume_index, nonfinite)

@@ -37,8 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import FIELD_FLAGS, SettingError
-from ..errors import ClassPromptError, OutputCollisionError, OutputPathError, PromptError, ResourceError, WorkerError
+from ..config import DEFAULT_ROI_SIZE, FIELD_FLAGS, SettingError
+from ..errors import (
+    ClassPromptError,
+    OutputCollisionError,
+    OutputPathError,
+    PromptError,
+    ResourceError,
+    WorkerError,
+)
 from .benchmark import (
     BenchSetup,
     bench_segment,
@@ -64,7 +71,7 @@ from .parser import (
 if TYPE_CHECKING:
     from ..batch.summary import BatchResult
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main"]
 
 # The library's messages name its Python parameters; here they become this command's flags.
 _FLAGS = (
@@ -189,7 +196,7 @@ def _segment_job(args: argparse.Namespace, device: torch.device) -> Any:
     check_environment()
     sw = args.sw_batch_size
     options = PipelineOptions(
-        roi_size=parse_roi(args.roi_size) if args.roi_size else (128, 128, 128), overlap=args.overlap,
+        roi_size=parse_roi(args.roi_size) if args.roi_size else DEFAULT_ROI_SIZE, overlap=args.overlap,
         sw_batch_size=sw if sw == "auto" else parse_ints(sw, what="--sw-batch-size")[0], amp=args.amp,
         progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype, streaming=args.streaming,
         nonfinite="error" if args.strict else "air", per_class=args.per_class,
@@ -302,7 +309,7 @@ def _prepare(args: argparse.Namespace) -> int:
     from ..core.pipeline import Vista3DPipeline
     from ..labels import everything_labels
 
-    roi = parse_roi(args.roi_size) if args.roi_size else (128, 128, 128)
+    roi = parse_roi(args.roi_size) if args.roi_size else DEFAULT_ROI_SIZE
     embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)
     sw = 1 if args.sw_batch_size == "auto" else parse_ints(args.sw_batch_size, what="--sw-batch-size")[0]
     if not torch.cuda.is_available():

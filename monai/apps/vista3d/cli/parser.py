@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import OUTPUT_DTYPES, ROI_MULTIPLE, check_embed_dim, check_roi_size
+from ..config import (
+    DEFAULT_OVERLAP,
+    OUTPUT_DTYPES,
+    ROI_MULTIPLE,
+    check_embed_dim,
+    check_roi_size,
+)
 from ..server.cli import add_serve_command
 
 __all__ = [
@@ -69,7 +75,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
-    p.add_argument("--overlap", type=float, default=0.25, help="sliding-window overlap (default 0.25)")
+    p.add_argument("--overlap", type=float, default=DEFAULT_OVERLAP,
+                   help=f"sliding-window overlap (default {DEFAULT_OVERLAP})")
     p.add_argument("--no-fuse", dest="fuse", action="store_false",
                    help="run the network's module path instead of the fused channels-last kernels (which run by "
                         "default on Hopper GPUs with Triton; see VISTA3D.fuse)")

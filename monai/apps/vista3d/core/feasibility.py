@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import ResourceError, Vista3DInputError
-from ..io.nifti_read import _MAX_DEFLATE_RATIO, _memory_available
+from ..io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
 
 __all__ = [
     "failure_reason",
@@ -65,7 +65,7 @@ def memory_available(device: torch.device | str) -> int | None:
             return int(torch.cuda.get_device_properties(device).total_memory)
         except (RuntimeError, AssertionError):
             return None
-    return _memory_available()
+    return host_memory_available()
 
 
 @functools.lru_cache(maxsize=8)
@@ -150,7 +150,7 @@ def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
     zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
     inflated = math.prod(shape) * np.dtype(header.get_data_dtype()).itemsize
     size = os.path.getsize(path)
-    if inflated > (_MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
+    if inflated > (MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
         return 0, 0
     itemsize = np.dtype(header.get_data_dtype()).itemsize
     host = (itemsize + 4) * math.prod(spatial)  # one volume's data and its float32 copy

@@ -50,18 +50,21 @@ import torch
 
 from monai.utils.profiling import StageTimer
 
-from ..config import ROI_MULTIPLE, PipelineOptions, check_roi_size, embed_dim_of
+from ..config import (
+    OUTPUT_POSTFIX,
+    ROI_MULTIPLE,
+    PipelineOptions,
+    check_roi_size,
+    embed_dim_of,
+)
 from ..errors import PromptError, Vista3DInputError
 from ..io.image_geometry import ImageGeometry
-from ..io.load_policy import load_input, load_options
+from ..io.load_policy import load_input
 from ..io.nifti_write import save_class_masks, save_label_map
 from ..io.paths import check_output, class_mask_dir, class_mask_paths, output_path
-from ..labels import bundle_config
-from .checkpoint import build_network, load_checkpoint
 from .feasibility import check_image, check_network, check_window
 from .network_ready import (
     RANDOM_WEIGHTS_WARNING,
-    check_network_kwargs,
     encoder_shape,
     ready_network,
     resolve_device,
@@ -69,25 +72,13 @@ from .network_ready import (
 from .postprocess import ClassMasks, logits_to_masks, logits_to_outputs
 from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
-from .results import STAGES, SegmentationResult
+from .results import SegmentationResult
 from .window_pass import PassSettings, WindowPass, WindowPasses
 
 __all__ = [
     "Vista3DPipeline",
-    "PipelineOptions",
-    "SegmentationResult",
-    "WindowPass",
-    "STAGES",
-    "RANDOM_WEIGHTS_WARNING",
-    "build_network",
-    "load_checkpoint",
-    "resolve_device",
     "segment_file",
     "as_roi_size",
-    "check_network_kwargs",
-    "ROI_MULTIPLE",
-    "load_input",
-    "load_options",
 ]
 
 
@@ -438,7 +429,7 @@ class Vista3DPipeline:
             raise Vista3DInputError(f"{path}: no such file; check the path.")
         prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
-        out_path = output_path(path, output_dir, bundle_config()["postprocessing"]["output_postfix"])
+        out_path = output_path(path, output_dir, OUTPUT_POSTFIX)
         check_output(path, out_path, overwrite)
         if self.per_class:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():

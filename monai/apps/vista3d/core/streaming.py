@@ -49,9 +49,10 @@ from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_win
 from monai.inferers.tile_stitcher import TileStitcher
 from monai.utils import BlendMode
 
+from ..config import DEFAULT_OVERLAP
 from .postprocess import logits_to_labels, pack_masks, packed_channels
 
-__all__ = ["sliding_window_label_inference", "LabelMapReduction", "logits_to_labels"]  # post-transform re-exported
+__all__ = ["sliding_window_label_inference", "LabelMapReduction"]  # post-transform re-exported
 
 # Settings of the full blended outputs that tile-by-tile stitching has no use for.
 _NOT_STREAMED = ("process_fn", "buffer_steps", "buffer_dim")
@@ -136,7 +137,7 @@ def sliding_window_label_inference(
     roi_size: Sequence[int] | int,
     sw_batch_size: int | str,
     predictor: Callable[..., torch.Tensor],
-    overlap: Sequence[float] | float = 0.25,
+    overlap: Sequence[float] | float = DEFAULT_OVERLAP,
     mode: BlendMode | str = BlendMode.CONSTANT,
     *args: Any,
     slab_dim: int = 0,

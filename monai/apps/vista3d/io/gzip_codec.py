@@ -77,7 +77,9 @@ def gzip_codec() -> Any:
     if choice == "zlib":
         return zlib
     try:
-        from isal import isal_zlib  # a requirement where wheels exist: 2-3x faster gzip, same format
+        from isal import (
+            isal_zlib,  # a requirement where wheels exist: 2-3x faster gzip, same format
+        )
     except (ImportError, OSError) as e:  # not installed, or its compiled library does not load here
         if choice == "isal":
             raise Vista3DInputError(

@@ -35,46 +35,12 @@ import numpy as np
 import torch
 
 from ..errors import Vista3DInputError
-from .gzip_codec import GZIP_MAGIC, available_cores
+from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
-from .label_transfer import label_map_to_host
 from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
-from .nifti_write import (
-    DEFAULT_COMPRESSLEVEL,
-    DEFAULT_OUTPUT_DTYPE,
-    is_vista3d_output,
-    mark_output_header,
-    output_problem,
-    save_class_masks,
-    save_label_map,
-)
-from .paths import (
-    check_name_lengths,
-    check_output,
-    class_file_name,
-    class_mask_dir,
-    class_mask_paths,
-    output_path,
-)
 
 __all__ = [
-    "ImageGeometry",
     "load_image",
-    "save_label_map",
-    "label_map_to_host",
-    "save_class_masks",
-    "class_file_name",
-    "class_mask_dir",
-    "class_mask_paths",
-    "DEFAULT_COMPRESSLEVEL",
-    "DEFAULT_OUTPUT_DTYPE",
-    "available_cores",
-    "output_path",
-    "check_output",
-    "check_name_lengths",
-    "mark_output_header",
-    "is_vista3d_output",
-    "output_problem",
     "AIR_HU",
 ]
 

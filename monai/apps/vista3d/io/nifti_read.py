@@ -27,7 +27,7 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
-__all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_gzip_nifti", "read_voxels", "vox_offset"]
+__all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_gzip_nifti", "read_voxels", "vox_offset", "MAX_DEFLATE_RATIO", "host_memory_available"]
 
 _SPATIAL_UNITS_MM = {"mm", "unknown"}
 
@@ -204,10 +204,10 @@ def convert_slab(
 
 
 #: deflate cannot shrink data by more than about 1032:1, so a .nii.gz holds at most this many bytes per byte
-_MAX_DEFLATE_RATIO = 1032
+MAX_DEFLATE_RATIO = 1032
 
 
-def _memory_available() -> int | None:
+def host_memory_available() -> int | None:
     """Bytes of memory this process could still get (available RAM plus free swap), None when unknown."""
     try:
         info = dict(ln.split(":", 1) for ln in pathlib.Path("/proc/meminfo").read_text().splitlines() if ":" in ln)
@@ -224,12 +224,12 @@ def _check_size(p: pathlib.Path, file_bytes: int, memory_bytes: int, compressed:
     size = p.stat().st_size
     if not compressed and size < file_bytes:
         raise Vista3DInputError(f"{p}: truncated: the header needs {file_bytes} bytes, the file has {size}.")
-    if compressed and file_bytes > _MAX_DEFLATE_RATIO * size + 4096:
+    if compressed and file_bytes > MAX_DEFLATE_RATIO * size + 4096:
         raise Vista3DInputError(
             f"{p}: the header claims an image of {file_bytes / 2**30:.3g} GiB, more than a {size}-byte .nii.gz "
             "can hold; the file is truncated or its header (dim) is wrong."
         )
-    available = _memory_available()
+    available = host_memory_available()
     if available is not None and memory_bytes > available:
         raise Vista3DInputError(
             f"{p}: reading it needs {memory_bytes / 2**30:.3g} GiB of memory, {available / 2**30:.3g} GiB are "

@@ -33,13 +33,12 @@ from ..errors import Vista3DInputError, Vista3DOutputError
 from ..labels import label_name
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .image_geometry import ImageGeometry
-from .label_transfer import file_order_slab, label_map_to_host, label_source
+from .label_transfer import file_order_slab, label_source
 from .nifti_read import header_from_bytes
-from .paths import TEMP_SUFFIX, _same_file, class_mask_paths, temp_prefix
+from .paths import TEMP_SUFFIX, class_mask_paths, same_file, temp_prefix
 
 __all__ = [
     "save_label_map",
-    "label_map_to_host",
     "save_class_masks",
     "mark_output_header",
     "is_vista3d_output",
@@ -215,7 +214,7 @@ def _check_save(
     name = p.name
     if not (name.endswith(".nii") or name.endswith(".nii.gz")):
         raise Vista3DInputError(f"{p}: output must end with .nii or .nii.gz.")
-    if _same_file(p, geometry.filename):
+    if same_file(p, geometry.filename):
         raise Vista3DOutputError(f"{p}: the output path is the input file; choose another output folder or name.")
     if str(dtype) not in _OUTPUT_DTYPES:
         raise Vista3DInputError(f"output dtype {dtype!r} is not supported; use one of {', '.join(_OUTPUT_DTYPES)}.")

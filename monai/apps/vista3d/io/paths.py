@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import OUTPUT_POSTFIX
 from ..errors import OutputPathError
 from ..labels import label_name
 
@@ -45,6 +46,7 @@ __all__ = [
     "part_summary_name",
     "own_summary_name",
     "summary_kind",
+    "same_file",
 ]
 
 #: the suffix of the temporary file of an atomic write, ``.<name>.<random>.part``, renamed onto ``<name>`` when
@@ -57,7 +59,7 @@ def temp_prefix(name: str) -> str:
     return f".{name}."
 
 
-def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = "trans") -> pathlib.Path:
+def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = OUTPUT_POSTFIX) -> pathlib.Path:
     """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
     name = pathlib.Path(image).name
     for ext in (".nii.gz", ".nii", ".gz"):
@@ -81,7 +83,7 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
     while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
         folder = folder.parent
     check_name_lengths(p, folder)
-    if _same_file(p, None if input_path is None else str(input_path)):
+    if same_file(p, None if input_path is None else str(input_path)):
         raise OutputPathError(f"{p}: the output path is the input file; choose another output folder or name.")
     if p.exists() and not overwrite:
         raise OutputPathError(f"{p}: exists; pass overwrite=True to replace it.")
@@ -152,7 +154,7 @@ def class_mask_paths(folder: str | os.PathLike, label_ids: Any) -> dict[int, pat
     return {int(i): folder / class_file_name(int(i)) for i in label_ids}
 
 
-def _same_file(a: pathlib.Path, b: str | None) -> bool:
+def same_file(a: pathlib.Path, b: str | None) -> bool:
     if not b:
         return False
     try:
@@ -186,7 +188,7 @@ class OutputLayout:
     """
 
     output_dir: pathlib.Path
-    postfix: str = "trans"
+    postfix: str = OUTPUT_POSTFIX
 
     def label_map(self, image: str | os.PathLike) -> pathlib.Path:
         """The label map of ``image``."""

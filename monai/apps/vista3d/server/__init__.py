@@ -17,8 +17,3 @@ TTL and LRU), :mod:`.fetch` (URLs, server paths, uploads and their rules), :mod:
 answers), :mod:`.cli` (the subcommand). FastAPI and uvicorn (the ``serve`` extra) are imported by :mod:`.app` and
 when the command runs, not by this package, so the core install keeps its command line.
 """
-
-from .cli import add_serve_command
-from .settings import Limits, ModelSettings, ServerSettings
-
-__all__ = ["add_serve_command", "ServerSettings", "ModelSettings", "Limits"]

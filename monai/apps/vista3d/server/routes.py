@@ -34,6 +34,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
+from ..config import OUTPUT_POSTFIX
 from ..core.prompts import parse_points
 from ..labels import everything_labels, label_names
 from . import jobs
@@ -48,7 +49,13 @@ from .images import (
     write_label_map,
     zip_one,
 )
-from .schemas import ClickRequest, InferenceRequest, SessionRequest, nim_prompt, parse_body
+from .schemas import (
+    ClickRequest,
+    InferenceRequest,
+    SessionRequest,
+    nim_prompt,
+    parse_body,
+)
 from .sessions import SessionEntry, SessionStore
 from .settings import ServerSettings
 from .worker import ModelWorker
@@ -268,7 +275,7 @@ async def inference(request: Request) -> Response:
             fmt = await _checked(ctx, path)
             check = time.perf_counter() - start
             labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
-            fname = f"{loaded.name}_trans{loaded.suffix}"
+            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{loaded.suffix}"
             start = time.perf_counter()
             out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer

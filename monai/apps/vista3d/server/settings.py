@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import DEFAULT_EMBED_DIM, FIELD_FLAGS, SettingError, check_embed_dim, check_overlap
+from ..config import (
+    DEFAULT_EMBED_DIM,
+    DEFAULT_OVERLAP,
+    DEFAULT_ROI_SIZE,
+    FIELD_FLAGS,
+    SettingError,
+    check_embed_dim,
+    check_overlap,
+)
 
 __all__ = ["ModelSettings", "Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 
@@ -62,8 +70,8 @@ class ModelSettings:
     weights: str | None = None
     device: str | None = None
     embed_dim: int = DEFAULT_EMBED_DIM
-    roi_size: tuple[int, int, int] = (128, 128, 128)
-    overlap: float = 0.25
+    roi_size: tuple[int, int, int] = DEFAULT_ROI_SIZE
+    overlap: float = DEFAULT_OVERLAP
     sw_batch_size: int | str = 1
     amp: bool | None = None
     fuse: bool = True

@@ -30,7 +30,13 @@ import numpy as np
 from parameterized import parameterized
 
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import ImageHost, LiveServer, settings, start_for_class, write_phantom
+from tests.apps.vista3d.server.harness import (
+    ImageHost,
+    LiveServer,
+    settings,
+    start_for_class,
+    write_phantom,
+)
 
 
 def _nifti_header(shape, dtype=np.int16) -> bytes:

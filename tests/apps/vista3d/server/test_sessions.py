@@ -26,7 +26,12 @@ import torch
 from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.server.routes import changed_box
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import settings, start_for_class, tiny_pipeline, write_phantom
+from tests.apps.vista3d.server.harness import (
+    settings,
+    start_for_class,
+    tiny_pipeline,
+    write_phantom,
+)
 
 # clicks inside the body of the 40 x 40 x 36 phantom: (points, labels, class on the first click)
 CLICKS = [([[20, 20, 18]], [1]), ([[8, 30, 10]], [1]), ([[30, 9, 26]], [0]), ([[20, 21, 18]], [1]),
