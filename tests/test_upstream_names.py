@@ -9,7 +9,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import pkgutil
 import unittest
 
 from parameterized import parameterized
@@ -64,24 +63,21 @@ class TestUpstreamNames(unittest.TestCase):
             import_name("monai.utils.profiling", "no_such_name")
 
 
-def _vista3d_public_names() -> list[list[str]]:
-    import monai.apps.vista3d as package
-
-    submodules = [info.name for info in pkgutil.iter_modules(package.__path__) if not info.name.startswith("_")]
-    cases = []
-    for sub in submodules:
-        module = importlib.import_module(f"{package.__name__}.{sub}")
-        # a name that is also a submodule's (preprocess.preprocess) is the submodule there, as Python binds it
-        cases += [[f"{sub}.{n}", sub, n] for n in getattr(module, "__all__", ()) if n not in submodules]
-    return cases
-
-
 class TestVista3dPackageNames(unittest.TestCase):
-    @parameterized.expand(_vista3d_public_names())
-    def test_found_from_package(self, _, submodule, name):
-        """``from monai.apps.vista3d import Vista3DPipeline`` finds the name in its submodule."""
-        obj = import_name("monai.apps.vista3d", name)
-        self.assertIs(obj, getattr(importlib.import_module(f"monai.apps.vista3d.{submodule}"), name))
+    """``monai.apps.vista3d`` lists the names users call; each is the object its room defines."""
+
+    def test_public_names(self):
+        import monai.apps.vista3d as app
+
+        self.assertEqual(set(app.__all__), {"point_based_window_inferer", *app._ROOMS})
+        self.assertEqual(len(app.__all__), len(set(app.__all__)))
+        for name, room in app._ROOMS.items():
+            self.assertIs(import_name("monai.apps.vista3d", name),
+                          getattr(importlib.import_module(f"monai.apps.vista3d.{room}"), name), name)
+
+    def test_no_names_of_other_rooms(self):
+        with self.assertRaises(ImportError):  # a room's own name is imported from the room
+            import_name("monai.apps.vista3d", "check_roi_size")
 
     def test_unknown_name(self):
         with self.assertRaisesRegex(ImportError, r"'monai.apps.vista3d.NoSuchThing' is not part of this fork"):

@@ -35,6 +35,7 @@ is higher than the probe's, it bounds the probe's cost from above, so the batch 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,16 +59,23 @@ RESERVE_FRACTION = 0.1
 
 
 def check_sw_batch_size(sw_batch_size: Any) -> int | str:
-    """A positive int, or ``"auto"``.
+    """A positive int, or ``"auto"``: the one rule of the window batch, wherever it is given.
+
+    A string may spell either (``" AUTO "``, ``"4"``, as a command line or a JSON file gives them); ``True`` and
+    ``2.0`` are no window counts.
 
     Raises:
         ValueError: for anything else.
     """
-    if isinstance(sw_batch_size, str) and sw_batch_size.strip().lower() == "auto":
-        return "auto"
-    if isinstance(sw_batch_size, bool) or not isinstance(sw_batch_size, int) or sw_batch_size < 1:
-        raise ValueError(f"sw_batch_size must be a positive int or 'auto', got {sw_batch_size!r}.")
-    return sw_batch_size
+    if isinstance(sw_batch_size, str):
+        text = sw_batch_size.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+    elif isinstance(sw_batch_size, numbers.Integral) and not isinstance(sw_batch_size, bool) and sw_batch_size >= 1:
+        return int(sw_batch_size)
+    raise ValueError(f"sw_batch_size must be a positive int or 'auto', got {sw_batch_size!r}.")
 
 
 def even_batch_size(num_windows: int, max_batch: int) -> int:

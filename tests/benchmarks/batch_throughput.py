@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from monai.apps.vista3d import PipelineOptions, SegmentJob  # noqa: E402
 from monai.apps.vista3d.batch.run import run_batch  # noqa: E402
 from monai.apps.vista3d.cli.phantom import write_phantom  # noqa: E402
 
@@ -62,12 +63,11 @@ def main(argv=None) -> int:
     while not ready.exists():
         time.sleep(0.2)
     sw = args.sw_batch_size if args.sw_batch_size == "auto" else int(args.sw_batch_size)
-    kwargs = {"roi_size": roi, "sw_batch_size": sw, "network_kwargs": {"encoder_embed_dim": embed},
-              "warn_random": False, "output_dtype": "uint8"}
+    job = SegmentJob("everything", PipelineOptions(roi_size=roi, sw_batch_size=sw), args.device,
+                     network_kwargs={"encoder_embed_dim": embed}, warn_random=False)
     summary = work / "summary.json"
     t = time.perf_counter()
-    result = run_batch(inputs, work / "out", None, overwrite=True, summary_path=summary, device=args.device,
-                       pipeline_kwargs=kwargs)
+    result = run_batch(inputs, work / "out", job, overwrite=True, summary_path=summary)
     wall = time.perf_counter() - t
     if result.summary_path is not None:
         s = result.summary()

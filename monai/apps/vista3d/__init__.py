@@ -22,13 +22,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from monai.utils.module import not_carried_names
+
 from .inferer import point_based_window_inferer
 
 if TYPE_CHECKING:
     from .batch.run import run_batch
-    from .batch.segmenter import SegmentJob
     from .batch.summary import BatchResult
     from .config import BatchOptions, PipelineOptions
+    from .core.job import SegmentJob
     from .core.pipeline import Vista3DPipeline
     from .core.postprocess import logits_to_labels
     from .core.prompts import Prompt, parse_prompt
@@ -47,7 +49,7 @@ _ROOMS = {
     "parse_prompt": "core.prompts",
     "PipelineOptions": "config",
     "BatchOptions": "config",
-    "SegmentJob": "batch.segmenter",
+    "SegmentJob": "core.job",
     "run_batch": "batch.run",
     "BatchResult": "batch.summary",
     "load_image": "io.nifti",
@@ -77,7 +79,10 @@ __all__ = [
 ]
 
 
+_not_carried = not_carried_names(__name__)  # upstream's other names (sample_prompt_pairs, ...) are refused clearly
+
+
 def __getattr__(name: str) -> Any:
     if name in _ROOMS:
         return getattr(importlib.import_module(f".{_ROOMS[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _not_carried(name)

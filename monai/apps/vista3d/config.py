@@ -24,10 +24,11 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from monai.inferers.batch_size import check_sw_batch_size as _check_batch
 
-from .errors import Vista3DInputError
+from .errors import ResourceError, Vista3DInputError
 from .labels import bundle_config
 
 __all__ = [
@@ -44,6 +45,8 @@ __all__ = [
     "embed_dim_of",
     "DEFAULT_EMBED_DIM",
     "FIELD_FLAGS",
+    "TorchrunEnv",
+    "resolve_device",
     "DEFAULT_OUTPUT_DTYPE",
     "DEFAULT_ROI_SIZE",
     "DEFAULT_OVERLAP",
@@ -81,6 +84,7 @@ FIELD_FLAGS = {
     "device": "--device",
     "encoder_embed_dim": "--embed-dim",
     "per_class": "--per-class",
+    "weights": "--weights",
 }
 
 
@@ -95,6 +99,75 @@ class SettingError(Vista3DInputError):
     def __init__(self, field: str, problem: str):
         super().__init__(f"{field} {problem}")
         self.field, self.problem = field, problem
+
+
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What ``torchrun`` tells this process (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); one process without it.
+
+    Attributes:
+        world_size: processes of the run.
+        rank: this process among them.
+        local_rank: this process on its machine (its GPU), or None where ``LOCAL_RANK`` is not set.
+        local_world_size: processes on this machine, or None where ``LOCAL_WORLD_SIZE`` is not set.
+    """
+
+    world_size: int = 1
+    rank: int = 0
+    local_rank: int | None = None
+    local_world_size: int | None = None
+
+    @classmethod
+    def read(cls) -> TorchrunEnv:
+        """The variables of this process's environment: the one place they are read."""
+        local, local_world = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
+        return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
+                   None if local is None else int(local), None if local_world is None else int(local_world))
+
+    @property
+    def gpu(self) -> int:
+        """This process's GPU on its machine: ``LOCAL_RANK``; without it, the rank of a process group a caller
+        started without torchrun's variables (one GPU per rank); else 0."""
+        if self.local_rank is not None:
+            return self.local_rank
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return dist.get_rank()
+        return 0
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """The device this process computes on, decided once where a job enters and read from the job afterwards.
+
+    ``None`` picks CUDA when available; a bare ``"cuda"`` is this process's GPU (under ``torchrun``, ``LOCAL_RANK``'s,
+    so that the ranks do not share GPU 0); a resolved CUDA device always has an index. CUDA is not touched for
+    ``"cpu"``.
+
+    Raises:
+        SettingError: not a CUDA or CPU device, CUDA where there is none, or a GPU this machine does not have.
+        ResourceError: ``torchrun`` started more ranks on this machine than it has GPUs.
+    """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SettingError("device", f"{str(device)!r} is not supported; use 'cuda', 'cuda:N' or 'cpu'.") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type != "cuda":
+        raise SettingError("device", f"{str(device)!r} is not supported; use 'cuda', 'cuda:N' or 'cpu'.")
+    if not torch.cuda.is_available():
+        raise SettingError("device", f"{str(device)!r} was asked for, but CUDA is not available here; use 'cpu'.")
+    env = TorchrunEnv.read()
+    index = env.gpu if dev.index is None else dev.index
+    count = torch.cuda.device_count()
+    if index >= count:
+        if dev.index is None and env.local_rank is not None:
+            ranks = env.local_world_size or env.local_rank + 1
+            raise ResourceError(f"torchrun started {ranks} ranks on this node but it has {count} GPUs; start at most "
+                                f"{count} (--nproc_per_node={count}) or run on the CPU (--device cpu).")
+        raise SettingError("device", f"'cuda:{index}' does not exist: this machine has {count} GPUs.")
+    return torch.device("cuda", index)
 
 
 def check_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:
@@ -216,45 +289,33 @@ class PipelineOptions:
             object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one, once
 
 
-
 @dataclass(frozen=True)
 class BatchOptions:
-    """How :func:`run_batch` reads, segments and writes; every field is also a keyword of :func:`run_batch`.
+    """How :func:`~monai.apps.vista3d.batch.run.run_batch` walks its images and writes their outputs; every field is
+    also a keyword of ``run_batch``. What segments, where and with which read/write settings is the segmenter's
+    (a :class:`~monai.apps.vista3d.core.job.SegmentJob`'s options), not these.
 
     Attributes:
         outputs: one output file per input instead of the ``output_dir`` naming.
         volume_index: the volume of each 4D input; 3D inputs are read as they are.
-        output_dtype: label map dtype on disk; None: ``pipeline_kwargs["output_dtype"]``, a given pipeline's,
-            else uint8.
-        postfix: output name postfix.
+        postfix: output name postfix (the bundle's ``trans``).
         prefetch: images loaded ahead of the one being segmented.
-        device: see :func:`~monai.apps.vista3d.core.network_ready.resolve_device` (under ``torchrun`` a bare ``"cuda"`` is this rank's GPU);
-            ``pipeline_kwargs["device"]`` may give it instead.
-        backend: process-group backend when one has to be started (default nccl with CUDA, else gloo).
-        pipeline_kwargs: arguments of :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` and the prompt, for ``segment_fn=None``
-            (they make a :class:`~monai.apps.vista3d.batch.segmenter.SegmentJob`, checked before any work).
+        backend: process-group backend when one has to be started (default gloo: only small records are gathered).
         on_image: called on this process's main thread with each image's record once its file is written (or
             it was skipped or failed), plus ``progress``: ``(k, n)``, the k-th of this rank's n.
         quiet: without ``on_image``, no per-image line on stdout.
-        nonfinite: ``"air"`` reads NaN/Inf voxels as -1000 HU with a warning that counts them; ``"error"``
-            fails such images. None: the pipeline's (given, or ``pipeline_kwargs["nonfinite"]``), else ``"air"``.
-            A value that disagrees with the pipeline's is refused (as ``output_dtype`` and ``device``).
         part: ``(i, N)`` or ``"i/N"``: only part ``i`` (from 0) of a split of the images into ``N`` parts balanced
-            by voxel count, the same in every process (see :mod:`monai.apps.vista3d.batch.parts`); its ranks shard it. The summary is
-            then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed before its image is
-            read: an output another live process claimed is ``"busy"`` (left to it), so processes sharing the
-            output folder never write one file twice.
+            by voxel count, the same in every process (see :mod:`monai.apps.vista3d.batch.parts`); its ranks shard
+            it. The summary is then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed
+            before its image is read: an output another live process claimed is ``"busy"`` (left to it), so
+            processes sharing the output folder never write one file twice.
     """
 
     outputs: Sequence[str | os.PathLike] | None = None
     volume_index: int | None = None
-    output_dtype: str | None = None
     postfix: str = OUTPUT_POSTFIX
     prefetch: int = 1
-    device: str | torch.device | None = None
     backend: str | None = None
-    pipeline_kwargs: dict | None = None
     on_image: Callable[[dict[str, Any]], None] | None = None
     quiet: bool = True
-    nonfinite: str | None = None
     part: tuple[int, int] | str | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-__all__ = ["StubVista", "phantom", "inside", "rotation", "HU", "LIVER", "SPLEEN", "LIVER_2"]
+__all__ = ["StubVista", "stub_job", "phantom", "inside", "rotation", "HU", "LIVER", "SPLEEN", "LIVER_2"]
 
 A_MIN, A_MAX = -963.8247715525971, 1053.678477684517
 HU = {1: 300.0, 3: 600.0}  # liver and spleen in the test phantom; the body is 40 HU, air -1000 HU
@@ -82,3 +82,13 @@ def inside(world, box, grow):
     lo = np.array([b[0] for b in box]) - grow
     hi = np.array([b[1] for b in box]) + grow
     return ((world >= lo) & (world <= hi)).all(-1)
+
+
+def stub_job(classes=(1,), network=None, device="cpu", **options):
+    """A :class:`~monai.apps.vista3d.core.job.SegmentJob` of ``classes`` on a :class:`StubVista` (liver and lung
+    bands unless given) with 32^3 windows; ``options`` are fields of ``PipelineOptions``."""
+    from monai.apps.vista3d import PipelineOptions, SegmentJob
+
+    options.setdefault("roi_size", 32)
+    network = network if network is not None else StubVista({1: 60.0, 20: -850.0})
+    return SegmentJob(list(classes), PipelineOptions(**options), device, network=network)

@@ -29,23 +29,27 @@ import torch
 import torch.multiprocessing as mp
 from parameterized import parameterized
 
-from monai.apps.vista3d.batch import run as batch
 from monai.apps.vista3d.batch import workers as batch_workers
-from monai.apps.vista3d.batch.distributed import TorchrunEnv, shard_by_size
+from monai.apps.vista3d.batch.distributed import shard_by_size
 from monai.apps.vista3d.batch.inputs import collect_inputs, plan_outputs
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.batch.workers import AsyncSaver
 from monai.apps.vista3d.cli.phantom import write_phantom
-from monai.apps.vista3d.config import BatchOptions
-from monai.apps.vista3d.core.network_ready import resolve_device
+from monai.apps.vista3d.config import (
+    BatchOptions,
+    PipelineOptions,
+    SettingError,
+    TorchrunEnv,
+    resolve_device,
+)
+from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.errors import (
     OutputCollisionError,
-    Vista3DInputError,
     Vista3DOutputError,
 )
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.paths import output_path
-from tests.apps.vista3d.stub_vista import StubVista
+from tests.apps.vista3d.stub_vista import StubVista, stub_job
 
 SHAPES = [(24, 24, 24), (32, 24, 16), (16, 16, 16), (28, 20, 24), (24, 16, 16)]
 
@@ -81,7 +85,7 @@ def _worker(rank: int, world: int, port: int, inputs: list[str], out: str, codes
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
     )
     torch.set_num_threads(1)
-    codes[rank] = run_batch(inputs, out, tiny_segment, backend="gloo", device="cpu").exit_code
+    codes[rank] = run_batch(inputs, out, tiny_segment, backend="gloo").exit_code
 
 
 class TestShard(unittest.TestCase):
@@ -109,9 +113,10 @@ class TestShard(unittest.TestCase):
                            (torch.device("cuda"), 2, "cuda:2")])
     def test_device_of_rank(self, device, local_rank, expected):
         # a bare "cuda" gets this rank's index: torch.cuda.set_device refuses a device without one
-        with mock.patch("torch.cuda.is_available", lambda: True):
-            self.assertEqual(resolve_device(device, local_rank), torch.device(expected))
-        self.assertEqual(resolve_device(None, local_rank).type, "cuda" if torch.cuda.is_available() else "cpu")
+        with mock.patch("torch.cuda.is_available", lambda: True), mock.patch("torch.cuda.device_count", lambda: 4), \
+                mock.patch.dict(os.environ, {"LOCAL_RANK": str(local_rank)}):
+            self.assertEqual(resolve_device(device), torch.device(expected))
+        self.assertEqual(resolve_device(None).type, "cuda" if torch.cuda.is_available() else "cpu")
 
     @parameterized.expand([({}, (1, 0, None, 0)), ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (4, 3, 1, 1))])
     def test_torchrun_env(self, env, expected):
@@ -123,12 +128,12 @@ class TestShard(unittest.TestCase):
 
     @parameterized.expand([("mps",), ("tpu",), ("gpu0",)])
     def test_unsupported_device(self, device):
-        with self.assertRaisesRegex(Vista3DInputError, "use 'cuda', 'cuda:N' or 'cpu'"):
+        with self.assertRaisesRegex(SettingError, "use 'cuda', 'cuda:N' or 'cpu'"):
             resolve_device(device)
 
     def test_cuda_missing(self):
         with mock.patch("torch.cuda.is_available", lambda: False):
-            with self.assertRaisesRegex(Vista3DInputError, "CUDA is not available"):
+            with self.assertRaisesRegex(SettingError, "CUDA is not available"):
                 resolve_device("cuda")
 
 
@@ -272,7 +277,7 @@ class TestBatchSingleProcess(unittest.TestCase):
 
         good = [p for p in self.inputs if "broken" not in p.name][:2]
         kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "output_dtype": "uint8"}
-        code = run_batch(good, self.tmp / "p", pipeline_kwargs={**kw, "classes": [1, 20]}, device="cpu").exit_code
+        code = run_batch(good, self.tmp / "p", stub_job([1, 20], **kw)).exit_code
         self.assertEqual(code, 0)
         per = json.loads((self.tmp / "p" / "summary.json").read_text())["per_image"]
         direct = Vista3DPipeline(device="cpu", **kw)
@@ -312,7 +317,7 @@ class TestOnePath(unittest.TestCase):
 
         calls, patch = self._spy_policy()
         with patch:
-            result = run_batch(self.inputs, self.tmp / "a", pipeline_kwargs={**self.kw, "classes": [1]}, device="cpu")
+            result = run_batch(self.inputs, self.tmp / "a", stub_job([1], **self.kw))
             self.assertEqual((result.done, calls), (2, ["cpu", "cpu"]))
             Vista3DPipeline(device="cpu", **self.kw).segment_file(self.inputs[0], self.tmp / "b", classes=[1])
             self.assertEqual(len(calls), 3)
@@ -335,23 +340,14 @@ class TestOnePath(unittest.TestCase):
         self.assertIn("no such file", again.records[-1]["error"])
         self.assertEqual(again.summary()["images"], 3)
 
-    def test_device_given_once_in_pipeline_kwargs(self):
-        # a new user's first try: the device among the pipeline's arguments
-        result = run_batch(self.inputs[:1], self.tmp / "o", pipeline_kwargs={**self.kw, "classes": [1],
-                                                                            "device": "cpu"})
-        self.assertEqual((result.done, result.failed), (1, 0))
-        with self.assertRaisesRegex(Vista3DInputError, "disagree; give the device once"):
-            run_batch(self.inputs, self.tmp / "p", device="cpu", pipeline_kwargs={"device": "cuda:0"})
-        self.assertFalse((self.tmp / "p").exists())
-
     def test_bad_checkpoint_stops_before_any_image(self):
         from monai.apps.vista3d.errors import CheckpointError
 
         bad = self.tmp / "model.pt"
         bad.write_text("model weights: see the bundle\n")
-        kwargs = {"weights": bad, "network_kwargs": {"encoder_embed_dim": 8}, "roi_size": 32, "classes": [1]}
+        job = SegmentJob([1], PipelineOptions(roi_size=32), "cpu", weights=bad, network_kwargs={"encoder_embed_dim": 8})
         with self.assertRaisesRegex(CheckpointError, "is a text file, not a checkpoint"):
-            run_batch(self.inputs, self.tmp / "o", pipeline_kwargs=kwargs, device="cpu")
+            run_batch(self.inputs, self.tmp / "o", job)
         self.assertFalse((self.tmp / "o").exists())
 
     def test_each_image_reported_when_its_file_is_written(self):

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pathlib
@@ -24,12 +25,12 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.batch import run as batch
-from monai.apps.vista3d.batch.distributed import TorchrunEnv, rank_device
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.config import TorchrunEnv, resolve_device
 from monai.apps.vista3d.errors import Vista3DInputError
-from tests.apps.vista3d.stub_vista import StubVista
+from tests.apps.vista3d.stub_vista import StubVista, stub_job
 
 TORCHRUN_RANK_1 = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
 
@@ -44,6 +45,18 @@ def _one_gpu():
             mock.patch("torch.cuda.set_device", _forbidden), mock.patch("torch.cuda.device", _forbidden),
             mock.patch("torch.cuda.Stream", _forbidden)]
 
+
+
+@contextlib.contextmanager
+def _torchrun(env: TorchrunEnv):
+    """This process's environment as torchrun would set it for ``env`` (the variables it lacks removed)."""
+    values = {"WORLD_SIZE": env.world_size, "RANK": env.rank, "LOCAL_RANK": env.local_rank,
+              "LOCAL_WORLD_SIZE": env.local_world_size}
+    with mock.patch.dict(os.environ, {k: str(v) for k, v in values.items() if v is not None}):
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+        yield
 
 class TestRankDevice(unittest.TestCase):
     def setUp(self):
@@ -60,21 +73,21 @@ class TestRankDevice(unittest.TestCase):
                            (None, TorchrunEnv(4, 3, 3, 4), "torchrun started 4 ranks on this node but it has 1 GPUs"),
                            ("cuda:1", TorchrunEnv(), "device 'cuda:1' does not exist: this machine has 1 GPUs")])
     def test_missing_gpu_refused(self, device, env, message):
-        with self.assertRaises(Vista3DInputError) as ctx:
-            rank_device(device, env)
+        with self.assertRaises(Vista3DInputError) as ctx, _torchrun(env):
+            resolve_device(device)
         self.assertIn(message, str(ctx.exception))
         self.assertNotIn("\n", str(ctx.exception))
 
     @parameterized.expand([("cpu", TorchrunEnv(2, 1, 1, 2), "cpu"), ("cuda", TorchrunEnv(2, 0, 0, 2), "cuda:0"),
                            ("cuda:0", TorchrunEnv(2, 1, 1, 2), "cuda:0")])
     def test_device_of_this_rank(self, device, env, expected):
-        self.assertEqual(rank_device(device, env), torch.device(expected))
+        with _torchrun(env):
+            self.assertEqual(resolve_device(device), torch.device(expected))
 
     def test_cpu_rank_never_sets_a_gpu(self):
         # rank 1 of two on a one-GPU machine, asked to run on the CPU: no CUDA state is touched
-        kw = {"network": StubVista({1: 60.0}), "roi_size": 32, "classes": [1]}
         with mock.patch.dict(os.environ, TORCHRUN_RANK_1):
-            result = run_batch([self.image], self.tmp / "o", pipeline_kwargs=kw, device="cpu")
+            result = run_batch([self.image], self.tmp / "o", stub_job([1], StubVista({1: 60.0})))
         self.assertEqual(result.done, 1, result.records)
 
     def test_process_group_binds_no_gpu(self):
@@ -110,9 +123,8 @@ class TestNoProcessWideChanges(unittest.TestCase):
 
         with tempfile.TemporaryDirectory() as tmp:
             image = write_phantom(pathlib.Path(tmp) / "ct.nii.gz", (24, 24, 24), seed=0)
-            kw = {"network": StubVista({1: 60.0}), "roi_size": 32, "classes": [1], "sw_batch_size": "auto"}
             before = state()
-            result = run_batch([image], pathlib.Path(tmp) / "o", pipeline_kwargs=kw)
+            result = run_batch([image], pathlib.Path(tmp) / "o", stub_job([1], StubVista({1: 60.0}), sw_batch_size="auto"))
             after = state()
         self.assertEqual(result.done, 1, result.records)
         self.assertEqual(before[0], after[0])

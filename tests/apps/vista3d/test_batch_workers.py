@@ -26,7 +26,7 @@ from monai.apps.vista3d.batch import workers as batch_workers
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.io import label_transfer
-from tests.apps.vista3d.stub_vista import StubVista
+from tests.apps.vista3d.stub_vista import stub_job
 
 SHAPE = (24, 20, 16)
 
@@ -59,13 +59,12 @@ class TestLabelMapToTheSaver(unittest.TestCase):
             saved.append((type(labels), labels.dtype, kw.get("dtype")))
             return real_save(labels, geometry, path, **kw)
 
-        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": 32, "classes": [1, 20]}
         with mock.patch.object(torch.Tensor, "cpu", counted_cpu), \
                 mock.patch.object(label_transfer, "to_host_file_order", counted_cast), \
                 mock.patch.object(batch_workers, "save_label_map", recorded_save), \
                 mock.patch.object(batch_workers, "_on_device", lambda labels: off_host):
-            result = run_batch(self.images, self.tmp / f"{output_dtype}-{off_host}", pipeline_kwargs=kw, device="cpu",
-                               output_dtype=output_dtype)
+            result = run_batch(self.images, self.tmp / f"{output_dtype}-{off_host}",
+                               stub_job([1, 20], output_dtype=output_dtype))
         self.assertEqual(result.done, 2, result.records)
         return copies, casts, saved, [pathlib.Path(r["output"]) for r in result.records]
 

@@ -181,11 +181,10 @@ class TestPerClass(unittest.TestCase):
 
     def test_batch_masks_equal_the_pipelines(self):
         from monai.apps.vista3d.batch.run import run_batch
-        from tests.apps.vista3d.stub_vista import StubVista
+        from tests.apps.vista3d.stub_vista import StubVista, stub_job
 
         kw = {"network": StubVista({1: 60.0, 3: 40.0}), "roi_size": (32, 32, 32)}  # overlapping intensity bands
-        result = run_batch([self.src], self.tmp / "o", device="cpu",
-                           pipeline_kwargs={**kw, "classes": [1, 3], "per_class": True})
+        result = run_batch([self.src], self.tmp / "o", stub_job([1, 3], per_class=True, **kw))
         self.assertEqual(result.done, 1)
         direct = Vista3DPipeline(device="cpu", per_class=True, **kw).segment(str(self.src), classes=[1, 3]).masks
         for label_id, name in ((1, "liver"), (3, "spleen")):

@@ -18,18 +18,22 @@ import tempfile
 import unittest
 from contextlib import redirect_stderr
 
+import numpy as np
 from parameterized import parameterized
 
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.phantom import write_phantom
 from monai.apps.vista3d.config import (
+    PipelineOptions,
     SettingError,
     check_output_dtype,
     check_roi_size,
     check_sw_batch_size,
 )
+from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.inferers.batch_size import check_sw_batch_size as inferer_check
 from tests.apps.vista3d.stub_vista import StubVista
 
 # (field, bad value in Python, the flag and its bad text on the command line)
@@ -40,6 +44,10 @@ CASES = [
     ("encoder_embed_dim", 12, "--embed-dim", "12"),
 ]
 
+
+
+def _job(network_kwargs: dict, **options) -> SegmentJob:
+    return SegmentJob("everything", PipelineOptions(**options), "cpu", network_kwargs=network_kwargs, warn_random=False)
 
 class TestOneValidation(unittest.TestCase):
     def setUp(self):
@@ -53,8 +61,7 @@ class TestOneValidation(unittest.TestCase):
         network = {"encoder_embed_dim": value} if field == "encoder_embed_dim" else {"encoder_embed_dim": 8}
         given = {} if field == "encoder_embed_dim" else {field: value}
         for build in (lambda: Vista3DPipeline(device="cpu", network_kwargs=network, warn_random=False, **given),
-                      lambda: run_batch([self.image], self.tmp / "o", device="cpu", pipeline_kwargs={
-                          "network_kwargs": network, "warn_random": False, **given})):
+                      lambda: run_batch([self.image], self.tmp / "o", _job(network, **given))):
             with self.assertRaises(SettingError) as ctx:
                 build()
             self.assertEqual(ctx.exception.field, field)
@@ -79,9 +86,18 @@ class TestOneValidation(unittest.TestCase):
     def test_roi_size_resolved(self, value, expected):
         self.assertEqual(check_roi_size(value, 16), expected)
 
-    @parameterized.expand([("auto", "auto"), (4, 4), ("2", 2)])
+    @parameterized.expand([("auto", "auto"), (" AUTO ", "auto"), (4, 4), ("2", 2), (np.int64(3), 3)])
     def test_sw_batch_size_resolved(self, value, expected):
         self.assertEqual(check_sw_batch_size(value), expected)
+
+    @parameterized.expand([(True,), (2.0,), (0,), ("-1",), ("many",), (None,)])
+    def test_sw_batch_size_one_rule(self, value):
+        """The app's check and the inferers' are one rule: the same values pass, the same are refused."""
+        with self.assertRaises(SettingError) as ctx:
+            check_sw_batch_size(value)
+        self.assertEqual(ctx.exception.field, "sw_batch_size")
+        with self.assertRaises(ValueError):
+            inferer_check(value)
 
     def test_output_dtypes_listed_once(self):
         from monai.apps.vista3d.cli import main as cli

@@ -20,7 +20,6 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.phantom import write_phantom
-from monai.apps.vista3d.io import nifti as io
 from monai.apps.vista3d.io.paths import (
     OutputLayout,
     lock_path,
@@ -28,7 +27,7 @@ from monai.apps.vista3d.io.paths import (
     part_summary_name,
     summary_kind,
 )
-from tests.apps.vista3d.stub_vista import StubVista
+from tests.apps.vista3d.stub_vista import stub_job
 
 LAYOUT = OutputLayout(pathlib.Path("out"))
 
@@ -78,19 +77,13 @@ class TestOutputLayout(unittest.TestCase):
         else:
             self.assertEqual(str(got), expected)
 
-    def test_io_names_are_the_layouts(self):
-        # the names io has always exported are the layout's, not a second spelling
-        self.assertIs(io.output_path, __import__("monai.apps.vista3d.io.paths", fromlist=["x"]).output_path)
-        self.assertIs(io.class_mask_paths, __import__("monai.apps.vista3d.io.paths", fromlist=["x"]).class_mask_paths)
-
     def test_a_run_writes_the_layouts_names(self):
         with tempfile.TemporaryDirectory() as tmp:
             tmp = pathlib.Path(tmp)
             (tmp / "in").mkdir()
             image = write_phantom(tmp / "in" / "ct.nii.gz", (24, 20, 16), seed=0)
             layout = OutputLayout(tmp / "out")
-            kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": 32, "classes": [1], "per_class": True}
-            result = run_batch([image], layout.output_dir, pipeline_kwargs=kw)
+            result = run_batch([image], layout.output_dir, stub_job([1], per_class=True))
             self.assertEqual(result.done, 1, result.records)
             written = sorted(p for p in layout.output_dir.rglob("*") if p.is_file())
             expected = sorted([layout.label_map(image), layout.summary(), *layout.masks(image, [1]).values()])

@@ -27,14 +27,15 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.batch.segmenter import (
+    FunctionSegmenter,
     PipelineSegmenter,
-    SegmentJob,
-    resolve_segmenter,
+    as_segmenter,
 )
 from monai.apps.vista3d.batch.summary import BatchResult
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.phantom import write_phantom
-from monai.apps.vista3d.config import BatchOptions, PipelineOptions, SettingError
+from monai.apps.vista3d.config import PipelineOptions, SettingError
+from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.core.prompts import Prompt
 from tests.apps.vista3d.stub_vista import StubVista
@@ -62,50 +63,54 @@ class TestSegmentJob(unittest.TestCase):
         with self.assertRaises(AttributeError):  # frozen: what was checked stays as checked
             job.device = "cuda"  # type: ignore[misc]
 
-    def test_from_kwargs(self):
-        opts = PipelineOptions(roi_size=32, overlap=0.5, output_dtype="int16")
-        job = SegmentJob.from_kwargs({"options": opts, "output_dtype": "float32", "classes": "spleen",
-                                      "network_kwargs": TINY, "warn_random": False, "device": "cuda:7"}, "cpu")
-        self.assertEqual((job.options.overlap, job.options.output_dtype), (0.5, "float32"))  # a keyword beside wins
-        self.assertEqual(job.prompt.label_ids, [3])
-        self.assertEqual(job.device, torch.device("cpu"))  # the caller resolved it (this rank's)
-        self.assertFalse(job.warn_random)
-        with self.assertRaises(TypeError):
-            SegmentJob.from_kwargs({"roi_sise": 32}, "cpu")
+    def test_weights_file_checked_before_any_work(self):
+        with self.assertRaises(SettingError) as ctx:
+            SegmentJob(device="cpu", network_kwargs=TINY, weights="/no/such/model.pt")
+        self.assertEqual(ctx.exception.field, "weights")
+        self.assertIn("/no/such/model.pt", str(ctx.exception))
 
     def test_builds_the_pipeline_it_describes(self):
         stub = StubVista({1: 60.0})
         job = SegmentJob([1], PipelineOptions(roi_size=32, sw_batch_size=2, nonfinite="error"), "cpu", network=stub)
         built = job.build()
-        self.assertIs(built.pipeline.network, stub)
-        self.assertEqual(built.pipeline.options, dataclasses.replace(job.options, amp=False))  # amp: off on a CPU
-        self.assertEqual(built.prompt, job.prompt)
+        self.assertIs(built.network, stub)
+        self.assertEqual(built.options, dataclasses.replace(job.options, amp=False))  # amp: off on a CPU
+        self.assertEqual(built.device, job.device)
 
 
-class TestResolveSegmenter(unittest.TestCase):
-    """What run_batch decides once where it enters: the segmenter, its device, the NaN policy, the type, the masks."""
+class TestSegmenters(unittest.TestCase):
+    """What run_batch takes: a job, or a segmenter that says once how its images are read and written."""
 
-    def test_pipeline_kwargs_become_a_job(self):
-        opts = BatchOptions(device="cpu", nonfinite="error", pipeline_kwargs={
-            "network": StubVista({1: 60.0}), "roi_size": 32, "classes": "liver", "per_class": True})
-        run = resolve_segmenter(None, opts)
-        self.assertIsInstance(run.segmenter, SegmentJob)
-        self.assertEqual((run.device, run.nonfinite, run.output_dtype, run.mask_ids),
+    def test_none_is_the_default_job(self):
+        self.assertIsInstance(as_segmenter(None), SegmentJob)
+
+    def test_a_job_says_how_images_are_read_and_written(self):
+        job = SegmentJob("liver", PipelineOptions(roi_size=32, nonfinite="error", per_class=True), "cpu",
+                         network=StubVista({1: 60.0}))
+        self.assertIs(as_segmenter(job), job)
+        self.assertEqual((job.device, job.nonfinite, job.output_dtype, job.mask_ids),
                          (torch.device("cpu"), "error", "uint8", [1]))
-        self.assertEqual(run.segmenter.options.nonfinite, "error")  # the pipeline it builds reads as the run does
 
     def test_a_pipeline_keeps_its_settings(self):
         pipe = Vista3DPipeline(StubVista({1: 60.0}), device="cpu", roi_size=32, output_dtype="int16")
-        run = resolve_segmenter(pipe, BatchOptions(pipeline_kwargs={"classes": [1]}))
-        self.assertIsInstance(run.segmenter, PipelineSegmenter)
-        self.assertEqual((run.output_dtype, run.nonfinite, run.mask_ids), ("int16", "air", None))
+        seg = PipelineSegmenter(pipe, Prompt([1]))
+        self.assertIs(as_segmenter(seg), seg)
+        self.assertEqual((seg.device, seg.output_dtype, seg.nonfinite, seg.mask_ids),
+                         (torch.device("cpu"), "int16", "air", None))
+        with self.assertRaisesRegex(TypeError, "pipeline_segment_fn"):  # a bare pipeline has no prompt
+            as_segmenter(pipe)
 
-    def test_a_function_runs_on_the_cpu_with_the_runs_settings(self):
-        run = resolve_segmenter(lambda image, geometry: image[0] > 0, BatchOptions(output_dtype="float32"))
-        self.assertEqual((run.device, run.output_dtype, run.nonfinite, run.mask_ids),
-                         (torch.device("cpu"), "float32", "air", None))
+    def test_a_function_runs_on_the_cpu(self):
+        seg = as_segmenter(lambda image, geometry: image[0] > 0)
+        self.assertIsInstance(seg, FunctionSegmenter)
+        self.assertEqual((seg.device, seg.output_dtype, seg.nonfinite, seg.mask_ids),
+                         (torch.device("cpu"), "uint8", "air", None))
+        own = FunctionSegmenter(lambda image, geometry: image[0] > 0, output_dtype="float32", nonfinite="error")
+        self.assertEqual((own.output_dtype, own.nonfinite), ("float32", "error"))
         with self.assertRaises(SettingError):
-            resolve_segmenter(lambda image, geometry: image, BatchOptions(output_dtype="int64"))
+            FunctionSegmenter(lambda image, geometry: image, output_dtype="int64")
+        with self.assertRaises(TypeError):
+            as_segmenter("not callable")
 
 
 class TestRunBatchTakesAJob(unittest.TestCase):
@@ -127,14 +132,12 @@ class TestRunBatchTakesAJob(unittest.TestCase):
         pipe = Vista3DPipeline(StubVista({1: 60.0}), device="cpu", roi_size=32)
         np.testing.assert_array_equal(np.asanyarray(saved.dataobj), pipe(str(self.image), classes=[1]).numpy())
 
-    @parameterized.expand([
-        ("kwargs beside it", {"pipeline_kwargs": {"roi_size": 64}}, "SegmentJob already"),
-        ("another nonfinite", {"nonfinite": "air"}, "nonfinite='air' disagrees"),
-        ("another device", {"device": "cuda"}, "device='cuda' disagrees"),
-    ])
-    def test_disagreeing_settings_refused_up_front(self, _, given, msg):
-        with self.assertRaisesRegex(ValueError, msg):
-            run_batch([self.image], self.tmp / "o", self._job(nonfinite="error"), **given)
+    @parameterized.expand([("pipeline_kwargs", {"roi_size": 64}), ("nonfinite", "air"), ("device", "cuda"),
+                           ("output_dtype", "int16")])
+    def test_the_job_is_the_one_place_of_its_settings(self, name, value):
+        """What segments, where and how it reads and writes is the job's: run_batch has no second place for it."""
+        with self.assertRaisesRegex(TypeError, name):
+            run_batch([self.image], self.tmp / "o", self._job(nonfinite="error"), **{name: value})
         self.assertFalse((self.tmp / "o").exists())
 
 

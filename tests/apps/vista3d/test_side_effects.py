@@ -26,7 +26,7 @@ import torch
 
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.phantom import write_phantom
-from tests.apps.vista3d.stub_vista import StubVista
+from tests.apps.vista3d.stub_vista import stub_job
 
 
 def _umask() -> str | None:
@@ -63,7 +63,7 @@ class TestNoProcessWideChanges(unittest.TestCase):
         self.inputs = [write_phantom(self.tmp / f"ct{i}.nii.gz", (24, 20, 16), seed=i) for i in range(2)]
 
     def test_run_batch(self):
-        kw = {"network": StubVista({1: 60.0, 20: -850.0}), "roi_size": (32, 32, 32), "classes": [1, 20]}
+        job = stub_job([1, 20])
         before = _process_state()
         forbidden = {
             "umask": mock.patch.object(os, "umask", side_effect=AssertionError("os.umask")),
@@ -74,7 +74,7 @@ class TestNoProcessWideChanges(unittest.TestCase):
         for patch in forbidden.values():
             patch.start()
             self.addCleanup(patch.stop)
-        result = run_batch(self.inputs, self.tmp / "out", pipeline_kwargs=kw, device="cpu")
+        result = run_batch(self.inputs, self.tmp / "out", job)
         self.assertEqual((result.exit_code, len(result.records)), (0, 2))
         after = _process_state()
         for key in before:

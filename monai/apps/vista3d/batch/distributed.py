@@ -13,10 +13,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..config import TorchrunEnv
 from ..core.feasibility import failure_reason
-from ..core.network_ready import resolve_device
 from ..errors import Vista3DInputError
 
-__all__ = ["shard_by_size", "TorchrunEnv", "rank_device", "dist_context", "on_device", "agree_on_setup", "gather_records", "header_info"]
+__all__ = ["shard_by_size", "dist_context", "on_device", "agree_on_setup", "gather_records", "header_info"]
 
 
 def header_info(path: Path) -> tuple[int, bool]:
@@ -58,55 +56,6 @@ def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
         loads[r] += max(int(sizes[i]), 1)
         counts[r] += 1
     return [sorted(p) for p in plan]
-
-
-@dataclass(frozen=True)
-class TorchrunEnv:
-    """What ``torchrun`` tells this process (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``); one process without it.
-
-    Attributes:
-        world_size: processes of the run.
-        rank: this process among them.
-        local_rank: this process on its machine (its GPU), or None where ``LOCAL_RANK`` is not set.
-    """
-
-    world_size: int = 1
-    rank: int = 0
-    local_rank: int | None = None
-    local_world_size: int | None = None
-
-    @classmethod
-    def read(cls) -> TorchrunEnv:
-        """The variables of this process's environment: the one place they are read."""
-        local, local_world = os.environ.get("LOCAL_RANK"), os.environ.get("LOCAL_WORLD_SIZE")
-        return cls(int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0")),
-                   None if local is None else int(local), None if local_world is None else int(local_world))
-
-    @property
-    def gpu(self) -> int:
-        """This process's GPU index on its machine (0 without ``torchrun``)."""
-        return self.local_rank or 0
-
-
-def rank_device(device: str | torch.device | None, env: TorchrunEnv) -> torch.device:
-    """This process's device (see :func:`~monai.apps.vista3d.core.network_ready.resolve_device`; a bare ``"cuda"`` is ``LOCAL_RANK``'s GPU),
-    decided once where a job enters. CUDA is not touched for ``"cpu"``.
-
-    Raises:
-        Vista3DInputError: the GPU asked for does not exist on this machine (one line, before any work).
-    """
-    dev = resolve_device(device, env.gpu)
-    if dev.type == "cuda":
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            if env.local_rank is not None and (device is None or torch.device(device).index is None):
-                ranks = env.local_world_size or env.local_rank + 1
-                raise Vista3DInputError(
-                    f"torchrun started {ranks} ranks on this node but it has {count} GPUs; start at most {count} "
-                    f"(--nproc_per_node={count}) or run on the CPU (--device cpu)."
-                )
-            raise Vista3DInputError(f"device {str(dev)!r} does not exist: this machine has {count} GPUs.")
-    return dev
 
 
 class dist_context:

@@ -45,6 +45,7 @@ from monai.utils.profiling import StageTimer
 
 from ..config import BatchOptions
 from ..core.feasibility import check_environment, check_images, failure_reason
+from ..core.job import SegmentJob
 from ..errors import Vista3DInputError
 from ..io.paths import (
     check_output,
@@ -64,15 +65,7 @@ from .distributed import (
 from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
-from .segmenter import (
-    PipelineSegmenter,
-    ResolvedSegmenter,
-    Segmenter,
-    SegmentFn,
-    SegmentJob,
-    labels_and_info,
-    resolve_segmenter,
-)
+from .segmenter import PipelineSegmenter, Segmenter, as_segmenter, labels_and_info
 from .summary import (
     BatchResult,
     check_summary_path,
@@ -93,7 +86,7 @@ __all__ = [
 def run_batch(
     inputs: str | os.PathLike | Sequence[str | os.PathLike],
     output_dir: str | os.PathLike | None,
-    segment_fn: SegmentJob | SegmentFn | None = None,
+    segment_fn: SegmentJob | Segmenter | Callable | None = None,
     overwrite: bool = False,
     summary_path: str | os.PathLike | None = None,
     *,
@@ -113,14 +106,14 @@ def run_batch(
         output_dir: results go to ``output_dir/<name>/<name>_<postfix>.nii.gz`` (the bundle's naming); an image
             found in a folder keeps its subfolder (see :func:`plan_outputs`). Two images that would get the same
             output raise before any work starts.
-        segment_fn: ``segment_fn(image [1, X, Y, Z] float32, geometry)`` returning a
-            :class:`~monai.apps.vista3d.core.results.SegmentationResult`, the ``[X, Y, Z]`` labels on the input grid, or
-            ``(labels, {"windows": ...})`` (a :class:`Segmenter`); a :class:`PipelineSegmenter` reads the images
-            itself, with its pipeline's load policy; a :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` runs with its own
-            settings and the prompt of ``pipeline_kwargs`` (every class without one); a :class:`SegmentJob` (what
-            the command line gives): the pipeline it describes, built on this process while the first image
-            loads. ``None``: the :class:`SegmentJob` of ``pipeline_kwargs`` (``classes``, ``points``,
-            ``point_labels`` are the prompt) on this rank's device.
+        segment_fn: what segments each image: a :class:`~monai.apps.vista3d.core.job.SegmentJob` (what the command
+            line gives; None: ``SegmentJob()``, every class with the defaults), whose pipeline is built on each
+            rank while its first image loads; or a :class:`~monai.apps.vista3d.batch.segmenter.Segmenter` the
+            caller built: ``pipeline_segment_fn(pipe, classes)`` for a pipeline, or a plain function
+            ``fn(image [1, X, Y, Z] float32, geometry)`` returning a label map on the input grid, a
+            :class:`~monai.apps.vista3d.core.results.SegmentationResult`, or ``(labels, {"windows": ...})`` (read as
+            ``FunctionSegmenter(fn)``: uint8 outputs, NaN read as air; wrap it yourself for other settings).
+            Where the images are read to and how they are read and written is the segmenter's, said once there.
         overwrite: redo images whose output exists.
         summary_path: JSON summary written by rank 0 (default ``output_dir/summary.json``, or beside the first
             of ``outputs``).
@@ -135,21 +128,19 @@ def run_batch(
         OutputCollisionError: two images would be written to the same output (nothing was started).
         Vista3DInputError: the pipeline could not be built (a bad checkpoint, say; nothing was started).
         TypeError: a keyword that is no field of :class:`BatchOptions`, or a ``segment_fn`` that cannot be called.
-        Vista3DInputError: a setting that disagrees with the given pipeline's or job's (nothing was started).
-        SettingError: a setting the pipeline cannot run (it names the field; nothing was started).
     """
     opts = dataclasses.replace(options or BatchOptions(), **settings)
-    run = resolve_segmenter(segment_fn, opts)  # what segments, where, and how it reads and writes: decided once
+    what = as_segmenter(segment_fn)  # it says where images are read to and how they are read and written
     paths, outs = _planned_outputs(inputs, output_dir, opts)
     check_environment()
-    if isinstance(run.segmenter, SegmentJob):  # what cannot fit is refused before the first image
-        check_images(paths, run.device)
+    if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
+        check_images(paths, what.resolved_device)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
     # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
-    with on_device(run.device), dist_context(opts.backend) as (rank, world, _):
+    with on_device(what.device), dist_context(opts.backend) as (rank, world, _):
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
         info = [header_info(p) for p in paths]
@@ -159,10 +150,10 @@ def run_batch(
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
         report = counting_reporter(opts.on_image or (None if opts.quiet else print_record), len(mine))
         records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
-        todo = _triage(records, run.mask_ids, overwrite, claims, report)
+        todo = _triage(records, what.mask_ids, overwrite, claims, report)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
-            _segment_all(jobs, _Work(run, opts.prefetch, world), report)
+            _segment_all(jobs, _Work(what, opts.prefetch, world), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = stopped_records(records, paths, outs, sizes, pool)
@@ -272,33 +263,29 @@ class _Jobs:
 
 @dataclass
 class _Work:
-    """How this rank segments: with the pipeline of a :class:`SegmentJob` (built here), a given pipeline, or the
-    caller's function."""
+    """How this rank segments: with the pipeline of a :class:`SegmentJob` (built here) or a caller's
+    :class:`Segmenter`."""
 
-    run: ResolvedSegmenter
+    what: SegmentJob | Segmenter
     prefetch: int
     world: int
 
     def loader(self, jobs: _Jobs) -> Loader:
-        """Start reading this rank's images with the policy of what will segment them."""
-        run = self.run
-        if isinstance(run.segmenter, PipelineSegmenter):  # its pipeline reads onto its device, with its policy
-            load = functools.partial(run.segmenter.load, nonfinite=run.nonfinite)
-        else:  # the pipeline built here reads onto this rank's device; a caller's function gets float32 on the CPU
-            load = functools.partial(load_for, device=run.device, nonfinite=run.nonfinite)
+        """Start reading this rank's images onto the segmenter's device, with the one load policy."""
+        load = functools.partial(load_for, device=self.what.device, nonfinite=self.what.nonfinite)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
-        return Loader(load, items, self.prefetch, run.device)
+        return Loader(load, items, self.prefetch, self.what.device)
 
     def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter:
-        """What segments each image; the pipeline is built here, while the loader reads the first image."""
-        job = self.run.segmenter
+        """What segments each image; a job's pipeline is built here, while the loader reads the first image."""
+        job = self.what
         if not isinstance(job, SegmentJob):
             return job
         built, error = None, None
         if todo:
             try:
-                built = job.build()
+                built = PipelineSegmenter(job.build(), job.parsed_prompt)
             except Exception as e:
                 error = e
         agree_on_setup(error, self.world)
@@ -345,7 +332,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.run.output_dtype) as saver:
+        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)

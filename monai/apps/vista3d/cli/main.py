@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import DEFAULT_ROI_SIZE, FIELD_FLAGS, SettingError
+from ..config import DEFAULT_EMBED_DIM, DEFAULT_ROI_SIZE, FIELD_FLAGS, SettingError
 from ..errors import (
     ClassPromptError,
     OutputCollisionError,
@@ -61,6 +61,7 @@ from .parser import (
     UsageError,
     build_parser,
     embed_dim_or,
+    job_from_flags,
     joined_points,
     parse_floats,
     parse_ints,
@@ -130,40 +131,20 @@ def _list_classes() -> int:
     return 0
 
 
-def _device(name: str | None, env: Any = None) -> torch.device:
-    """The device of this process, decided once here (under torchrun: ``LOCAL_RANK``'s GPU)."""
-    from ..batch.distributed import TorchrunEnv, rank_device
-
-    try:
-        return rank_device(name, env if env is not None else TorchrunEnv())
-    except ValueError as e:
-        raise UsageError(_flagged(str(e))) from None
-
-
 def _seed_and_warn(args: argparse.Namespace) -> None:
     """The process's seed (random weights are drawn from it) and the random-weights warning, printed once."""
     from ..core.network_ready import RANDOM_WEIGHTS_WARNING
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(getattr(args, "seed", 0))
     if args.weights is None:
         print(_flagged(RANDOM_WEIGHTS_WARNING), file=sys.stderr)
 
 
-def _pipeline(args: argparse.Namespace, device: torch.device, roi: tuple[int, ...], embed_dim: int,
-              sw_batch_size: Any, progress: bool, streaming: bool = True) -> Any:
-    from ..core.pipeline import Vista3DPipeline
-
-    _seed_and_warn(args)
-    return Vista3DPipeline(
-        device=device, weights=args.weights, roi_size=roi, overlap=args.overlap, sw_batch_size=sw_batch_size,
-        amp=args.amp, progress=progress, network_kwargs={"encoder_embed_dim": embed_dim},
-        output_dtype=args.output_dtype, streaming=streaming, fuse=args.fuse, warn_random=False,
-    )
-
-
 def _segment(args: argparse.Namespace) -> int:
-    from ..batch.distributed import TorchrunEnv
     from ..batch.run import run_batch
+    from ..config import TorchrunEnv
+    from ..core.feasibility import check_environment
+    from ..core.prompts import parse_prompt
 
     if args.list_classes:
         return _list_classes()
@@ -171,10 +152,15 @@ def _segment(args: argparse.Namespace) -> int:
     output, output_dir, part = _segment_outputs(args, items)
     if args.per_class and output is not None:
         raise UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
-    env = TorchrunEnv.read()
-    job = _segment_job(args, _device(args.device, env))  # under torchrun: this rank's GPU
-    if job.device.type == "cuda":
+    check_environment()
+    job = job_from_flags(args, parse_prompt(args.classes, args.points, args.point_labels),
+                         progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype,
+                         streaming=args.streaming, nonfinite="error" if args.strict else "air",
+                         per_class=args.per_class)
+    _seed_and_warn(args)
+    if job.resolved_device.type == "cuda":
         _usable_kernel_cache()
+    env = TorchrunEnv.read()
     start = time.perf_counter()
     result = run_batch(
         items, output_dir, job, overwrite=args.overwrite, outputs=None if output is None else [output],
@@ -183,31 +169,6 @@ def _segment(args: argparse.Namespace) -> int:
     )
     _say_totals(result, args.quiet, time.perf_counter() - start, env.rank)
     return result.exit_code
-
-
-def _segment_job(args: argparse.Namespace, device: torch.device) -> Any:
-    """The flags as one checked :class:`~monai.apps.vista3d.batch.segmenter.SegmentJob` (before the slow network build); a bad value is
-    a :class:`~monai.apps.vista3d.config.SettingError` that names its field, which :func:`main` words as the flag."""
-    from ..batch.segmenter import SegmentJob
-    from ..config import DEFAULT_EMBED_DIM, PipelineOptions
-    from ..core.feasibility import check_environment
-    from ..core.prompts import parse_prompt
-
-    check_environment()
-    sw = args.sw_batch_size
-    options = PipelineOptions(
-        roi_size=parse_roi(args.roi_size) if args.roi_size else DEFAULT_ROI_SIZE, overlap=args.overlap,
-        sw_batch_size=sw if sw == "auto" else parse_ints(sw, what="--sw-batch-size")[0], amp=args.amp,
-        progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype, streaming=args.streaming,
-        nonfinite="error" if args.strict else "air", per_class=args.per_class,
-    )
-    job = SegmentJob(
-        parse_prompt(args.classes, args.points, args.point_labels), options, device, weights=args.weights,
-        network_kwargs={"encoder_embed_dim": embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)}, fuse=args.fuse,
-        warn_random=False,
-    )
-    _seed_and_warn(args)
-    return job
 
 
 def _segment_outputs(
@@ -305,31 +266,42 @@ def _prepare(args: argparse.Namespace) -> int:
     from monai.networks.nets import VISTA3D
     from monai.utils.triton_support import kernel_cache_dir
 
-    from ..config import DEFAULT_EMBED_DIM
-    from ..core.pipeline import Vista3DPipeline
     from ..labels import everything_labels
 
-    roi = parse_roi(args.roi_size) if args.roi_size else DEFAULT_ROI_SIZE
-    embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)
-    sw = 1 if args.sw_batch_size == "auto" else parse_ints(args.sw_batch_size, what="--sw-batch-size")[0]
     if not torch.cuda.is_available():
-        reason: str | None = "no CUDA GPU here"
-    else:
-        device = _device(args.device)
-        reason = VISTA3D.fused_unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+        print("vista3d prepare: nothing to prepare (no CUDA GPU here); the fused kernels run on a Hopper GPU with "
+              "Triton")
+        return 0
+    sw = 1 if args.sw_batch_size == "auto" else None  # "auto" runs its one-window probe
+    job = job_from_flags(args, **({} if sw is None else {"sw_batch_size": sw}))
+    device = job.resolved_device
+    reason = VISTA3D.fused_unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+    if reason is None and not args.fuse:
+        reason = "--no-fuse was given"
     if reason is not None:
         print(f"vista3d prepare: nothing to prepare ({reason}); the fused kernels run on a Hopper GPU with Triton")
         return 0
     _usable_kernel_cache()
     start = time.perf_counter()
-    pipe = Vista3DPipeline(device=device, roi_size=roi, sw_batch_size=sw, warn_random=False,
-                           network_kwargs={"encoder_embed_dim": embed_dim})
-    batches = sorted({1, sw})
+    pipe = job.build()
+    roi, batches = pipe.roi_size, sorted({1, int(pipe.sw_batch_size)})
     for batch in batches:  # one forward at each window batch compiles what that batch runs
         pipe.warm_up(batch, everything_labels())
     print(f"vista3d prepare: compiled the fused kernels for {roi[0]}x{roi[1]}x{roi[2]} windows at window batches "
           f"{', '.join(map(str, batches))} into {kernel_cache_dir()} in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ..server.serve import serve
+    from .serve import settings_from_args
+
+    try:
+        settings = settings_from_args(args)  # a bad network flag is refused here, as segment refuses it
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    _seed_and_warn(args)
+    return serve(settings, args.log_level)
 
 
 def _summary(args: argparse.Namespace) -> int:
@@ -360,10 +332,10 @@ def _one_line(e: BaseException) -> str:
 
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
-    from ..config import DEFAULT_EMBED_DIM
+    from ..config import resolve_device
     from ..core.prompts import parse_prompt
 
-    device = _device(args.device)
+    device = resolve_device(args.device)
     cuda = device.type == "cuda"
     size = parse_ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
     spacing = parse_floats(args.spacing, 3, "--spacing")
@@ -371,7 +343,7 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     if args.sw_batch_sizes:
         sws = tuple("auto" if t.strip() == "auto" else parse_ints(t, what="--sw-batch-sizes")[0]
                     for t in args.sw_batch_sizes.split(",") if t.strip())
-    roi = parse_roi(args.roi_size) if args.roi_size else ((128,) * 3 if cuda else (64,) * 3)
+    roi = parse_roi(args.roi_size) if args.roi_size else (DEFAULT_ROI_SIZE if cuda else (64,) * 3)
     embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM if cuda else 8)
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
@@ -389,8 +361,11 @@ def _benchmark(args: argparse.Namespace) -> int:
     print_header(setup, args.overlap)
     # the full-logits path, whose inferer reports the latency study's sliding-window stages; the streamed
     # path (segment's default) is timed once after the sweep
-    base = _pipeline(args, setup.device, setup.roi, setup.embed_dim, setup.sws[0],
-                     not args.quiet and sys.stderr.isatty(), streaming=False)
+    job = job_from_flags(args, roi=setup.roi, embed_dim=setup.embed_dim, device=setup.device,
+                         sw_batch_size=setup.sws[0], progress=not args.quiet and sys.stderr.isatty(),
+                         output_dtype=args.output_dtype, streaming=False)
+    _seed_and_warn(args)
+    base = job.build()
     prompt = parse_prompt(args.classes)
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
         src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=setup.size, spacing=setup.spacing, seed=args.seed)
@@ -442,8 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     old_showwarning = warnings.showwarning
     warnings.showwarning = _one_line_warning
     try:
-        if hasattr(args, "run"):  # a subcommand that runs itself (serve)
-            return args.run(args)
+        if args.command == "serve":
+            return _serve(args)
         if args.command == "segment":
             return _segment(args)
         if args.command == "summary":

@@ -15,17 +15,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import (
+    DEFAULT_EMBED_DIM,
+    DEFAULT_OUTPUT_DTYPE,
     DEFAULT_OVERLAP,
+    DEFAULT_ROI_SIZE,
     OUTPUT_DTYPES,
     ROI_MULTIPLE,
     check_embed_dim,
     check_roi_size,
 )
-from ..server.cli import add_serve_command
+
+if TYPE_CHECKING:
+    from ..core.job import SegmentJob
 
 __all__ = [
     "COMMANDS",
@@ -38,6 +44,7 @@ __all__ = [
     "parse_roi",
     "embed_dim_or",
     "joined_points",
+    "job_from_flags",
 ]
 
 #: the commands; without one, ``segment`` is meant
@@ -66,28 +73,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_benchmark(sub, prog)
     _add_summary(sub, prog)
     _add_prepare(sub, prog)
-    add_serve_command(sub, prog)  # the server's own subcommand: args.run(args) runs it
+    _add_serve(sub, prog)
     return parser
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    """The options ``segment`` and ``benchmark`` share."""
+def _add_network(p: argparse.ArgumentParser, sw_batch_size: bool = True) -> None:
+    """The flags of the network and how it runs, the same for every command that builds it (segment, benchmark,
+    prepare, serve): one :class:`~monai.apps.vista3d.core.job.SegmentJob` checks them all, before anything loads."""
+    p.add_argument("--weights", default=None, help="VISTA3D checkpoint (the bundle's models/model.pt); without it "
+                                                   "the network has random weights and a warning says so")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
-    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
-                   help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
+    p.add_argument("--embed-dim", type=int, default=None,
+                   help=f"vista3d132 encoder_embed_dim (default {DEFAULT_EMBED_DIM}, the bundle's; must match --weights)")
+    p.add_argument("--roi-size", default=None,
+                   help=f"window size, e.g. 128 or 128,128,96 (default {DEFAULT_ROI_SIZE[0]}, the bundle's; 64 in the "
+                        "CPU benchmark)")
     p.add_argument("--overlap", type=float, default=DEFAULT_OVERLAP,
                    help=f"sliding-window overlap (default {DEFAULT_OVERLAP})")
+    if sw_batch_size:
+        p.add_argument("--sw-batch-size", default="1",
+                       help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
+                            "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
+                            "with and without --no-streaming; see monai.inferers.batch_size)")
+    p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
+                   help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
     p.add_argument("--no-fuse", dest="fuse", action="store_false",
                    help="run the network's module path instead of the fused channels-last kernels (which run by "
                         "default on Hopper GPUs with Triton; see VISTA3D.fuse)")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """The options ``segment`` and ``benchmark`` share beside the network's."""
     p.add_argument("--classes", default="everything",
                    help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
-    p.add_argument("--roi-size", default=None,
-                   help="window size, e.g. 128 or 128,128,96 (default 128, the bundle's; 64 in the CPU benchmark)")
-    p.add_argument("--embed-dim", type=int, default=None,
-                   help="vista3d132 encoder_embed_dim (default 48, the bundle's; must match --weights)")
-    p.add_argument("--output-dtype", choices=OUTPUT_DTYPES, default="uint8",
+    p.add_argument("--output-dtype", choices=OUTPUT_DTYPES, default=DEFAULT_OUTPUT_DTYPE,
                    help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
                         "fit; float32 writes the bundle's files, 4x the bytes)")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no per-image lines")
@@ -117,13 +137,8 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
                      help="print the label ids and names VISTA3D knows ('*': in --classes everything) and exit")
     seg.add_argument("--strict", action="store_true",
                      help="refuse images with NaN or Inf voxels (default: read them as air, -1000 HU, with a warning)")
-    seg.add_argument("--weights", default=None, help="VISTA3D checkpoint (the bundle's models/model.pt)")
     seg.add_argument("--points", default=None, help="point prompts, voxel indices of the input: 'x,y,z;x,y,z'")
     seg.add_argument("--point-labels", default=None, help="one label per point: 1 positive, 0 negative")
-    seg.add_argument("--sw-batch-size", default="1",
-                     help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
-                          "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
-                          "with and without --no-streaming; see monai.inferers.batch_size)")
     seg.add_argument("--per-class", action="store_true",
                      help="also write one uint8 mask per requested class, OUTPUT/<name>/<class name>.nii.gz (names "
                           "of --list-classes, spaces as underscores), each class thresholded on its own, so "
@@ -140,6 +155,7 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
+    _add_network(seg)
     _add_common(seg)
 
 
@@ -155,7 +171,7 @@ def _add_benchmark(sub: Any, prog: str) -> None:
     bench.add_argument("--sw-batch-sizes", default=None, help="default 1,4,14 on CUDA, 1,2,4 on CPU; 'auto' is allowed")
     bench.add_argument("--repeats", type=int, default=1, help="timed runs per sw_batch_size (best is kept)")
     bench.add_argument("--json", default=None, help="also write the results to this JSON file")
-    bench.add_argument("--weights", default=None, help="optional checkpoint (speed does not depend on it)")
+    _add_network(bench, sw_batch_size=False)
     _add_common(bench)
 
 
@@ -174,15 +190,72 @@ def _add_prepare(sub: Any, prog: str) -> None:
     """The ``prepare`` command."""
     prep = sub.add_parser(
         "prepare", help="compile the GPU kernels once, ahead of the first CT (run once after installing)",
-        usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda]",
+        usage=f"{prog} prepare [--roi-size R] [--embed-dim D] [--sw-batch-size N] [--device cuda] [options]",
         description="Compile the fused GPU kernels that 'segment' will run into Triton's kernel cache, so that the "
                     "first CT on this machine does not wait for them. Without a Hopper GPU there is nothing to "
                     "prepare and it says so. The weights do not matter: the network has random ones here.")
-    prep.add_argument("--device", default=None, help="cuda (default when available)")
-    prep.add_argument("--roi-size", default=None, help="window size, as given to segment (default 128)")
-    prep.add_argument("--embed-dim", type=int, default=None, help="vista3d132 width, as given to segment (default 48)")
-    prep.add_argument("--sw-batch-size", default="1",
-                      help="windows per network call, as given to segment (default 1; 'auto': the one-window probe)")
+    _add_network(prep)
+
+
+def _add_serve(sub: Any, prog: str) -> None:
+    """The ``serve`` command: the network's flags as ``segment`` has them, and the server's own."""
+    p = sub.add_parser(
+        "serve", help="an HTTP server with the VISTA-3D NIM's API and click sessions (needs the 'serve' extra)",
+        description="Serve VISTA3D over HTTP: the NVIDIA VISTA-3D NIM's endpoints (/v1/health/live, /v1/health/ready, "
+                    "/v1/vista3d/info, /v1/vista3d/inference) and click sessions (/v1/vista3d/sessions). Listens on "
+                    "127.0.0.1 unless told otherwise.",
+        usage=f"{prog} serve --weights model.pt [--host 127.0.0.1] [--port 8000] [options]",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000, the NIM's)")
+    p.add_argument("--token", default=None,
+                   help="bearer token every request but the health checks must send (or set VISTA3D_SERVE_TOKEN); "
+                        "required for a --host other machines can reach, unless --insecure")
+    p.add_argument("--insecure", action="store_true", help="serve a non-loopback --host without a token")
+    p.add_argument("--data-dir", default=None,
+                   help="folder whose files requests may name as 'image' (and as 'local_working_dir'); none: no "
+                        "server-side paths")
+    p.add_argument("--work-dir", default=None, help="folder for uploads, downloads and answers in flight "
+                                                    "(default: a temporary folder)")
+    p.add_argument("--allow-url-host", action="append", default=[], metavar="HOST",
+                   help="a host image URLs may name (host, host:port or *.domain; repeat for more); none: no URLs")
+    p.add_argument("--allow-private-urls", action="store_true",
+                   help="let image URLs reach private, loopback and link-local addresses")
+    p.add_argument("--max-body-mb", type=float, default=1024, help="largest request body, uploads included (1024)")
+    p.add_argument("--max-download-mb", type=float, default=1024, help="largest image fetched from a URL (1024)")
+    p.add_argument("--max-voxels", type=int, default=1 << 30, help="largest image in voxels, read from its header "
+                                                                   "before it is inflated (2^30)")
+    p.add_argument("--queue-size", type=int, default=8,
+                   help="requests that may wait behind the running one; more get 429 with Retry-After (8)")
+    p.add_argument("--request-timeout", type=float, default=600, help="seconds a request may take (600)")
+    p.add_argument("--session-ttl", type=float, default=1800, help="seconds a click session lives unused (1800)")
+    p.add_argument("--max-sessions", type=int, default=8, help="click sessions held at once; the least recently "
+                                                              "used is evicted for a new one (8)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    _add_network(p)
+
+
+def job_from_flags(
+    args: argparse.Namespace, prompt: Any = "everything", roi: Sequence[int] = DEFAULT_ROI_SIZE,
+    embed_dim: int = DEFAULT_EMBED_DIM, device: Any = None, **options: Any,
+) -> SegmentJob:
+    """The network flags (every command that builds the network has them), with ``options`` (fields of
+    :class:`~monai.apps.vista3d.config.PipelineOptions`) beside them, as one checked
+    :class:`~monai.apps.vista3d.core.job.SegmentJob`: a bad value is a
+    :class:`~monai.apps.vista3d.config.SettingError` that names its field, which the command line words as the flag, and
+    nothing has been loaded yet. ``roi`` and ``embed_dim`` are the defaults where the flags are not given."""
+    from ..config import PipelineOptions
+    from ..core.job import SegmentJob
+
+    sw = getattr(args, "sw_batch_size", None)
+    if sw is not None and "sw_batch_size" not in options:
+        options["sw_batch_size"] = sw if sw == "auto" else parse_ints(sw, what="--sw-batch-size")[0]
+    opts = PipelineOptions(roi_size=parse_roi(args.roi_size) if args.roi_size else roi, overlap=args.overlap,
+                           amp=args.amp, **options)
+    job = SegmentJob(prompt, opts, device if device is not None else args.device, weights=args.weights,
+                     network_kwargs={"encoder_embed_dim": embed_dim_or(args.embed_dim, embed_dim)}, fuse=args.fuse,
+                     warn_random=False)
+    return job
 
 
 def version() -> str:

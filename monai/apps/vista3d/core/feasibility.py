@@ -10,7 +10,7 @@
 # limitations under the License.
 """What cannot run, refused before any work: settings the network cannot take and images that cannot fit.
 
-A :class:`~monai.apps.vista3d.batch.segmenter.SegmentJob` (what the command line and ``run_batch`` build) and
+A :class:`~monai.apps.vista3d.core.job.SegmentJob` (what the command line and ``run_batch`` build) and
 :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` both ask here, so that a window the network cannot
 downsample, a width or window that would ask the allocator for terabytes, or an image whose resampled volume is
 larger than the memory there is, fail with one line that says what it needs, not with a raw allocator message

@@ -20,38 +20,15 @@ from typing import Any
 import torch
 
 from ..config import DEFAULT_EMBED_DIM, embed_dim_of
-from ..errors import Vista3DInputError
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 
-__all__ = ["RANDOM_WEIGHTS_WARNING", "resolve_device", "check_network_kwargs", "ready_network", "encoder_shape"]
+__all__ = ["RANDOM_WEIGHTS_WARNING", "check_network_kwargs", "ready_network", "encoder_shape"]
 
 RANDOM_WEIGHTS_WARNING = (
     "WARNING: no weights given: the VISTA3D network has RANDOM weights, the label maps are MEANINGLESS "
     "(use only to test the pipeline or measure speed; pass weights=PATH, the bundle's models/model.pt, for real "
     "results)"
 )
-
-
-def resolve_device(device: str | torch.device | None = None, local_rank: int = 0) -> torch.device:
-    """The device to compute on: ``None`` picks CUDA when available, a bare ``"cuda"`` means ``cuda:local_rank``.
-
-    A resolved CUDA device always has an index: under ``torchrun`` a bare ``"cuda"`` should mean one GPU per
-    rank, not every rank on GPU 0.
-
-    Raises:
-        Vista3DInputError: not a CUDA or CPU device, or CUDA asked for where there is none.
-    """
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        dev = None
-    if dev is None or dev.type not in ("cuda", "cpu"):
-        raise Vista3DInputError(f"device {str(device)!r} is not supported; use 'cuda', 'cuda:N' or 'cpu'.")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise Vista3DInputError("device 'cuda' was asked for, but CUDA is not available here; use device='cpu'.")
-    return torch.device("cuda", local_rank) if dev.type == "cuda" and dev.index is None else dev
 
 
 def check_network_kwargs(network_kwargs: dict | None) -> None:

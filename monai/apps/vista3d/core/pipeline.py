@@ -56,6 +56,7 @@ from ..config import (
     PipelineOptions,
     check_roi_size,
     embed_dim_of,
+    resolve_device,
 )
 from ..errors import PromptError, Vista3DInputError
 from ..io.image_geometry import ImageGeometry
@@ -67,7 +68,6 @@ from .network_ready import (
     RANDOM_WEIGHTS_WARNING,
     encoder_shape,
     ready_network,
-    resolve_device,
 )
 from .postprocess import ClassMasks, logits_to_masks, logits_to_outputs
 from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
@@ -99,7 +99,7 @@ class Vista3DPipeline:
             transpose=True)``; None builds ``vista3d132(**network_kwargs)``.
         weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
             built network keeps random weights and a warning says so.
-        device: where to compute (see :func:`~monai.apps.vista3d.core.network_ready.resolve_device`); None picks CUDA when available.
+        device: where to compute (see :func:`~monai.apps.vista3d.config.resolve_device`); None picks CUDA when available.
         options: the per-run options (:class:`PipelineOptions`: window size, overlap, batch, amp, output type, ...).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).

@@ -15,9 +15,10 @@ Example::
 
     import uvicorn
     from monai.apps.vista3d.server.app import create_app
-    from monai.apps.vista3d.server.settings import ModelSettings, ServerSettings
+    from monai.apps.vista3d import SegmentJob
+    from monai.apps.vista3d.server.settings import ServerSettings
 
-    uvicorn.run(create_app(ServerSettings(model=ModelSettings(weights="model.pt"))), host="127.0.0.1", port=8000)
+    uvicorn.run(create_app(ServerSettings(model=SegmentJob(weights="model.pt"))), host="127.0.0.1", port=8000)
 """
 
 from __future__ import annotations
@@ -175,13 +176,13 @@ def create_app(
 
     Args:
         settings: what the server runs with.
-        pipeline_factory: builds the pipeline on the model's thread (default: ``settings.model.build_pipeline``).
+        pipeline_factory: builds the pipeline on the model's thread (default: ``settings.model.build``).
         clock: the session store's clock.
         on_failure: called when the pipeline cannot be built (the command line stops the server).
         warm_up: one forward on blank windows before the server turns ready.
     """
     limits = settings.limits
-    worker = ModelWorker(pipeline_factory or settings.model.build_pipeline, limits.queue_size, warm_up, on_failure)
+    worker = ModelWorker(pipeline_factory or settings.model.build, limits.queue_size, warm_up, on_failure)
     state = ServerState(settings, worker, SessionStore(limits.max_sessions, limits.session_ttl, clock))
 
     @asynccontextmanager

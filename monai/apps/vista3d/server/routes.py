@@ -34,7 +34,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.background import BackgroundTask
 
-from ..config import OUTPUT_POSTFIX
+from ..config import OUTPUT_POSTFIX, embed_dim_of
 from ..core.prompts import parse_points
 from ..labels import everything_labels, label_names
 from . import jobs
@@ -247,7 +247,8 @@ async def info(request: Request) -> dict:
     return {
         "name": "VISTA3D",
         "version": __version__,
-        "model": {"network": "vista3d132", "embed_dim": model.embed_dim, "roi_size": list(model.roi_size),
+        "model": {"network": "vista3d132", "embed_dim": embed_dim_of(model.network_kwargs),
+                  "roi_size": list(model.options.roi_size),
                   "weights": Path(model.weights).name if model.weights else None, "state": state.worker.state},
         "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
         "everything": everything_labels(),

@@ -24,17 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import (
-    DEFAULT_EMBED_DIM,
-    DEFAULT_OVERLAP,
-    DEFAULT_ROI_SIZE,
-    FIELD_FLAGS,
-    SettingError,
-    check_embed_dim,
-    check_overlap,
-)
+from ..core.job import SegmentJob
 
-__all__ = ["ModelSettings", "Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
+__all__ = ["Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 
 #: the environment variable read for the bearer token when ``--token`` is not given (a flag shows in ``ps``)
 TOKEN_ENV = "VISTA3D_SERVE_TOKEN"
@@ -50,50 +42,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # any other name may resolve to a public interface
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """The network and how it runs (the ``Vista3DPipeline`` arguments of ``vista3d serve``).
-
-    Attributes:
-        weights: the bundle's ``models/model.pt`` (None: random weights, a warning at start).
-        device: ``cuda``, ``cpu`` or None (CUDA when available).
-        embed_dim: encoder width of ``vista3d132`` (48, the published network).
-        roi_size: sliding-window size.
-        overlap: window overlap.
-        sw_batch_size: windows per network call, or ``"auto"``.
-        amp: float16 autocast on CUDA (None: on for CUDA).
-        fuse: the fused channels-last path where its kernels run.
-    """
-
-    weights: str | None = None
-    device: str | None = None
-    embed_dim: int = DEFAULT_EMBED_DIM
-    roi_size: tuple[int, int, int] = DEFAULT_ROI_SIZE
-    overlap: float = DEFAULT_OVERLAP
-    sw_batch_size: int | str = 1
-    amp: bool | None = None
-    fuse: bool = True
-
-    def __post_init__(self) -> None:
-        if self.weights is not None and not Path(self.weights).is_file():
-            raise ValueError(f"--weights {self.weights}: no such file; give the bundle's models/model.pt")
-        try:
-            check_embed_dim(self.embed_dim)
-            check_overlap(self.overlap)
-        except SettingError as e:  # the same rule as the segment command's, worded with this command's flag
-            raise ValueError(f"{FIELD_FLAGS[e.field]} {e.problem}") from None
-
-    def build_pipeline(self) -> Any:
-        """The ``Vista3DPipeline`` these settings describe (weights loaded, on its device)."""
-        from ..core.pipeline import Vista3DPipeline
-
-        return Vista3DPipeline(
-            weights=self.weights, device=self.device, roi_size=self.roi_size, overlap=self.overlap,
-            sw_batch_size=self.sw_batch_size, amp=self.amp, fuse=self.fuse, progress=False,
-            network_kwargs={"encoder_embed_dim": self.embed_dim}, warn_random=False,
-        )
 
 
 @dataclass(frozen=True)
@@ -152,7 +100,7 @@ class ServerSettings:
             folder made at start and removed at exit).
         allow_url_hosts: hosts image URLs may name (``host``, ``host:port`` or ``*.domain``); none: no URLs.
         allow_private_urls: let URLs reach private, loopback and link-local addresses (off: they are refused).
-        model: the network.
+        model: the network and how it runs (the job the command line checked from its flags).
         limits: the per-request bounds.
     """
 
@@ -164,7 +112,7 @@ class ServerSettings:
     work_dir: Path | None = None
     allow_url_hosts: tuple[str, ...] = ()
     allow_private_urls: bool = False
-    model: ModelSettings = field(default_factory=ModelSettings)
+    model: SegmentJob = field(default_factory=SegmentJob)
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:

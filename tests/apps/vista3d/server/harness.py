@@ -27,10 +27,11 @@ import numpy as np
 import torch
 import uvicorn
 
+from monai.apps.vista3d import PipelineOptions, SegmentJob
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.server.app import create_app
 from monai.apps.vista3d.server.protocol import uvicorn_config
-from monai.apps.vista3d.server.settings import Limits, ModelSettings, ServerSettings
+from monai.apps.vista3d.server.settings import Limits, ServerSettings
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
 
@@ -55,7 +56,8 @@ def write_phantom(path: Path, spacing=(1.0, 1.0, 1.0), shape=PHANTOM_SHAPE) -> P
 def settings(**kwargs: Any) -> ServerSettings:
     """Server settings for the tests: loopback, no GPU, small limits where a test does not give its own."""
     limits = kwargs.pop("limits", Limits(request_timeout=120.0))
-    return ServerSettings(model=ModelSettings(device="cpu", roi_size=(16, 16, 16)), limits=limits, **kwargs)
+    model = SegmentJob(options=PipelineOptions(roi_size=16, progress=False), device="cpu")
+    return ServerSettings(model=model, limits=limits, **kwargs)
 
 
 class Gate:

@@ -14,7 +14,6 @@ requests, answers equal to Vista3DPipeline on the same file; uploads, --data-dir
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import tempfile
 import threading
@@ -25,7 +24,6 @@ import httpx
 import nibabel as nib
 import nrrd
 import numpy as np
-import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.labels import everything_labels, label_names

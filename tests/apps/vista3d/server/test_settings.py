@@ -23,7 +23,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.cli.main import main
 from monai.apps.vista3d.cli.parser import build_parser
-from monai.apps.vista3d.server.cli import settings_from_args
+from monai.apps.vista3d.cli.serve import settings_from_args
 from monai.apps.vista3d.server.settings import TOKEN_ENV, is_loopback
 
 TOKEN = "a-token-of-sixteen-or-more"

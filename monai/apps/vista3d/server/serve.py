@@ -1,0 +1,58 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Running ``vista3d serve``: uvicorn with the app of :mod:`.app`, until SIGINT/SIGTERM. The command's flags are
+the command line's (:mod:`monai.apps.vista3d.cli.serve`), checked there before anything here runs."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from .settings import ServerSettings
+
+__all__ = ["serve"]
+
+
+def serve(settings: ServerSettings, log_level: str = "info") -> int:
+    """Serve until SIGINT/SIGTERM; 1 when the model failed to load, 2 without the ``serve`` extra.
+
+    On a signal uvicorn shuts down gracefully (queued jobs dropped, the scratch folder removed) and then raises the
+    signal again, so the process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
+    """
+    try:
+        import uvicorn
+
+        from .app import create_app
+        from .protocol import uvicorn_config
+    except ImportError as e:
+        print(f"error: vista3d serve needs FastAPI and uvicorn ({e}); pip install 'monai[serve]'", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    failed: list[BaseException] = []
+    server: Any = None
+
+    def stop(e: BaseException) -> None:  # the model did not load: there is nothing to serve
+        failed.append(e)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, on_failure=stop)
+    config = uvicorn_config(app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
+                            timeout_graceful_shutdown=10)
+    server = uvicorn.Server(config)
+    print(f"vista3d serve: http://{settings.host}:{settings.port}/v1/health/ready turns ready once the model has "
+          "loaded", file=sys.stderr, flush=True)
+    server.run()
+    if failed:
+        print(f"error: the model failed to load: {' '.join(str(failed[0]).split())}", file=sys.stderr)
+        return 1
+    return 0
