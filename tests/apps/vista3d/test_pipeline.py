@@ -289,11 +289,12 @@ class TestPerClassMasks(unittest.TestCase):
         x = torch.rand(1, 40, 37, 30, generator=torch.Generator().manual_seed(0))
         ids = [1, 3, 25, 14, 5, 6, 7, 8, 9, 10]  # two packed bytes
         logits, _ = pipe.infer(x, ids)
-        labels, masks, run = pipe.infer_labels_and_masks(x, ids)
+        labels, masks, run = pipe.stream(x, ids)
         self.assertEqual(run.windows, 4)
         self.assertTrue(torch.equal(masks.dense().bool(), logits[0] > 0))
-        self.assertTrue(torch.equal(masks.packed, pipe.postprocess_masks(logits, ids).packed))
-        self.assertTrue(torch.equal(labels, pipe.postprocess(logits, ids)))
+        full_labels, full_masks = pipe.postprocess(logits, ids)
+        self.assertTrue(torch.equal(masks.packed, full_masks.packed))
+        self.assertTrue(torch.equal(labels, full_labels))
         self.assertGreater(int(((logits[0] > 0).sum(0) > 1).sum()), 0)  # overlaps to keep
 
     def test_point_prompt_with_a_class(self):
@@ -368,11 +369,23 @@ class TestPerClassMasks(unittest.TestCase):
 
 
 class TestStagesCompose(unittest.TestCase):
-    STAGE_METHODS = ("load", "preprocess", "infer", "infer_labels", "infer_labels_and_masks", "postprocess",
-                     "postprocess_masks", "invert", "invert_masks", "save", "save_masks")
+    STAGES = ("load", "preprocess", "prompts", "infer", "stream", "postprocess", "invert")
 
-    def test_segment_equals_its_stages_without_calling_their_methods(self):
-        """``segment`` hands the image to each stage's room once; the public stage methods give the same map."""
+    def _spied(self, stack: contextlib.ExitStack) -> dict[str, int]:
+        """Count the calls of each stage method, keeping what it does."""
+        calls = dict.fromkeys(self.STAGES, 0)
+        for name in self.STAGES:
+            real = getattr(Vista3DPipeline, name)
+
+            def spy(self_, *args, _name=name, _real=real, **kwargs):
+                calls[_name] += 1
+                return _real(self_, *args, **kwargs)
+
+            stack.enter_context(mock.patch.object(Vista3DPipeline, name, spy))
+        return calls
+
+    def test_segment_is_its_stages(self):
+        """``segment`` runs the pipeline's own stage methods, each once, and gives what they give by hand."""
         img, aff, _ = phantom((30, 28, 24), np.eye(3), (1.2, 1.0, 1.5))
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / "ct.nii.gz"
@@ -382,16 +395,22 @@ class TestStagesCompose(unittest.TestCase):
             pipe = _pipe(StubVista(HU), streaming=False)
             x, record = pipe.preprocess(image, aff)
             logits, _ = pipe.infer(x, [1, 3])
-            by_stage = pipe.invert(pipe.postprocess(logits, [1, 3]), record)
+            by_stage = pipe.invert(pipe.postprocess(logits, [1, 3])[0], record)
             self.assertTrue({1, 3} <= set(torch.unique(by_stage).tolist()))
-            with contextlib.ExitStack() as stack:
-                for name in self.STAGE_METHODS:
-                    stack.enter_context(mock.patch.object(Vista3DPipeline, name, side_effect=AssertionError(name)))
-                for streaming in (False, True):
+            expected = {False: {"infer": 1, "postprocess": 1, "stream": 0}, True: {"infer": 0, "postprocess": 0,
+                                                                                     "stream": 1}}
+            for streaming in (False, True):
+                with contextlib.ExitStack() as stack:
+                    calls = self._spied(stack)
                     result = pipe.replace(streaming=streaming).segment(image, aff, classes=[1, 3])
-                    torch.testing.assert_close(result.labels, by_stage)
-                    self.assertIsNone(result.geometry)  # a tensor has no file geometry
+                torch.testing.assert_close(result.labels, by_stage)
+                self.assertIsNone(result.geometry)  # a tensor has no file geometry
+                self.assertEqual(calls, {"load": 0, "preprocess": 1, "prompts": 1, "invert": 1,
+                                         **expected[streaming]})
+            with contextlib.ExitStack() as stack:
+                calls = self._spied(stack)
                 written = pipe.segment_file(src, Path(tmp) / "out", classes=[1, 3])
+            self.assertEqual((calls["load"], calls["invert"]), (1, 1))
             np.testing.assert_array_equal(written.geometry.affine, aff)
             self.assertEqual((list(written.timings)[0], list(written.timings)[-1]), ("load", "save"))
             np.testing.assert_array_equal(np.asarray(nib.load(written.output).dataobj), by_stage.numpy())

@@ -97,7 +97,7 @@ class TestSessionEqualsPipeline(unittest.TestCase):
         for k in range(steps):
             logits, _ = pipe.infer(x, ids, coords[:, : k + 1], labs[:, : k + 1], prev_mask=prev, point_start=k)
             all_logits.append(logits.clone())
-            maps.append(pipe.invert(pipe.postprocess(logits, ids, coords[:, : k + 1], labs[:, : k + 1]), record))
+            maps.append(pipe.invert(pipe.postprocess(logits, ids, coords[:, : k + 1], labs[:, : k + 1])[0], record))
             prev = all_logits[-1]
         return maps, all_logits
 

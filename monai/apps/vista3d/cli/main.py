@@ -298,7 +298,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         settings = settings_from_args(args)  # a bad network flag is refused here, as segment refuses it
-    except ValueError as e:
+    except SettingError:
+        raise  # named as segment names it
+    except ValueError as e:  # the server's own flags name themselves
         raise UsageError(str(e)) from None
     _seed_and_warn(args)
     return serve(settings, args.log_level)

@@ -69,7 +69,7 @@ from .network_ready import (
     encoder_shape,
     ready_network,
 )
-from .postprocess import ClassMasks, logits_to_masks, logits_to_outputs
+from .postprocess import ClassMasks, logits_to_outputs
 from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import SegmentationResult
@@ -240,31 +240,18 @@ class Vista3DPipeline:
         return self._passes.logits(x, label_ids, point_coords, point_labels, prev_mask, point_start, network,
                                    title=self.progress_label)
 
-    def infer_labels(self, x: torch.Tensor, label_ids: Sequence[int]) -> tuple[torch.Tensor, WindowPass]:
+    def stream(self, x: torch.Tensor, label_ids: Sequence[int]) -> tuple[torch.Tensor, ClassMasks | None, WindowPass]:
         """Class prompts straight to the label map on the network grid, never holding every class's logits.
 
-        The streamed path of :func:`monai.apps.vista3d.sliding_window_label_inference`: the same labels as
-        :meth:`infer` followed by :meth:`postprocess`, with memory bounded by a slab of the volume. It has no
-        out-of-memory fallback and no per-stage split.
+        The streamed path of :func:`~monai.apps.vista3d.core.streaming.sliding_window_label_inference`: the same
+        labels as :meth:`infer` followed by :meth:`postprocess`, with memory bounded by a slab of the volume; with
+        ``per_class`` also one mask per class from the same pass (each finished tile thresholded class by class,
+        logit > 0, 8 classes a byte). It has no out-of-memory fallback and no per-stage split.
 
         Returns:
-            ``([X, Y, Z] int16 label map on the pipeline's device, what ran)``.
+            ``([X, Y, Z] int16 label map, the masks or None, what ran)`` on the pipeline's device.
         """
-        labels, _, run = self._passes.stream(x, label_ids, False, self.progress_label)
-        return labels, run
-
-    def infer_labels_and_masks(
-        self, x: torch.Tensor, label_ids: Sequence[int]
-    ) -> tuple[torch.Tensor, ClassMasks, WindowPass]:
-        """:meth:`infer_labels`, and one mask per class on the network grid from the same streamed pass.
-
-        Each finished tile is thresholded class by class (logit > 0) and packed 8 classes a byte, so the masks
-        add ``ceil(C / 8)`` bytes a voxel and equal :meth:`postprocess_masks` of :meth:`infer`'s logits.
-
-        Returns:
-            ``([X, Y, Z] int16 label map, the masks, what ran)``, on the pipeline's device.
-        """
-        return self._passes.stream(x, label_ids, True, self.progress_label)  # type: ignore[return-value]
+        return self._passes.stream(x, label_ids, self.per_class, self.progress_label)
 
     def postprocess(
         self,
@@ -272,44 +259,24 @@ class Vista3DPipeline:
         label_ids: Sequence[int] | None,
         point_coords: torch.Tensor | None = None,
         point_labels: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        """Logits -> ``[X, Y, Z]`` int16 label map on the network grid (upstream's ``VistaPostTransformd``).
+    ) -> tuple[torch.Tensor, ClassMasks | None]:
+        """Logits -> ``[X, Y, Z]`` int16 label map on the network grid (upstream's ``VistaPostTransformd``), and with
+        ``per_class`` one mask per class, each thresholded on its own (logit > 0; no NaN voxel is in a mask).
 
         A point-only prompt (no class) first keeps only the connected components that hold a positive point.
         """
         # computed where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of GPU
-        # memory): only the small integer label map moves
-        return logits_to_outputs(logits, label_ids, point_coords, point_labels)[0].to(self.device)
-
-    def postprocess_masks(self, logits: torch.Tensor, label_ids: Sequence[int]) -> ClassMasks:
-        """Logits -> one mask per class on the network grid, each class thresholded on its own (logit > 0).
-
-        Voxels without a prediction (NaN logits of the point inferer) are in no mask.
-        """
-        return logits_to_masks(logits, list(label_ids)).to(self.device)
+        # memory): only the small results move
+        labels, masks = logits_to_outputs(logits, label_ids, point_coords, point_labels, masks=self.per_class)
+        return labels.to(self.device), None if masks is None else masks.to(self.device)
 
     def invert(self, labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:
-        """Bring the label map back onto the input grid (nearest), like the bundle's ``Invertd``."""
-        return invert_labels(labels, record)
+        """Bring a label map back onto the input grid (nearest), like the bundle's ``Invertd``.
 
-    def invert_masks(self, masks: ClassMasks, record: PreprocessRecord) -> ClassMasks:
-        """Bring the masks back onto the input grid exactly as :meth:`invert` does the label map.
-
-        Nearest-neighbour resampling moves whole voxels, so the packed bytes are inverted as they are, 8 classes at
-        a time; outside the foreground crop every mask is 0, as the label map is background there.
+        Nearest-neighbour resampling moves whole voxels, so packed masks (``ClassMasks.packed``) are inverted the
+        same way, 8 classes at a time; outside the foreground crop everything is 0 (background).
         """
-        return ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
-
-    def save(self, labels: torch.Tensor, geometry: ImageGeometry, path: str | os.PathLike) -> Path:
-        """Write the label map with the input's affine and header (atomically), as ``output_dtype``."""
-        return Path(save_label_map(labels, geometry, path, dtype=self.output_dtype))  # a GPU map is cast there
-
-    def save_masks(
-        self, masks: ClassMasks, geometry: ImageGeometry, folder: str | os.PathLike
-    ) -> dict[int, Path]:
-        """Write one uint8 mask per class, ``folder/<class name>.nii.gz``, as a complete set (see
-        :func:`~monai.apps.vista3d.io.nifti.save_class_masks`); returns label id -> path."""
-        return save_class_masks(masks, geometry, folder)
+        return invert_labels(labels, record)
 
     def warm_up(self, sw_batch_size: int, label_ids: Sequence[int]) -> None:
         """One network call on a batch of blank windows: backends pick their kernels per input shape."""
@@ -356,28 +323,27 @@ class Vista3DPipeline:
         geometry = None
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
-                image, geometry = load_input(image, self.device, volume_index, self.nonfinite)
+                image, geometry = self.load(image, volume_index)
             affine = geometry.affine
         if affine is None:
             raise ValueError("give the image's [4, 4] affine (voxel -> world mm) with a tensor input")
         with timer.stage("preprocess"):
-            x, record = preprocess_like_bundle(self._on_device(image), affine, self.resample_dtype)
-        on_grid = prompt_on_grid(prompt, record, self.device)
+            x, record = self.preprocess(image, affine)
+        on_grid = self.prompts(prompt, record)
         if self.streaming and on_grid["point_coords"] is None:
             with timer.stage("inference"):
-                labels, masks, run = self._passes.stream(x, on_grid["label_ids"], self.per_class, self.progress_label)
+                labels, masks, run = self.stream(x, on_grid["label_ids"])
             timer.set("postprocess", 0.0)  # done inside the streamed inference
         else:
             with timer.stage("inference"):
-                logits, run = self._passes.logits(x, **on_grid, title=self.progress_label)
-            with timer.stage("postprocess"):  # where the inferer stitched; then the (small) results move
-                labels, masks = logits_to_outputs(logits, masks=self.per_class, **on_grid)
-                labels, masks = labels.to(self.device), None if masks is None else masks.to(self.device)
+                logits, run = self.infer(x, **on_grid)
+            with timer.stage("postprocess"):
+                labels, masks = self.postprocess(logits, **on_grid)
             del logits
         with timer.stage("invert"):
-            labels = invert_labels(labels, record)
+            labels = self.invert(labels, record)
             if masks is not None:
-                masks = ClassMasks(invert_labels(masks.packed, record), masks.label_ids)
+                masks = ClassMasks(self.invert(masks.packed, record), masks.label_ids)
         timings = {**timer.timings, **run.stages}
         return SegmentationResult(labels, timings, run.windows, run.sw_batch_size, record, masks=masks,
                                   geometry=geometry)

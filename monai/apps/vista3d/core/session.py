@@ -233,7 +233,7 @@ class Vista3DSession:
             # the next click's previous mask is the raw output (upstream's prev_mask); the click-only
             # post-processing edits the logits it is given, so it gets a copy
             raw = logits.clone() if label_ids is None else logits
-            label_map = pipe.postprocess(logits, label_ids, coords, labels)
+            label_map, _ = pipe.postprocess(logits, label_ids, coords, labels)
             logits = raw
         with timer.stage("invert"):
             label_map = pipe.invert(label_map, self.record)

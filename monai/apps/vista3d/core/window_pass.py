@@ -193,7 +193,7 @@ class WindowPasses:
     def stream(
         self, x: torch.Tensor, label_ids: Sequence[int], masks: bool, title: str = "windows"
     ) -> tuple[torch.Tensor, ClassMasks | None, WindowPass]:
-        """The streamed pass (see :meth:`~.pipeline.Vista3DPipeline.infer_labels`): ``([X, Y, Z] int16 labels,
+        """The streamed pass (see :meth:`~.pipeline.Vista3DPipeline.stream`): ``([X, Y, Z] int16 labels,
         masks or None, what ran)`` on the device."""
         from .streaming import sliding_window_label_inference
 

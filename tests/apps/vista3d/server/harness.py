@@ -56,7 +56,7 @@ def write_phantom(path: Path, spacing=(1.0, 1.0, 1.0), shape=PHANTOM_SHAPE) -> P
 def settings(**kwargs: Any) -> ServerSettings:
     """Server settings for the tests: loopback, no GPU, small limits where a test does not give its own."""
     limits = kwargs.pop("limits", Limits(request_timeout=120.0))
-    model = SegmentJob(options=PipelineOptions(roi_size=16, progress=False), device="cpu")
+    model = SegmentJob(options=PipelineOptions(roi_size=16), device="cpu", network=tiny_vista3d_with_recorded_weights())
     return ServerSettings(model=model, limits=limits, **kwargs)
 
 
