@@ -97,5 +97,46 @@ class TestSummaries(unittest.TestCase):
         self.assertEqual(merge_summaries(self.out)["totals"]["done"], 2)
 
 
+
+class TestSummaryRecordsHowOutputsWereMade(unittest.TestCase):
+    def test_job_weights_and_versions(self):
+        import hashlib
+
+        import torch
+
+        import monai
+        from monai.apps.vista3d import PipelineOptions, SegmentJob
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            image = tmp / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(np.full((20, 20, 16), 40, dtype=np.int16), np.eye(4)), image)
+            weights = tmp / "model.pt"
+            torch.manual_seed(0)
+            torch.save(vista3d132(encoder_embed_dim=8).state_dict(), weights)
+            options = PipelineOptions(roi_size=32, overlap=0.5, output_dtype="int16")
+            job = SegmentJob("liver,spleen", options, "cpu", weights=weights, network_kwargs={"encoder_embed_dim": 8})
+            result = run_batch([image], tmp / "out", job)
+            self.assertEqual(result.done, 1, result.records)
+            settings = json.loads(result.summary_path.read_text())["settings"]
+            digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+            size = weights.stat().st_size
+        self.assertEqual(settings["weights"], {"path": str(weights), "bytes": size, "sha256": digest})
+        self.assertEqual((settings["classes"], settings["network"], settings["device"]), ([1, 3], "vista3d132", "cpu"))
+        self.assertEqual(settings["options"]["roi_size"], [32, 32, 32])
+        self.assertEqual((settings["options"]["overlap"], settings["options"]["output_dtype"]), (0.5, "int16"))
+        self.assertEqual(settings["versions"], {"monai": monai.__version__, "torch": torch.__version__})
+
+    def test_a_callers_function(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            image = tmp / "ct.nii.gz"
+            nib.save(nib.Nifti1Image(np.full((8, 8, 6), 40, dtype=np.int16), np.eye(4)), image)
+            result = run_batch([image], tmp / "out", tiny_segment)
+            settings = json.loads(result.summary_path.read_text())["settings"]
+        self.assertEqual((settings["segmenter"], settings["output_dtype"], settings["weights"]),
+                         ("FunctionSegmenter", "uint8", None))
+
 if __name__ == "__main__":
     unittest.main()

@@ -15,11 +15,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any
 
-import nibabel as nib
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -27,19 +24,7 @@ from ..config import TorchrunEnv
 from ..core.feasibility import failure_reason
 from ..errors import Vista3DInputError
 
-__all__ = ["shard_by_size", "dist_context", "on_device", "agree_on_setup", "gather_records", "header_info"]
-
-
-def header_info(path: Path) -> tuple[int, bool]:
-    """``(voxels of one volume, whether it is 4D)`` from the header only (``(0, False)`` when unreadable: the
-    image then fails where it is processed)."""
-    try:
-        dims = list(nib.load(path).header.get_data_shape())
-    except Exception:
-        return 0, False
-    while len(dims) > 3 and dims[-1] == 1:
-        dims.pop()
-    return int(np.prod(dims[:3])), len(dims) == 4
+__all__ = ["shard_by_size", "dist_context", "on_device", "agree_on_setup", "gather_records"]
 
 
 def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:

@@ -44,9 +44,10 @@ from typing import Any
 from monai.utils.profiling import StageTimer
 
 from ..config import BatchOptions
-from ..core.feasibility import check_environment, check_images, failure_reason
+from ..core.feasibility import check_environment, check_image, failure_reason
 from ..core.job import SegmentJob
 from ..errors import Vista3DInputError
+from ..io.nifti import read_header
 from ..io.paths import (
     check_output,
     class_mask_paths,
@@ -58,13 +59,13 @@ from .distributed import (
     agree_on_setup,
     dist_context,
     gather_records,
-    header_info,
     on_device,
     shard_by_size,
 )
 from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
+from .provenance import Provenance
 from .segmenter import PipelineSegmenter, Segmenter, as_segmenter, labels_and_info
 from .summary import (
     BatchResult,
@@ -133,20 +134,22 @@ def run_batch(
     what = as_segmenter(segment_fn)  # it says where images are read to and how they are read and written
     paths, outs = _planned_outputs(inputs, output_dir, opts)
     check_environment()
+    headers = [read_header(p) for p in paths]  # each header read once: the checks, the shards and the volumes
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
-        check_images(paths, what.resolved_device)
+        for path, header in zip(paths, headers):
+            check_image(path, what.resolved_device, header)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
     # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
     with on_device(what.device), dist_context(opts.backend) as (rank, world, _):
+        made = Provenance(what) if rank == 0 else None  # the weights hashed while the run works
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
-        info = [header_info(p) for p in paths]
-        sizes = [n for n, _ in info]
+        sizes = [h.voxels if h is not None else 0 for h in headers]  # an unreadable one fails at its load
         # --volume-index picks a volume of the 4D images; the 3D images of the same batch are read as they are
-        volumes = [opts.volume_index if four_d else None for _, four_d in info]
+        volumes = [opts.volume_index if h is not None and h.four_d else None for h in headers]
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
         report = counting_reporter(opts.on_image or (None if opts.quiet else print_record), len(mine))
         records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
@@ -158,11 +161,13 @@ def run_batch(
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = stopped_records(records, paths, outs, sizes, pool)
                 wall = time.perf_counter() - started
-                write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True))
+                settings = made.record() if made is not None else None
+                write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True, settings=settings))
             raise
         every = gather_records([records[i].as_dict() for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
-    if rank == 0:
+    if made is not None:
+        result.settings = made.record()
         result.summary_path = write_summary(summary, result)
     return result
 

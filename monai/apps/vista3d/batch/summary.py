@@ -118,6 +118,8 @@ class BatchResult:
         part: ``(i, N)`` of a run of one part, else None.
         inputs: images of the whole batch (of every part).
         started: ``time.time()`` when the run began.
+        settings: how the outputs were made (see :class:`~monai.apps.vista3d.batch.provenance.Provenance`): the
+            resolved job, the weights' size and SHA-256, the versions of this package and torch.
     """
 
     records: list[dict[str, Any]]
@@ -129,6 +131,7 @@ class BatchResult:
     part: tuple[int, int] | None = None
     inputs: int = 0
     started: float = 0.0
+    settings: dict[str, Any] | None = None
 
     def count(self, status: str) -> int:
         """Images whose status is ``status``."""
@@ -173,6 +176,7 @@ class BatchResult:
             "inputs": self.inputs,
             "started": round(self.started, 3),
             "finished": round(self.started + self.wall_seconds, 3),
+            "settings": self.settings,
             "per_image": self.records,
         }
 

@@ -149,8 +149,8 @@ def _segment(args: argparse.Namespace) -> int:
     if args.list_classes:
         return _list_classes()
     items = _collect_images(args)
-    output, output_dir, part = _segment_outputs(args, items)
-    if args.per_class and output is not None:
+    images, outputs, output_dir, part = _segment_outputs(args, items)
+    if args.per_class and output_dir is None:
         raise UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
     check_environment()
     job = job_from_flags(args, parse_prompt(args.classes, args.points, args.point_labels),
@@ -163,7 +163,7 @@ def _segment(args: argparse.Namespace) -> int:
     env = TorchrunEnv.read()
     start = time.perf_counter()
     result = run_batch(
-        items, output_dir, job, overwrite=args.overwrite, outputs=None if output is None else [output],
+        images, output_dir, job, overwrite=args.overwrite, outputs=outputs,
         volume_index=args.volume_index, on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1
                                                                    else ""), part=part,
     )
@@ -173,10 +173,10 @@ def _segment(args: argparse.Namespace) -> int:
 
 def _segment_outputs(
     args: argparse.Namespace, items: list[Any]
-) -> tuple[str | None, str | None, tuple[int, int] | None]:
-    """``(output file, output folder, part)``: the file or the folder (the other None) from ``-o`` and
-    ``--output-dir``, and ``--part``; checked before any work (an output name the disk refuses, two images with one
-    output, a folder without images)."""
+) -> tuple[list[Path], list[Path], str | None, tuple[int, int] | None]:
+    """``(images, their outputs, output folder, part)`` from the inputs, ``-o`` / ``--output-dir`` and ``--part``:
+    the folders walked once, here, and everything checked before any work (an output name the disk refuses, two
+    images with one output, a folder without images). The output folder is None for ``-o FILE.nii.gz``."""
     from ..batch.inputs import plan_outputs
     from ..io.paths import check_output
 
@@ -194,9 +194,11 @@ def _segment_outputs(
         if len(items) != 1 or Path(items[0]).is_dir():
             raise UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
-    elif not plan_outputs(items, output_dir):  # every output unique, before any work
+        return [Path(items[0])], [Path(output)], None, part
+    plan = plan_outputs(items, output_dir)  # every output unique, before any work
+    if not plan:
         raise UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
-    return output, output_dir, part
+    return [p for p, _ in plan], [o for _, o in plan], output_dir, part
 
 
 def _image_reporter(args: argparse.Namespace, rank_tag: str) -> Callable[[dict[str, Any]], None]:

@@ -26,10 +26,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import ResourceError, Vista3DInputError
+from ..io.nifti import ImageHeader, read_header
 from ..io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "check_network",
     "check_window",
     "check_image",
-    "check_images",
     "memory_available",
     "friendly_memory_error",
 ]
@@ -139,37 +138,30 @@ def check_environment() -> None:
         raise ResourceError(str(e)) from None
 
 
-def _image_needs(path: str | os.PathLike) -> tuple[int, int]:
-    """``(host bytes, device bytes)`` that reading and segmenting ``path`` take at least, from its header;
+def _image_needs(header: ImageHeader) -> tuple[int, int]:
+    """``(host bytes, device bytes)`` that reading and segmenting the image take at least, from its header;
     ``(0, 0)`` for a header whose data cannot be in the file (truncated: its load says so)."""
-    import nibabel as nib
-
-    header = nib.load(os.fspath(path)).header
-    shape = [int(s) for s in header.get_data_shape()]
-    spatial = (shape + [1, 1, 1])[:3]
-    zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
-    inflated = math.prod(shape) * np.dtype(header.get_data_dtype()).itemsize
-    size = os.path.getsize(path)
-    if inflated > (MAX_DEFLATE_RATIO * size + 4096 if str(path).lower().endswith(".gz") else size):
+    size = header.file_bytes
+    if header.inflated_bytes > (MAX_DEFLATE_RATIO * size + 4096 if header.gz else size):
         return 0, 0
-    itemsize = np.dtype(header.get_data_dtype()).itemsize
-    host = (itemsize + 4) * math.prod(spatial)  # one volume's data and its float32 copy
-    resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(spatial, zooms))
+    host = (header.itemsize + 4) * header.voxels  # one volume's data and its float32 copy
+    resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(header.spatial, header.zooms))
     return host, _BYTES_PER_NETWORK_VOXEL * resampled
 
 
-def check_image(path: str | os.PathLike, device: torch.device | str) -> None:
-    """Refuse an image whose inflated data or volume resampled to 1.5 mm cannot fit (read from the header only).
+def check_image(path: str | os.PathLike, device: torch.device | str, header: ImageHeader | None = None) -> None:
+    """Refuse an image whose inflated data or volume resampled to 1.5 mm cannot fit, from its header alone (read
+    here unless given: :func:`~monai.apps.vista3d.io.nifti.read_header`).
 
     A header that cannot be read is left to the image's own load, which says what is wrong with it.
 
     Raises:
         ResourceError: the image cannot fit; the message says how much it needs.
     """
-    try:
-        host, dev = _image_needs(path)
-    except Exception:  # noqa: BLE001 - an unreadable header fails as that image, with its own message
+    header = header if header is not None else read_header(path)
+    if header is None:
         return
+    host, dev = _image_needs(header)
     device = torch.device(device)
     if device.type == "cpu":
         host, dev = host + dev, 0
@@ -181,12 +173,6 @@ def check_image(path: str | os.PathLike, device: torch.device | str) -> None:
                 f"resampled to {_SPACING_MM} mm), {_gib(have)} are available; check the header's dim and pixdim, "
                 "or segment it on a machine with more memory"
             )
-
-
-def check_images(paths: Sequence[str | os.PathLike], device: torch.device | str) -> None:
-    """:func:`check_image` of every image, before the first is loaded."""
-    for p in paths:
-        check_image(p, device)
 
 
 def friendly_memory_error(e: BaseException) -> str | None:

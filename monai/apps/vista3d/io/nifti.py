@@ -30,6 +30,7 @@ import math
 import os
 import pathlib
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,13 +40,69 @@ from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
 from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
 
-__all__ = [
-    "load_image",
-    "AIR_HU",
-]
+__all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
 
 #: what non-finite voxels are read as with ``load_image(nonfinite="air")``, in HU
 AIR_HU = -1000.0
+
+
+@dataclass(frozen=True)
+class ImageHeader:
+    """What a NIfTI header says of its image, read once before any voxel is: enough to plan, shard and check it.
+
+    Attributes:
+        shape: the stored shape, trailing dimensions of size 1 past the third dropped.
+        itemsize: bytes per stored voxel.
+        zooms: the spatial voxel size (mm; 1 where the header has 0).
+        file_bytes: the size of the file on disk (compressed for ``.nii.gz``).
+        gz: whether the file is gzip-compressed.
+    """
+
+    shape: tuple[int, ...]
+    itemsize: int
+    zooms: tuple[float, float, float]
+    file_bytes: int
+    gz: bool
+
+    @property
+    def spatial(self) -> tuple[int, int, int]:
+        """The three spatial sizes (1 for a missing one)."""
+        s = (*self.shape, 1, 1, 1)
+        return s[0], s[1], s[2]
+
+    @property
+    def voxels(self) -> int:
+        """Voxels of one volume."""
+        return math.prod(self.spatial)
+
+    @property
+    def four_d(self) -> bool:
+        """Whether the file holds several volumes (a 4th dimension)."""
+        return len(self.shape) == 4
+
+    @property
+    def inflated_bytes(self) -> int:
+        """Bytes of every voxel the file stores, uncompressed."""
+        return math.prod(self.shape) * self.itemsize
+
+
+def read_header(path: str | os.PathLike) -> ImageHeader | None:
+    """The :class:`ImageHeader` of a NIfTI file, or None where it cannot be read (the image then fails at its
+    load, which says what is wrong with it)."""
+    import nibabel as nib
+
+    try:
+        header = nib.load(os.fspath(path)).header
+        shape = [int(s) for s in header.get_data_shape()]
+        zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
+        itemsize = np.dtype(header.get_data_dtype()).itemsize
+        size = os.path.getsize(path)
+    except Exception:  # noqa: BLE001 - any unreadable header is the load's to report
+        return None
+    while len(shape) > 3 and shape[-1] == 1:
+        shape.pop()
+    return ImageHeader(tuple(shape), itemsize, (zooms[0], zooms[1], zooms[2]), size,
+                       str(path).lower().endswith(".gz"))
 
 
 def load_image(
