@@ -90,5 +90,48 @@ class TestDependencies(unittest.TestCase):
         self.assertEqual((private, imported), ([], []))
 
 
+
+# The rooms of monai.apps.vista3d from the bottom up: a module imports only from its own room and those below it.
+APP = "monai.apps.vista3d"
+APP_ROOMS = ("errors", "inferer", "labels", "config", "io", "core", "batch", "server", "cli")
+
+
+def _room(module: str) -> str | None:
+    """The room of an app module (``monai.apps.vista3d.io.nifti`` -> ``io``); None for the package face."""
+    rest = module[len(APP) + 1:].split(".") if module.startswith(APP + ".") else []
+    return rest[0] if rest else None
+
+
+class TestAppLayers(unittest.TestCase):
+    def _modules(self):
+        for path in sorted((ROOT / "apps" / "vista3d").rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+            yield path, module.removesuffix(".__init__")
+
+    def test_every_module_has_a_room(self):
+        rooms = {_room(m) for _, m in self._modules()} - {None, "__main__"}
+        self.assertEqual(rooms - set(APP_ROOMS), set())
+
+    def test_imports_only_downward(self):
+        bad = []
+        for path, module in self._modules():
+            room = _room(module)
+            if room in (None, "__main__"):  # the package's face and ``python -m`` name what they hand on
+                continue
+            for name in _imports(path):
+                other = _room(name)
+                if other in APP_ROOMS and APP_ROOMS.index(other) > APP_ROOMS.index(room):
+                    bad.append(f"{module} imports {name}")
+        self.assertEqual(bad, [])
+
+    def test_no_private_name_of_another_module(self):
+        bad = []
+        for path, module in self._modules():
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and (node.level or node.module.startswith(APP)):
+                    bad += [f"{module} imports {node.module}.{a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+        self.assertEqual(bad, [])
+
 if __name__ == "__main__":
     unittest.main()

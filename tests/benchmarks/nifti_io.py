@@ -48,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from monai.apps.vista3d.cli.phantom import make_phantom_labels, write_phantom  # noqa: E402
 from monai.apps.vista3d.io import nifti as vio  # noqa: E402
+from monai.apps.vista3d.io.gzip_codec import available_cores  # noqa: E402
+from monai.apps.vista3d.io.nifti_write import save_label_map  # noqa: E402
 
 DEFAULT_CASES = "512x512x200@0.78x0.78x2.0,512x512x480@0.9x0.9x1.0"
 #: header fields that describe the voxel values and so differ between a CT and its label map
@@ -136,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = parse_cases(args.cases)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     codecs = (["isal"] if _has_isal() else []) + ["zlib"]
-    cores = vio.available_cores()
+    cores = available_cores()
     rows: list[dict[str, Any]] = []
 
     def add(case, op, impl, seconds, ref=None, nbytes=None):
@@ -253,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _save(labels: np.ndarray, geom: Any, out: Path, dtype: str, codec_name: str, threads: int) -> None:
     with codec(codec_name):
-        vio.save_label_map(labels, geom, out, dtype=dtype, threads=threads)
+        save_label_map(labels, geom, out, dtype=dtype, threads=threads)
 
 
 if __name__ == "__main__":

@@ -234,7 +234,7 @@ def embed_dim_of(network_kwargs: Any) -> int:
 
 @dataclass(frozen=True)
 class PipelineOptions:
-    """The per-run options of a :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline` (what its ``replace`` changes); every field
+    """The per-run options of a :class:`~.pipeline.Vista3DPipeline` (what its ``replace`` changes); every field
     is also a keyword of the pipeline.
 
     Attributes:
@@ -246,7 +246,7 @@ class PipelineOptions:
         timing: ask the sliding-window inferer for its own stage timings (``inference/<stage>``).
         output_dtype: voxel type of saved label maps: ``"uint8"`` (default; every label id and the 255 sentinel
             fit), ``"int16"``, or ``"float32"`` (what the bundle writes, 4x the bytes).
-        streaming: class prompts go through the streamed label-map path (:meth:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline.stream`),
+        streaming: class prompts go through the streamed label-map path (:meth:`~.Vista3DPipeline.stream`),
             which never holds all classes' logits for the whole volume; False keeps upstream's full-logits path
             with its out-of-memory fallback (``infer`` + ``postprocess``). Point prompts always use the latter.
         nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)

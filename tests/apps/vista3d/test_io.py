@@ -35,10 +35,12 @@ from monai.apps.vista3d.cli.phantom import (
     make_phantom_labels,
     write_phantom,
 )
+from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE
 from monai.apps.vista3d.core.postprocess import ClassMasks, pack_masks
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import label_transfer, nifti_read, nifti_write
 from monai.apps.vista3d.io import nifti as vio
+from monai.apps.vista3d.io.gzip_codec import available_cores
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
@@ -576,7 +578,7 @@ class TestSaveLabelMap(TempDirCase):
     def test_default_is_uint8(self):
         out = save_label_map(self.labels, self.geom, self.tmp / "seg.nii.gz")
         self.assertEqual(nib.load(out).get_data_dtype(), np.uint8)
-        self.assertEqual(vio.DEFAULT_OUTPUT_DTYPE, "uint8")
+        self.assertEqual(DEFAULT_OUTPUT_DTYPE, "uint8")
         np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), self.labels)
 
     @parameterized.expand([("contiguous", lambda a: a), ("strided", lambda a: a[:, :, ::-1])])
@@ -593,8 +595,8 @@ class TestSaveLabelMap(TempDirCase):
         self.assertEqual(sorted(p.name for p in self.tmp.iterdir()), ["ct.nii.gz", "seg.nii.gz"])  # no temporary
 
     def test_threads_default_to_the_cores(self):
-        self.assertGreaterEqual(vio.available_cores(), 1)
-        self.assertLessEqual(vio.available_cores(), os.cpu_count())
+        self.assertGreaterEqual(available_cores(), 1)
+        self.assertLessEqual(available_cores(), os.cpu_count())
 
     @parameterized.expand(
         [

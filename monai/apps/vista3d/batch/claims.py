@@ -11,7 +11,7 @@
 """Claims on outputs, so that processes sharing an output folder never write one file twice.
 
 Each output is claimed before its image is read (:func:`claim`, :class:`OutputClaims`): a POSIX record lock
-(``fcntl.lockf``) on a hidden ``.<output name>.lock`` beside it (:func:`~monai.apps.vista3d.io.paths.lock_path`), which the operating
+(``fcntl.lockf``) on a hidden ``.<output name>.lock`` beside it (:func:`~.paths.lock_path`), which the operating
 system drops when its process ends, so a killed process never blocks its rerun; an output claimed by another live
 process is reported ``busy``, not redone, and one written meanwhile is skipped. A part's summary is claimed the
 same way (:func:`claim_summary`): a second process given the same part writes another file, so neither summary

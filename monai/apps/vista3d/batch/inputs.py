@@ -106,7 +106,9 @@ def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> l
 
 
 def plan_outputs(
-    inputs: str | os.PathLike | Sequence[str | os.PathLike], output_dir: str | os.PathLike, postfix: str = OUTPUT_POSTFIX
+    inputs: str | os.PathLike | Sequence[str | os.PathLike],
+    output_dir: str | os.PathLike,
+    postfix: str = OUTPUT_POSTFIX,
 ) -> list[tuple[Path, Path]]:
     """``(image, output)`` for every input, each output unique; checked before any work starts.
 

@@ -15,7 +15,7 @@ A batch of ``n`` images is cut into ``N`` parts numbered from 0 (as nnU-Net's ``
 sorted by a stable key such as the output path relative to the output folder, balanced by voxel count), so N
 processes started anywhere, at any time, need no communication. Parts may share an output folder: each output is
 claimed before it is written (:mod:`~monai.apps.vista3d.batch.claims`), each part writes its own summary
-(:func:`~monai.apps.vista3d.io.paths.part_summary_name`), and :mod:`~monai.apps.vista3d.batch.summary_merge` makes one table of them.
+(:func:`~.paths.part_summary_name`), and :mod:`~.summary_merge` makes one table of them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ whose output exists (restartable), isolates failures per image, and has rank 0 w
 from all ranks. Without ``torchrun`` (or with one process) it runs everything locally, with no process group.
 Images that fail before saving leave no file.
 
-``part=(i, N)`` takes one part of a split for a cluster (see :mod:`monai.apps.vista3d.batch.parts`); one part or all, each output is
+``part=(i, N)`` takes one part of a split for a cluster (see :mod:`~.parts`); one part or all, each output is
 claimed before its image is read, so processes that share the output folder never write one file twice.
 
 Example::

@@ -28,7 +28,16 @@ from .claims import claim_summary
 from .image_record import ImageRecord
 from .summary_merge import keep_earlier_done
 
-__all__ = ["SUMMARY_MARK", "check_summary_path", "BatchResult", "counting_reporter", "print_record", "remove_empty", "stopped_records", "write_summary"]
+__all__ = [
+    "SUMMARY_MARK",
+    "check_summary_path",
+    "BatchResult",
+    "counting_reporter",
+    "print_record",
+    "remove_empty",
+    "stopped_records",
+    "write_summary",
+]
 
 
 def remove_empty(folders: list[Path]) -> None:
@@ -184,7 +193,7 @@ class BatchResult:
 def write_summary(path: Path, result: BatchResult) -> Path:
     """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
     (of the same part, or another whole run) wrote ``path`` since this run began (see
-    :func:`~monai.apps.vista3d.batch.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
+    :func:`~.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
     path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
     try:
         _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())

@@ -41,7 +41,7 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
     An image (its output) counts once, with the first of done, skipped, failed, busy that any summary reports
     for it: an image failed or busy in one run and done in a later one is done. With ``check_disk`` an image
     reported done or skipped counts as an output only when its label map and masks are on disk and whole
-    (:func:`~monai.apps.vista3d.io.nifti.output_problem`); the others are listed in ``not_on_disk`` (output -> what is wrong).
+    (:func:`~.nifti.output_problem`); the others are listed in ``not_on_disk`` (output -> what is wrong).
 
     Returns:
         ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...], "interrupted_parts":

@@ -84,7 +84,8 @@ def _add_network(p: argparse.ArgumentParser, sw_batch_size: bool = True) -> None
                                                    "the network has random weights and a warning says so")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--embed-dim", type=int, default=None,
-                   help=f"vista3d132 encoder_embed_dim (default {DEFAULT_EMBED_DIM}, the bundle's; must match --weights)")
+                   help=f"vista3d132 encoder_embed_dim (default {DEFAULT_EMBED_DIM}, the bundle's; must match "
+                        "--weights)")
     p.add_argument("--roi-size", default=None,
                    help=f"window size, e.g. 128 or 128,128,96 (default {DEFAULT_ROI_SIZE[0]}, the bundle's; 64 in the "
                         "CPU benchmark)")

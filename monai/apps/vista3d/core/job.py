@@ -54,11 +54,11 @@ class SegmentJob:
         network: a caller's network instead of ``vista3d132`` (``network_kwargs`` is then unused).
         resample_dtype: floating type of the resampling.
         warn_random: warn when the network has random weights.
-        fuse: run the network's fused path where it can (see :class:`~monai.apps.vista3d.core.pipeline.Vista3DPipeline`).
+        fuse: run the network's fused path where it can (see :class:`~.pipeline.Vista3DPipeline`).
 
     Raises:
-        SettingError: a device, weights file, width or window ``vista3d132`` cannot run (the message names the field), or
-            ``per_class`` without classes.
+        SettingError: a device, weights file, width or window ``vista3d132`` cannot run (the message names the
+            field), or ``per_class`` without classes.
         ResourceError: the network or one window cannot fit on the device.
     """
 

@@ -35,7 +35,7 @@ def check_network_kwargs(network_kwargs: dict | None) -> None:
     """Refuse a ``vista3d132`` width the network cannot be built with, before building it.
 
     Raises:
-        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~monai.apps.vista3d.config.check_embed_dim`).
+        SettingError: ``encoder_embed_dim`` is not a positive multiple of 8 (see :func:`~.config.check_embed_dim`).
     """
     embed_dim_of(network_kwargs)
 

@@ -13,13 +13,13 @@
 Stages (each a method, each timed by :meth:`Vista3DPipeline.segment`): load -> preprocess (1.5 mm, foreground
 crop, HU scaling, RAS) -> infer (sliding-window VISTA3D, or the point-window inferer for clicks) -> postprocess
 (logits -> label ids) -> invert (back onto the input grid) -> save (input's affine and header). Each stage is one
-room's function (:mod:`monai.apps.vista3d.io.load_policy`, :mod:`monai.apps.vista3d.core.preprocess`, :mod:`monai.apps.vista3d.core.window_pass`, :mod:`monai.apps.vista3d.core.postprocess`,
-:mod:`monai.apps.vista3d.io.nifti_write`); :meth:`~Vista3DPipeline.segment` calls them in turn, so an image leaves the pipeline once per
+room's function (:mod:`~.load_policy`, :mod:`~.preprocess`, :mod:`~.window_pass`, :mod:`~.postprocess`,
+:mod:`~.nifti_write`); :meth:`~Vista3DPipeline.segment` calls them in turn, so an image leaves the pipeline once per
 stage and never comes back through its methods. A run returns a :class:`SegmentationResult`; the pipeline itself
 keeps no per-image state. Many files go through :func:`monai.apps.vista3d.batch.run.run_batch`.
 
 With ``per_class=True`` a class prompt also gives one mask per class (``result.masks``, a
-:class:`~monai.apps.vista3d.core.postprocess.ClassMasks`: label id -> ``[X, Y, Z]`` bool on the input grid), each class thresholded on its
+:class:`~.postprocess.ClassMasks`: label id -> ``[X, Y, Z]`` bool on the input grid), each class thresholded on its
 own, so structures that overlap (a vessel inside an organ) are all kept; ``segment_file`` writes them as
 ``<output_dir>/<name>/<class name>.nii.gz`` beside the label map.
 
@@ -99,7 +99,7 @@ class Vista3DPipeline:
             transpose=True)``; None builds ``vista3d132(**network_kwargs)``.
         weights: checkpoint to load into the network (strict; see :func:`load_checkpoint`). Without it a
             built network keeps random weights and a warning says so.
-        device: where to compute (see :func:`~monai.apps.vista3d.config.resolve_device`); None picks CUDA when available.
+        device: where to compute (see :func:`~.config.resolve_device`); None picks CUDA when available.
         options: the per-run options (:class:`PipelineOptions`: window size, overlap, batch, amp, output type, ...).
         network_kwargs: arguments of ``vista3d132`` when building the network.
         resample_dtype: floating type of the resampling (float32; float64 reproduces MONAI to the bit).
@@ -183,7 +183,7 @@ class Vista3DPipeline:
     ) -> tuple[torch.Tensor, ImageGeometry]:
         """Read a NIfTI file onto the pipeline's device: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
-        See :func:`~monai.apps.vista3d.io.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the
+        See :func:`~.load_policy.load_input`, the one load policy of the app; ``nonfinite`` defaults to the
         pipeline's.
         """
         return load_input(path, self.device, volume_index, nonfinite or self.nonfinite)
@@ -231,7 +231,7 @@ class Vista3DPipeline:
                 ``point_based_window_inferer``).
             point_start: with points, windows are placed around the points from this index on only (the earlier
                 ones shaped ``prev_mask``); every point is still given to the network.
-            network: called in the network's place (e.g. a :class:`~monai.apps.vista3d.core.session.WindowFeatureCache` around it).
+            network: called in the network's place (e.g. a :class:`~.session.WindowFeatureCache` around it).
 
         Returns:
             ``([1, C, X, Y, Z] logits, what ran)``; the logits are NaN where the point inferer has no window
@@ -303,7 +303,7 @@ class Vista3DPipeline:
         Args:
             image: ``[1, X, Y, Z]`` or ``[X, Y, Z]`` image in HU, or a ``.nii`` / ``.nii.gz`` path.
             affine: ``[4, 4]`` voxel-to-world (RAS mm) affine of a tensor image.
-            classes: a :class:`~monai.apps.vista3d.core.prompts.Prompt` (parsed once for many images), or the class prompt:
+            classes: a :class:`~.prompts.Prompt` (parsed once for many images), or the class prompt:
                 ``"everything"`` for the bundle's 117 labels; with points one class or None.
             points: ``"x,y,z;..."`` or ``[N, 3]`` voxel indices of ``image``.
             point_labels: ``"1,0,..."`` or ``[N]``, one per point.
@@ -379,7 +379,7 @@ class Vista3DPipeline:
         """Segment one NIfTI file and write ``output_dir/<name>/<name>_trans.nii.gz``.
 
         With ``per_class`` it also writes one uint8 mask per prompted class, ``output_dir/<name>/<class
-        name>.nii.gz`` (names of the label list, spaces as underscores; see :func:`~monai.apps.vista3d.io.nifti.class_mask_paths`).
+        name>.nii.gz`` (names of the label list, spaces as underscores; see :func:`~.nifti.class_mask_paths`).
 
         Returns:
             the result, with ``output`` the file written (and ``mask_outputs`` the masks) and ``timings["save"]``.

@@ -116,7 +116,7 @@ def to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
 
 
 def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:
-    """``labels`` on the host, ready for :func:`~monai.apps.vista3d.io.nifti_write.save_label_map` to write as ``dtype``.
+    """``labels`` on the host, ready for :func:`~.nifti_write.save_label_map` to write as ``dtype``.
 
     A label map on the input grid is range-checked, cast and laid out in file order where it is, and crosses to
     the host as one copy in the narrowest type that holds it (see :func:`to_host_file_order`): a GPU map moves

@@ -25,7 +25,7 @@ __all__ = ["load_options", "load_input", "as_compute_layout"]
 
 
 def load_options(device: torch.device) -> dict[str, Any]:
-    """Keyword arguments of :func:`~monai.apps.vista3d.io.nifti.load_image` for images computed on ``device``: the one load policy.
+    """Keyword arguments of :func:`~.nifti.load_image` for images computed on ``device``: the one load policy.
 
     An accelerator gets the stored values in file order and converts them itself (only the stored bytes cross,
     slab by slab while the file inflates; :meth:`Vista3DPipeline.preprocess` converts them there). On the CPU

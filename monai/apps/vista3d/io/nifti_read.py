@@ -27,7 +27,16 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
-__all__ = ["COPY_TILE", "convert_slab", "header_from_bytes", "read_gzip_nifti", "read_voxels", "vox_offset", "MAX_DEFLATE_RATIO", "host_memory_available"]
+__all__ = [
+    "COPY_TILE",
+    "convert_slab",
+    "header_from_bytes",
+    "read_gzip_nifti",
+    "read_voxels",
+    "vox_offset",
+    "MAX_DEFLATE_RATIO",
+    "host_memory_available",
+]
 
 _SPATIAL_UNITS_MM = {"mm", "unknown"}
 

@@ -78,7 +78,8 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
     """
     p = pathlib.Path(path)
     if not p.name.endswith((".nii", ".nii.gz")):
-        raise OutputPathError(f"{p}: an output file name must end with .nii.gz or .nii, in lower case; e.g. seg.nii.gz.")
+        raise OutputPathError(f"{p}: an output file name must end with .nii.gz or .nii, in lower case; e.g. "
+                              "seg.nii.gz.")
     folder = p.parent
     while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
         folder = folder.parent
