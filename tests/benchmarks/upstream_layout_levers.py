@@ -17,11 +17,8 @@ profile of the last variant by kernel.
     PYTHONPATH=/tmp/up python3 tests/benchmarks/upstream_layout_levers.py 14
 """
 import sys
-
 import torch
-
 from monai.networks.nets import vista3d132
-
 torch.manual_seed(0)
 dev = torch.device("cuda")
 net = vista3d132().to(dev).eval()
@@ -69,8 +66,7 @@ for m in norms: m.forward = fast_norm_forward(m)
 net.to(memory_format=torch.channels_last_3d)
 t, o = timed(lambda: run(True)); res["fp16 norms + channels_last + cudnn.benchmark"] = (t, (o.float() - ref).abs().max().item()); del o
 # profile the best variant by op
-from torch.profiler import ProfilerActivity, profile
-
+from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CUDA]) as prof:
     run(True); torch.cuda.synchronize()
 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=60))

@@ -19,11 +19,7 @@ from unittest import mock
 import torch
 from parameterized import parameterized
 
-from monai.inferers import (
-    SlidingWindowInferer,
-    SlidingWindowInfererAdapt,
-    plan_sliding_windows,
-)
+from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt, plan_sliding_windows
 from monai.utils import StageTimer, format_timings
 
 STAGES = ("prepare", "forward", "stitch", "finalize")

@@ -18,10 +18,7 @@ import torch
 from parameterized import parameterized
 
 from monai.inferers import SlidingWindowInfererAdapt
-from tests.networks.tiny_vista3d import (
-    load_testing_data,
-    tiny_vista3d_with_recorded_weights,
-)
+from tests.networks.tiny_vista3d import load_testing_data, tiny_vista3d_with_recorded_weights
 
 
 class TestSlidingWindowVista3D(unittest.TestCase):

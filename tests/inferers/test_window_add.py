@@ -17,11 +17,7 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from monai.inferers import (
-    SlidingWindowInferer,
-    SlidingWindowInfererAdapt,
-    sliding_window_inference,
-)
+from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt, sliding_window_inference
 from monai.inferers.window_add import add_window, add_window_supported
 from monai.networks.kernels import unavailable_reason
 

@@ -18,24 +18,9 @@ import torch
 from parameterized import parameterized
 from torch import nn
 
-from monai.networks.blocks import (
-    ADN,
-    Convolution,
-    MLPBlock,
-    Swish,
-    UnetrBasicBlock,
-    UpSample,
-)
+from monai.networks.blocks import ADN, Convolution, MLPBlock, Swish, UnetrBasicBlock, UpSample
 from monai.networks.blocks.dynunet_block import get_output_padding, get_padding
-from monai.networks.layers import (
-    Act,
-    Conv,
-    Norm,
-    get_act_layer,
-    get_dropout_layer,
-    get_norm_layer,
-    split_args,
-)
+from monai.networks.layers import Act, Conv, Norm, get_act_layer, get_dropout_layer, get_norm_layer, split_args
 
 
 class TestFactories(unittest.TestCase):

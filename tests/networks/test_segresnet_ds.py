@@ -19,11 +19,7 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.nets import SegResEncoder, SegResNetDS, SegResNetDS2
-from monai.networks.nets.segresnet_ds import (
-    SegResBlock,
-    aniso_kernel,
-    scales_for_resolution,
-)
+from monai.networks.nets.segresnet_ds import SegResBlock, aniso_kernel, scales_for_resolution
 
 DS_CASES = [
     # kwargs, input shape

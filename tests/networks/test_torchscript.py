@@ -8,7 +8,7 @@ import unittest
 import torch
 from parameterized import parameterized
 
-from monai.networks.blocks import UnetBasicBlock, UnetrBasicBlock, UnetResBlock
+from monai.networks.blocks import UnetBasicBlock, UnetResBlock, UnetrBasicBlock
 from monai.networks.nets import SegResNetDS
 
 CASES = [

@@ -21,12 +21,7 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.nets import vista3d132
-from tests.networks.tiny_vista3d import (
-    TESTING_DATA,
-    build_tiny_vista3d,
-    load_testing_data,
-    to_slices,
-)
+from tests.networks.tiny_vista3d import TESTING_DATA, build_tiny_vista3d, load_testing_data, to_slices
 
 PARITY = load_testing_data("vista3d_tiny_parity.pt")
 EXTRA = load_testing_data("vista3d_tiny_parity_extra.pt")

@@ -13,6 +13,7 @@ import itertools
 import shutil
 import sys
 import tempfile
+import textwrap
 import types
 import unittest
 from pathlib import Path

@@ -32,10 +32,7 @@ from parameterized import parameterized
 import monai
 from monai.networks.kernels import conv3d_resident
 from monai.networks.kernels.conv3d import conv3x3x3_weights
-from monai.networks.kernels.conv3d_resident import (
-    conv3x3x3_resident,
-    resident_unavailable_reason,
-)
+from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 REASON = resident_unavailable_reason(DEVICE)

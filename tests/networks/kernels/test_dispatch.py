@@ -24,12 +24,7 @@ from parameterized import parameterized
 
 from monai.networks.kernels import dispatch
 from monai.networks.kernels.conv3d import FUSED_LAUNCHES, ConvLaunch
-from monai.networks.kernels.dispatch import (
-    FusedConfig,
-    check_config,
-    choose_conv3x3x3,
-    conv3x3x3_dispatch,
-)
+from monai.networks.kernels.dispatch import FusedConfig, check_config, choose_conv3x3x3, conv3x3x3_dispatch
 from monai.networks.kernels.padded_weights import PaddedWeights
 
 

@@ -19,12 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from parameterized import parameterized
 
-from monai.networks.kernels import (
-    PaddedWeights,
-    image_channels,
-    pad_channels,
-    padded_channels,
-)
+from monai.networks.kernels import PaddedWeights, image_channels, pad_channels, padded_channels
 
 
 class TestPaddedWeights(unittest.TestCase):

@@ -16,10 +16,10 @@ from unittest import mock
 
 import torch
 from parameterized import parameterized
-from tests.test_utils import assert_allclose
 
 from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt
 from monai.inferers.inferer import format_window_timings
+from tests.test_utils import assert_allclose
 
 KEYS = {"total", "forward", "other", "windows", "batches", "sw_batch_size", "synchronized"}
 

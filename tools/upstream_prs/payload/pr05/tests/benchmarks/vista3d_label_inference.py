@@ -32,9 +32,9 @@ import time
 from pathlib import Path
 
 import torch
-from monai.apps.vista3d.transforms import VistaPostTransformd
 
 from monai.apps.vista3d.inferer import sliding_window_label_inference
+from monai.apps.vista3d.transforms import VistaPostTransformd
 from monai.inferers import sliding_window_inference
 from monai.networks.nets import vista3d132
 

@@ -15,10 +15,10 @@ import unittest
 
 import torch
 from parameterized import parameterized
-from tests.test_utils import assert_allclose
 
 from monai.networks import eval_mode
 from monai.networks.nets.vista3d import ClassMappingClassify
+from tests.test_utils import assert_allclose
 
 # (classes, windows, feature_size, use_mlp): one class and one channel are the shapes squeeze() got wrong
 CASES = [

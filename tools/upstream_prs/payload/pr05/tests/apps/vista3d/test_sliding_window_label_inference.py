@@ -15,15 +15,15 @@ import math
 import unittest
 
 import torch
-from monai.apps.vista3d.transforms import VistaPostTransformd
-from monai.data import MetaTensor
 from parameterized import parameterized
-from tests.test_utils import assert_allclose
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from monai.apps.vista3d.inferer import sliding_window_label_inference
+from monai.apps.vista3d.transforms import VistaPostTransformd
+from monai.data import MetaTensor
 from monai.inferers import sliding_window_inference
+from tests.test_utils import assert_allclose
 
 
 class RandomLogits(torch.nn.Module):
