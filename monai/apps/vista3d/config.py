@@ -44,7 +44,6 @@ __all__ = [
     "check_embed_dim",
     "embed_dim_of",
     "DEFAULT_EMBED_DIM",
-    "FIELD_FLAGS",
     "TorchrunEnv",
     "resolve_device",
     "DEFAULT_OUTPUT_DTYPE",
@@ -74,18 +73,6 @@ DEFAULT_OVERLAP: float = float(_BUNDLE["inference"]["overlap"])
 OUTPUT_POSTFIX: str = str(_BUNDLE["postprocessing"]["output_postfix"])
 #: the ``vista3d132`` width of the published checkpoint, and so of a network built without ``encoder_embed_dim``
 DEFAULT_EMBED_DIM = 48
-#: the command-line flag of each field (``vista3d`` and ``vista3d serve`` name them alike)
-FIELD_FLAGS = {
-    "roi_size": "--roi-size",
-    "overlap": "--overlap",
-    "sw_batch_size": "--sw-batch-size",
-    "output_dtype": "--output-dtype",
-    "nonfinite": "--strict",
-    "device": "--device",
-    "encoder_embed_dim": "--embed-dim",
-    "per_class": "--per-class",
-    "weights": "--weights",
-}
 
 
 class SettingError(Vista3DInputError):
@@ -165,7 +152,7 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
         if dev.index is None and env.local_rank is not None:
             ranks = env.local_world_size or env.local_rank + 1
             raise ResourceError(f"torchrun started {ranks} ranks on this node but it has {count} GPUs; start at most "
-                                f"{count} (--nproc_per_node={count}) or run on the CPU (--device cpu).")
+                                f"{count} (--nproc_per_node={count}) or run on the CPU (device='cpu').")
         raise SettingError("device", f"'cuda:{index}' does not exist: this machine has {count} GPUs.")
     return torch.device("cuda", index)
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import DEFAULT_EMBED_DIM, DEFAULT_ROI_SIZE, FIELD_FLAGS, SettingError
+from ..config import DEFAULT_EMBED_DIM, DEFAULT_ROI_SIZE, SettingError
 from ..errors import (
     ClassPromptError,
     OutputCollisionError,
@@ -58,6 +58,7 @@ from .benchmark import (
 )
 from .parser import (
     COMMANDS,
+    FIELD_FLAGS,
     UsageError,
     build_parser,
     embed_dim_or,

@@ -45,11 +45,25 @@ __all__ = [
     "embed_dim_or",
     "joined_points",
     "job_from_flags",
+    "FIELD_FLAGS",
 ]
 
 #: the commands; without one, ``segment`` is meant
 COMMANDS = ("segment", "benchmark", "summary", "prepare", "serve")
 
+
+#: the flag of each setting's field (a SettingError names the field; every command names it by this flag)
+FIELD_FLAGS = {
+    "roi_size": "--roi-size",
+    "overlap": "--overlap",
+    "sw_batch_size": "--sw-batch-size",
+    "output_dtype": "--output-dtype",
+    "nonfinite": "--strict",
+    "device": "--device",
+    "encoder_embed_dim": "--embed-dim",
+    "per_class": "--per-class",
+    "weights": "--weights",
+}
 
 def program_name() -> str:
     """The name the user typed: ``vista3d`` for the console script, else the module form."""
