@@ -19,8 +19,7 @@ as the pipeline's stages called with the same clicks and previous logits.
 
 Example::
 
-    from monai.apps.vista3d import Vista3DPipeline
-    from monai.apps.vista3d import Vista3DSession
+    from monai.apps.vista3d import Vista3DPipeline, Vista3DSession
 
     session = Vista3DSession(Vista3DPipeline(weights="model.pt"), "ct.nii.gz")
     labels = session.click([[210, 180, 60]], [1])  # the structure under the click
@@ -43,6 +42,7 @@ from monai.utils.profiling import StageTimer
 from ..errors import PromptError, Vista3DInputError
 from ..io.image_geometry import ImageGeometry
 from ..labels import parse_classes
+from .pipeline import Vista3DPipeline
 from .prompts import ClassSpec, Prompt, parse_points
 
 __all__ = ["Vista3DSession", "WindowFeatureCache"]
@@ -133,7 +133,7 @@ class Vista3DSession:
 
     def __init__(
         self,
-        pipeline: Any,
+        pipeline: Vista3DPipeline,
         image: torch.Tensor | np.ndarray | str | os.PathLike,
         affine: np.ndarray | torch.Tensor | None = None,
         volume_index: int | None = None,
