@@ -17,11 +17,10 @@ from unittest import mock
 import torch
 from parameterized import parameterized
 
-from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt
-from monai.inferers.inferer import format_window_timings
-from tests.test_utils import assert_allclose
+from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt, format_window_timings
+from tests.test_utils import assert_allclose, skip_if_no_cuda
 
-KEYS = {"total", "forward", "other", "windows", "batches", "sw_batch_size", "synchronized"}
+KEYS = {"total", "forward", "other", "sync", "windows", "batches", "sw_batch_size", "synchronized"}
 
 # (input shape, roi, sw_batch_size, extra inferer arguments)
 CASES = [
@@ -34,7 +33,7 @@ CASES = [
 
 
 class CountingNet:
-    """Doubles its input; records the windows of every call."""
+    """Doubles its input; records the number of windows of every call."""
 
     def __init__(self):
         self.calls: list[int] = []
@@ -50,14 +49,16 @@ class TestSlidingWindowTiming(unittest.TestCase):
         x = torch.rand(shape)
         net = CountingNet()
         timed = SlidingWindowInferer(roi, sw_batch_size, timing=True, **kwargs)
-        out = timed(x, net)
+        with mock.patch("torch.cuda.synchronize") as synchronize:
+            out = timed(x, net)
         t = timed.timings
         self.assertEqual(set(t), KEYS)
-        self.assertEqual(t["batches"], len(net.calls))
-        self.assertEqual(t["windows"], sum(net.calls))
+        self.assertEqual((t["batches"], t["windows"]), (len(net.calls), sum(net.calls)))
         self.assertEqual(t["sw_batch_size"], sw_batch_size)
         self.assertGreaterEqual(t["total"], t["forward"])
         self.assertAlmostEqual(t["other"], t["total"] - t["forward"])
+        # windows on the CPU: nothing is synchronised, so the measurement adds no waiting
+        self.assertEqual((t["synchronized"], t["sync"], synchronize.call_count), ([], 0.0, 0))
         untimed = SlidingWindowInferer(roi, sw_batch_size, **kwargs)
         assert_allclose(out, untimed(x, CountingNet()), rtol=0, atol=0)
 
@@ -80,9 +81,7 @@ class TestSlidingWindowTiming(unittest.TestCase):
             inferer(torch.rand(1, 1, 16, 16, 16), slow_net)
         t = inferer.timings
         self.assertEqual(t["batches"], 4)  # 8 windows, 2 per call
-        self.assertEqual(t["forward"], 4.0)
-        self.assertEqual(t["total"], 4.0)
-        self.assertEqual(t["other"], 0.0)
+        self.assertEqual((t["forward"], t["total"], t["other"]), (4.0, 4.0, 0.0))
 
     def test_logged_as_one_info_line(self):
         inferer = SlidingWindowInferer((8, 8, 8), 8, overlap=0.0, timing=True)
@@ -107,19 +106,28 @@ class TestSlidingWindowTiming(unittest.TestCase):
         net = CountingNet()
         inferer = SlidingWindowInfererAdapt((8, 8, 8), 4, overlap=0.0, timing=True)
         out = inferer(torch.rand(1, 1, 16, 16, 16), net)
-        self.assertEqual(inferer.timings["windows"], 8)
-        self.assertEqual(inferer.timings["batches"], 2)
+        self.assertEqual((inferer.timings["windows"], inferer.timings["batches"]), (8, 2))
         self.assertEqual(net.calls, [4, 4])
         self.assertEqual(tuple(out.shape), (1, 1, 16, 16, 16))
 
     def test_format(self):
-        t = {"total": 0.2, "forward": 0.15, "other": 0.05, "windows": 8, "batches": 2, "sw_batch_size": 4}
-        line = format_window_timings({**t, "synchronized": False})
+        t = {"total": 0.2, "forward": 0.15, "other": 0.05, "sync": 0.001, "windows": 8, "batches": 2}
+        line = format_window_timings({**t, "sw_batch_size": 4, "synchronized": []})
         self.assertEqual(
             line,
-            "total 200.0 ms | forward 150.0 ms (75%), other 50.0 ms (25%) | "
-            "windows 8, batches 2, sw_batch_size 4, synchronized False",
+            "total 200.0 ms | forward 150.0 ms (75%), other 50.0 ms (25%) | sync 1.0 ms | "
+            "windows 8, batches 2, sw_batch_size 4",
         )
+
+    @skip_if_no_cuda
+    def test_synchronises_only_the_windows_device(self):
+        x = torch.rand(1, 1, 16, 16, 16, device="cuda:0")
+        inferer = SlidingWindowInferer((8, 8, 8), 4, overlap=0.0, timing=True)
+        with mock.patch("torch.cuda.synchronize") as synchronize:
+            inferer(x, CountingNet())
+        self.assertEqual(inferer.timings["synchronized"], ["cuda:0"])
+        self.assertTrue(all(c.args == (torch.device("cuda:0"),) for c in synchronize.call_args_list))
+        self.assertEqual(synchronize.call_count, 2 + 2 * inferer.timings["batches"])
 
 
 if __name__ == "__main__":

@@ -30,6 +30,9 @@ PROMPTS = {
         "point_labels": torch.tensor([[1], [0]]),
     },
 }
+# torch.cuda.empty_cache() calls of one forward: the encoder's, and the point head's two (after downsampling the
+# features, before each chunk of max_prompt prompts)
+CALLS = {"class": 1, "points": 3, "mixed": 3}
 
 
 def tiny_vista3d(**kwargs) -> VISTA3D:
@@ -50,51 +53,32 @@ class TestReleaseCachedMemory(unittest.TestCase):
         return out, empty_cache.call_count
 
     @parameterized.expand(PROMPTS.keys())
-    def test_no_empty_cache_by_default(self, mode):
-        _, calls = self.run_counting(tiny_vista3d(), PROMPTS[mode])
-        self.assertEqual(calls, 0)
+    def test_default_keeps_every_call(self, mode):
+        net = tiny_vista3d()
+        self.assertTrue(net.release_cached_memory)
+        _, calls = self.run_counting(net, PROMPTS[mode])
+        self.assertEqual(calls, CALLS[mode])
 
     @parameterized.expand(PROMPTS.keys())
-    def test_opt_in_keeps_1_6_1_calls_and_outputs(self, mode):
+    def test_opt_out_skips_the_calls_same_outputs(self, mode):
         net = tiny_vista3d()
         out_default, _ = self.run_counting(net, PROMPTS[mode])
-        net.release_cached_memory = True
-        out_released, calls = self.run_counting(net, PROMPTS[mode])
-        # the encoder's call, plus the point head's two (after downsampling, before each chunk of prompts)
-        self.assertEqual(calls, 1 if mode == "class" else 3)
-        self.assertTrue(torch.equal(out_default, out_released))
+        net.release_cached_memory = False
+        out_kept, calls = self.run_counting(net, PROMPTS[mode])
+        self.assertEqual(calls, 0)
+        self.assertTrue(torch.equal(out_default, out_kept))
 
     def test_constructor_sets_both_heads(self):
-        net = tiny_vista3d(release_cached_memory=True)
-        self.assertTrue(net.release_cached_memory)
-        self.assertTrue(net.point_head.release_cached_memory)
-        net.release_cached_memory = False
+        net = tiny_vista3d(release_cached_memory=False)
+        self.assertFalse(net.release_cached_memory)
         self.assertFalse(net.point_head.release_cached_memory)
+        net.release_cached_memory = True
+        self.assertTrue(net.point_head.release_cached_memory)
 
-    def test_generic_point_head_is_left_alone(self):
-        net = VISTA3D(torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity(), release_cached_memory=True)
-        self.assertTrue(net.release_cached_memory)
+    def test_other_point_head_is_left_alone(self):
+        net = VISTA3D(torch.nn.Identity(), torch.nn.Identity(), torch.nn.Identity(), release_cached_memory=False)
+        self.assertFalse(net.release_cached_memory)
         self.assertFalse(hasattr(net.point_head, "release_cached_memory"))
-
-
-class TestSharedBottleneck(unittest.TestCase):
-    def test_both_decoders_equal_each_alone(self):
-        torch.manual_seed(0)
-        net = SegResNetDS2(in_channels=1, blocks_down=(1, 1, 1), norm="instance", out_channels=4, init_filters=4)
-        x = torch.randn(2, 1, 16, 16, 16)
-        with eval_mode(net), torch.no_grad():
-            point, auto = net(x, with_point=True, with_label=True)
-            point_alone, _ = net(x, with_point=True, with_label=False)
-            _, auto_alone = net(x, with_point=False, with_label=True)
-        self.assertTrue(torch.equal(point, point_alone))
-        self.assertTrue(torch.equal(auto, auto_alone))
-
-    def test_no_copy_of_the_bottleneck(self):
-        net = SegResNetDS2(in_channels=1, blocks_down=(1, 1), norm="instance", out_channels=4, init_filters=4)
-        with mock.patch.object(torch.Tensor, "clone", side_effect=AssertionError("bottleneck copied")), eval_mode(
-            net
-        ), torch.no_grad():
-            net(torch.randn(1, 1, 8, 8, 8), with_point=True, with_label=True)
 
 
 if __name__ == "__main__":
