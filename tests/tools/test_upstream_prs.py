@@ -95,7 +95,7 @@ class PositionEmbeddingRandom(nn.Module):
         self.register_buffer("frequencies", scale * torch.randn((3, n)))
 '''
 
-SEGRESNET_DS_PY = '''
+SEGRESNET_DS_PY = """
 import torch
 from torch import nn
 
@@ -112,7 +112,7 @@ class SegResNetDS2(nn.Module):
         if with_label:
             outputs_auto.append(x + 1)
         return outputs, outputs_auto
-'''
+"""
 
 INFERER_PY = '''
 from __future__ import annotations
@@ -165,13 +165,13 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
         return super().__call__(inputs, network, *args, **kwargs)
 '''
 
-INFERERS_INIT_PY = '''
+INFERERS_INIT_PY = """
 from __future__ import annotations
 
 from .inferer import SlidingWindowInferer, SlidingWindowInfererAdapt
-'''
+"""
 
-INFERERS_RST = '''
+INFERERS_RST = """
 Inferers
 --------
 
@@ -179,7 +179,7 @@ Sliding Window Inference Function
 ---------------------------------
 
 .. autofunction:: monai.inferers.sliding_window_inference
-'''
+"""
 
 VISTA3D_INFERER_PY = '''
 from __future__ import annotations
@@ -216,7 +216,7 @@ def point_based_window_inferer(
     return total
 '''
 
-TRANSFORMS_UTILS_PY = '''
+TRANSFORMS_UTILS_PY = """
 from __future__ import annotations
 
 import itertools
@@ -260,7 +260,7 @@ def keep_components_with_positive_points(img):
         features = torch.from_numpy(features).to(img.device)
         img[c][pos_mask & (features != 1)] = 0
     return img
-'''
+"""
 
 TREE = {
     prs.VISTA3D: VISTA3D_PY,
@@ -337,7 +337,9 @@ class TestEdits(unittest.TestCase):
     def test_timing_option(self):
         source = edited(timing_pr.INFERER, "inferer-sliding-window-timing")
         self.assertLess(source.index("import time"), source.index("import warnings"))
-        self.assertIn('__all__ = ["SlidingWindowInferer", "SlidingWindowInfererAdapt", "format_window_timings"]', source)
+        self.assertIn(
+            '__all__ = ["SlidingWindowInferer", "SlidingWindowInfererAdapt", "format_window_timings"]', source
+        )
         module = load(source, "inferer_timing")
         calls = []
 
@@ -372,7 +374,9 @@ class TestEdits(unittest.TestCase):
 
     def test_timing_exported_and_documented(self):
         init = edited(timing_pr.INFERERS_INIT, "inferer-sliding-window-timing")
-        self.assertIn("from .inferer import SlidingWindowInferer, SlidingWindowInfererAdapt, format_window_timings", init)
+        self.assertIn(
+            "from .inferer import SlidingWindowInferer, SlidingWindowInfererAdapt, format_window_timings", init
+        )
         rst = edited(timing_pr.INFERERS_RST, "inferer-sliding-window-timing")
         self.assertIn("sliding_window_inference\n\n.. autofunction:: monai.inferers.format_window_timings\n", rst)
 
@@ -393,7 +397,9 @@ class TestEdits(unittest.TestCase):
             torch.testing.assert_close(out, expected, rtol=0, atol=0)
         self.assertEqual(seen, [{"flag": 1}] * 3)  # device= is the inferer's, not handed to the network
 
-    @parameterized.expand([((40,), 1), ((17, 23), 1), ((17, 23), 2), ((9, 10, 11), 1), ((9, 10, 11), 3), ((1, 12, 1, 9), 2)])
+    @parameterized.expand(
+        [((40,), 1), ((17, 23), 1), ((17, 23), 2), ((9, 10, 11), 1), ((9, 10, 11), 3), ((1, 12, 1, 9), 2)]
+    )
     def test_labeller_numbers_components_as_scipy(self, shape, connectivity):
         module = load(edited(clicks_prs.TRANSFORMS_UTILS, "transforms-connected-components-on-device"), "utils_cc")
         mask = np.random.RandomState(len(shape) + connectivity).rand(*shape) < 0.45
@@ -405,9 +411,16 @@ class TestEdits(unittest.TestCase):
 
     def test_click_post_processing_keeps_the_cpu_path(self):
         source = edited(clicks_prs.TRANSFORMS_UTILS, "transforms-connected-components-on-device")
-        self.assertLess(source.index('elif isinstance(img_pos, torch.Tensor) and img_pos.device.type != "cpu"'), source.index("    else:\n        img_pos_, *_"))
+        self.assertLess(
+            source.index('elif isinstance(img_pos, torch.Tensor) and img_pos.device.type != "cpu"'),
+            source.index("    else:\n        img_pos_, *_"),
+        )
         self.assertIn("outs = lib.zeros_like(img_pos_)", source)
-        self.assertIn('__all__ = ["get_largest_connected_component_mask", "keep_merge_components_with_points", "label_connected_components"]', source)
+        self.assertIn(
+            '__all__ = ["get_largest_connected_component_mask", "keep_merge_components_with_points", '
+            '"label_connected_components"]',
+            source,
+        )
         module = load(source, "utils_paths")
         mask = torch.as_tensor(np.random.RandomState(0).rand(6, 7, 8) < 0.5)
         np.testing.assert_array_equal(module.keep_merge_components_with_points(mask, mask), mask.numpy())
@@ -436,13 +449,55 @@ class TestEdits(unittest.TestCase):
 
     @parameterized.expand(
         [
-            ("vista3d-class-head-single-channel", prs.VISTA3D, ".squeeze()", ".flatten(0, 1)", "has no call of squeeze"),
-            ("vista3d-release-cached-memory-option", prs.VISTA3D, "def forward(self, out,", "def run(self, out,", "PointMappingSAM.forward not found"),
-            ("segresnetds2-shared-bottleneck", prs.SEGRESNET_DS, "x.clone()", "x + 0", "conditional clone\\(\\) found 0 times"),
-            ("inferer-sliding-window-timing", timing_pr.INFERER, "return sliding_window_inference(", "return swi(", "no longer returns sliding_window_inference"),
-            ("vista3d-point-inferer-device", clicks_prs.VISTA3D_INFERER, '.to("cpu")', ".cpu()", "no longer stitches on the CPU"),
-            ("transforms-connected-components-on-device", clicks_prs.TRANSFORMS_UTILS, "if use_cp:", "if use_cupy:", "'if use_cp:' found 0 times"),
-            ("vista3d-meta-device-build", prs.VISTA3D, 'register_buffer("frequencies"', 'register_parameter("frequencies"', "register_buffer\\(...\\) found 0"),
+            (
+                "vista3d-class-head-single-channel",
+                prs.VISTA3D,
+                ".squeeze()",
+                ".flatten(0, 1)",
+                "has no call of squeeze",
+            ),
+            (
+                "vista3d-release-cached-memory-option",
+                prs.VISTA3D,
+                "def forward(self, out,",
+                "def run(self, out,",
+                "PointMappingSAM.forward not found",
+            ),
+            (
+                "segresnetds2-shared-bottleneck",
+                prs.SEGRESNET_DS,
+                "x.clone()",
+                "x + 0",
+                "conditional clone\\(\\) found 0 times",
+            ),
+            (
+                "inferer-sliding-window-timing",
+                timing_pr.INFERER,
+                "return sliding_window_inference(",
+                "return swi(",
+                "no longer returns sliding_window_inference",
+            ),
+            (
+                "vista3d-point-inferer-device",
+                clicks_prs.VISTA3D_INFERER,
+                '.to("cpu")',
+                ".cpu()",
+                "no longer stitches on the CPU",
+            ),
+            (
+                "transforms-connected-components-on-device",
+                clicks_prs.TRANSFORMS_UTILS,
+                "if use_cp:",
+                "if use_cupy:",
+                "'if use_cp:' found 0 times",
+            ),
+            (
+                "vista3d-meta-device-build",
+                prs.VISTA3D,
+                'register_buffer("frequencies"',
+                'register_parameter("frequencies"',
+                "register_buffer\\(...\\) found 0",
+            ),
         ]
     )
     def test_moved_code_is_reported(self, branch, rel, old, new, message):
@@ -459,10 +514,15 @@ class TestEdits(unittest.TestCase):
         out = edits.add_parameter(src, "f", "flag: bool = False")
         expected = ["def f(", "    self,", *(f"    {n}: int," for n in names), "    flag: bool = False,", "):"]
         self.assertEqual(out.splitlines()[:7], expected)
-        self.assertEqual(edits.add_parameter("def g(a: int):\n    pass\n", "g", "b=1").splitlines()[0], "def g(a: int, b=1):")
+        self.assertEqual(
+            edits.add_parameter("def g(a: int):\n    pass\n", "g", "b=1").splitlines()[0], "def g(a: int, b=1):"
+        )
         with self.assertRaisesRegex(edits.EditError, "kwargs"):
             edits.add_parameter("def h(a, **kw):\n    pass\n", "h", "b=1")
-        self.assertEqual(edits.add_parameter("def h(a, **kw):\n    pass\n", "h", "b=1", allow_kwargs=True).splitlines()[0], "def h(a, b=1, **kw):")
+        self.assertEqual(
+            edits.add_parameter("def h(a, **kw):\n    pass\n", "h", "b=1", allow_kwargs=True).splitlines()[0],
+            "def h(a, b=1, **kw):",
+        )
 
 
 @unittest.skipIf(shutil.which("git") is None, "the tool needs git")
@@ -498,11 +558,17 @@ class TestBuild(unittest.TestCase):
             title = (prs.REPO / pr.writeup).read_text().splitlines()[0].lstrip("# ")
             self.assertEqual(message.splitlines()[0], title)
             self.assertIn("Signed-off-by: A Tester <tester@example.com>", message)
-            self.assertEqual(self.git("log", "-1", "--format=%an <%ae>", pr.branch).strip(), "A Tester <tester@example.com>")
+            self.assertEqual(
+                self.git("log", "-1", "--format=%an <%ae>", pr.branch).strip(), "A Tester <tester@example.com>"
+            )
         self.assertEqual(self.git("status", "--porcelain").strip(), "")  # the user's checkout is untouched
 
     def test_report_table(self):
-        rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in self.out.splitlines() if line.startswith("| ")}
+        rows = {
+            line.split(" | ")[0].lstrip("| "): line.split(" | ")
+            for line in self.out.splitlines()
+            if line.startswith("| ")
+        }
         self.assertEqual(rows["branch"][1:3], ["applies on 0.9.9", "applies on monai-src"])
         for pr in prs.PRS:
             expected = "no" if pr.branch == "segresnetds2-shared-bottleneck" else "yes"
@@ -526,7 +592,10 @@ class TestBuild(unittest.TestCase):
         changed = set(self.git("diff", "--name-only", f"{pr.branch}~1", pr.branch).split())
         self.assertEqual(
             writeups.missing(text, diff, changed, pr.tests),
-            ["file monai/networks/nets/other.py is not changed by the branch", "VISTA3D.fuse is not in the branch's diff"],
+            [
+                "file monai/networks/nets/other.py is not changed by the branch",
+                "VISTA3D.fuse is not in the branch's diff",
+            ],
         )
 
     @parameterized.expand([("passes", "self.assertEqual(1, 1)", True), ("fails", "self.assertEqual(1, 2)", False)])
@@ -542,7 +611,7 @@ class TestBuild(unittest.TestCase):
         self.assertEqual(result, ok)
         lines = out.getvalue().strip().splitlines()
         self.assertEqual(len(lines), 2)
-        for kind, line in zip(("upstream", "new"), lines):
+        for kind, line in zip(("upstream", "new"), lines, strict=True):
             self.assertTrue(line.startswith(f"{pr.branch}: {kind} tests tests/test_tiny.py: Ran 1 test"), line)
             self.assertTrue(line.endswith("passed" if ok else "failed"), line)
         self.assertTrue(report.upstream_tests.startswith("Ran 1 test"))
@@ -565,7 +634,9 @@ class TestDoesNotApply(unittest.TestCase):
             "ClassMappingClassify.forward has no call of squeeze()",
             out.getvalue().splitlines(),
         )
-        self.assertEqual(sorted(b for b in branches if b in {p.branch for p in prs.PRS}), sorted(p.branch for p in prs.PRS[1:]))
+        self.assertEqual(
+            sorted(b for b in branches if b in {p.branch for p in prs.PRS}), sorted(p.branch for p in prs.PRS[1:])
+        )
 
 
 class TestWriteupChecks(unittest.TestCase):

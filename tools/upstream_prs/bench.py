@@ -4,7 +4,8 @@
 
 Every tree is measured in its own fresh process with ``PYTHONPATH=PATH`` (its ``monai.__file__`` is printed), one
 after the other in the same run on the same machine. Subcommands: ``class-head``, ``cache``, ``bottleneck``,
-``timing``, ``clicks``, ``labeller``, ``meta-build``. The code that measures is below; nothing here is upstream's.
+``timing``, ``clicks``, ``labeller``, ``meta-build``, ``review-9071``. The code that measures is below; nothing
+here is upstream's.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def timing(args) -> dict:
         inferer = SlidingWindowInferer(roi, args.sw_batch_size, overlap=0.25, **({"timing": True} if timed else {}))
         with torch.no_grad():
             inferer(x, net)  # warm-up
-            ms = _median_ms(lambda: inferer(x, net), args.repeats, args.device)
+            ms = _median_ms(lambda inferer=inferer: inferer(x, net), args.repeats, args.device)
         row: dict = {"median ms": round(ms, 1)}
         if timed:
             t = inferer.timings
@@ -170,8 +171,15 @@ def clicks(args) -> dict:
         labels = torch.ones(1, n, device=args.device)
         with torch.no_grad(), torch.autocast(torch.device(args.device).type, enabled=args.amp):
             logits = point_based_window_inferer(
-                image, roi, net, coords, labels, prev_mask=prev, point_start=n - 1 if prev is not None else 0,
-                transpose=True, **extra,
+                image,
+                roi,
+                net,
+                coords,
+                labels,
+                prev_mask=prev,
+                point_start=n - 1 if prev is not None else 0,
+                transpose=True,
+                **extra,
             )
         return keep_components_with_positive_points(logits, coords, labels)
 
@@ -185,8 +193,11 @@ def clicks(args) -> dict:
         return prev
 
     five = _median_ms(sequence, max(1, args.repeats // 2), args.device)
-    return {"stitch device": str(image.device if on_device else "cpu"), "one click ms": round(one, 1),
-            "5-click sequence ms": round(five, 1)}
+    return {
+        "stitch device": str(image.device if on_device else "cpu"),
+        "one click ms": round(one, 1),
+        "5-click sequence ms": round(five, 1),
+    }
 
 
 def labeller(args) -> dict:
@@ -208,8 +219,67 @@ def labeller(args) -> dict:
         ms = _median_ms(lambda t=tensor: label_connected_components(t, connectivity=3), args.repeats, args.device)
         sk = _median_ms(lambda m=mask: measure.label(m, connectivity=3), args.repeats, "cpu")
         equal = bool(np.array_equal(labels.cpu().numpy(), expected))
-        out[name] = {"components": int(expected.max()), "equal to skimage": equal,
-                     f"label_connected_components on {args.device} ms": round(ms, 1), "skimage (CPU) ms": round(sk, 1)}
+        out[name] = {
+            "components": int(expected.max()),
+            "equal to skimage": equal,
+            f"label_connected_components on {args.device} ms": round(ms, 1),
+            "skimage (CPU) ms": round(sk, 1),
+        }
+    return out
+
+
+def review_9071(args) -> dict:
+    """#9071's reduced inference (loaded from ``--pr-module``) against ``sliding_window_inference`` + argmax."""
+    import importlib.util
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from monai.inferers import sliding_window_inference
+
+    spec = importlib.util.spec_from_file_location("pr9071", args.pr_module)
+    pr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pr)  # type: ignore[union-attr]
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, a=(), kw=None):
+            result = func(*a, **(kw or {}))
+            for t in result if isinstance(result, (tuple, list)) else [result]:
+                if isinstance(t, torch.Tensor):
+                    self.numel = max(self.numel, t.numel() * t.element_size())
+            return result
+
+    out = {}
+    for shape, dtype, outer in [
+        ((40, 36, 72), torch.float32, None),
+        ((40, 36, 72), torch.float32, 0),
+        ((40, 36, 72), torch.float16, None),
+        ((40, 36, 72), torch.float16, 0),
+    ]:
+        torch.manual_seed(0)
+        conv = torch.nn.Conv3d(1, args.classes, 3, padding=1).to(dtype)
+        x = torch.randn(1, 1, *shape).to(dtype)
+        roi = (args.roi,) * 3
+        with torch.no_grad():
+            with Largest() as full_mode:
+                full = sliding_window_inference(x, roi, args.sw_batch_size, conv, overlap=0.5)
+            expected = full.argmax(dim=1, keepdim=True)
+            with Largest() as reduced_mode:
+                labels = pr.sliding_window_inference_with_reduction(
+                    x, roi, args.sw_batch_size, conv, overlap=0.5, outer_dim=outer
+                )
+        differ = int((labels.long() != expected).sum())
+        out[f"{tuple(shape)} {str(dtype)[6:]} outer_dim={outer}"] = {
+            "voxels whose label differs from sliding_window_inference + argmax": differ,
+            "largest tensor MiB (full, reduced)": [
+                round(full_mode.numel / 2**20, 2),
+                round(reduced_mode.numel / 2**20, 2),
+            ],
+        }
     return out
 
 
@@ -230,12 +300,23 @@ def meta_build(args) -> dict:
         seconds, sympy, dynamo = proc.stdout.split()
         times.append(float(seconds))
         loaded |= {m for m, flag in (("sympy", sympy), ("torch._dynamo", dynamo)) if flag == "True"}
-    return {"first meta build s (each a fresh process)": times, "median s": statistics.median(times),
-            "loaded by the build": sorted(loaded) or "nothing"}
+    return {
+        "first meta build s (each a fresh process)": times,
+        "median s": statistics.median(times),
+        "loaded by the build": sorted(loaded) or "nothing",
+    }
 
 
-MEASURES = {"class-head": class_head, "cache": cache, "bottleneck": bottleneck, "timing": timing, "clicks": clicks,
-            "labeller": labeller, "meta-build": meta_build}
+MEASURES = {
+    "class-head": class_head,
+    "cache": cache,
+    "bottleneck": bottleneck,
+    "timing": timing,
+    "clicks": clicks,
+    "labeller": labeller,
+    "meta-build": meta_build,
+    "review-9071": review_9071,
+}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -252,6 +333,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--amp", action="store_true", help="fp16 autocast (clicks)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads in each tree's process (0: default)")
+    parser.add_argument(
+        "--pr-module", help="review-9071: a file holding #9071's sliding_window_inference_with_reduction"
+    )
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

@@ -10,6 +10,7 @@ PATH itself is left as it is. See README.md beside this file.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -104,7 +105,9 @@ def applies_on(tree: Path, pr: PR, docs_from: Path | None) -> bool:
         return not any((tree / rel).exists() for rel in pr.new_files)
 
 
+@functools.lru_cache(maxsize=None)
 def has_module(python: str, module: str) -> bool:
+    """Whether ``python`` can import ``module`` (asked once per interpreter and module)."""
     probe = subprocess.run([python, "-c", f"import {module}"], capture_output=True)
     return probe.returncode == 0
 
@@ -204,7 +207,9 @@ def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str, report: R
         ok = True
         for kind, tests in (("upstream", pr.upstream_tests), ("new", pr.new_tests)):
             modules = [t.removesuffix(".py").replace("/", ".") for t in tests]
-            proc = subprocess.run([python, "-m", "unittest", *modules], cwd=work, env=env, capture_output=True, text=True)
+            proc = subprocess.run(
+                [python, "-m", "unittest", *modules], cwd=work, env=env, capture_output=True, text=True
+            )
             passed = proc.returncode == 0
             if not passed:
                 print(proc.stdout[-4000:] + proc.stderr[-3000:], file=sys.stderr)

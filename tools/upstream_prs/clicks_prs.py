@@ -222,7 +222,8 @@ def _keep_merge_on_device(source: str) -> str:
     def numpy_receiver(text: str, call: ast.Call) -> str:  # np.zeros_like(x) -> lib.zeros_like(x): any of the three
         if getattr(call.func.value, "id", None) != "np":  # type: ignore[attr-defined]
             raise EditError(f"{name}: zeros_like is no longer called on np")
-        return "lib" + text[node_span(text, call.func.value)[1] : node_span(text, call)[1]]  # type: ignore[attr-defined]
+        receiver_end = node_span(text, call.func.value)[1]  # type: ignore[attr-defined]
+        return "lib" + text[receiver_end : node_span(text, call)[1]]
 
     return edit_calls(source, name, "zeros_like", numpy_receiver)
 

@@ -262,7 +262,6 @@ def extend_all(source: str, name: str) -> str:
     return replace_span(source, node_span(source, node.value), "[" + ", ".join(f'"{i}"' for i in items) + "]")
 
 
-
 def find_statements(source: str, qualname: str, match: Callable[[ast.stmt], bool]) -> list[ast.stmt]:
     """The statements anywhere inside ``qualname`` for which ``match`` is true, in source order."""
     found = [n for n in ast.walk(find_def(source, qualname)) if isinstance(n, ast.stmt) and match(n)]
@@ -286,7 +285,9 @@ def replace_statement(source: str, stmt: ast.stmt, code: str) -> str:
     """Replace statement ``stmt`` (all its lines) by ``code`` (dedented) at its indentation."""
     start = _offset(source, stmt.lineno, 0)
     end = node_span(source, stmt)[1]
-    return replace_span(source, (start, end), textwrap.indent(textwrap.dedent(code).strip("\n"), _indent_of(source, stmt)))
+    return replace_span(
+        source, (start, end), textwrap.indent(textwrap.dedent(code).strip("\n"), _indent_of(source, stmt))
+    )
 
 
 def insert_elif(source: str, if_stmt: ast.If, condition: str, code: str) -> str:

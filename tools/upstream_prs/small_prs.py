@@ -19,7 +19,6 @@ from tools.upstream_prs.edits import (
     insert_after,
     insert_before,
     node_span,
-    replace_span,
     one_statement,
     replace_statement,
     segment,
