@@ -273,6 +273,8 @@ TREE = {
     "monai/__init__.py": "",
 }
 AUTHOR = ["--author", "A Tester <tester@example.com>"]
+# the synthetic tree has no formatter config: whatever black, isort or ruff this environment has stays out of it
+NO_FORMATTERS = mock.patch.object(build, "has_module", return_value=False)
 
 
 def write_tree(root: Path, files: dict[str, str]) -> None:
@@ -538,7 +540,7 @@ class TestBuild(unittest.TestCase):
         write_tree(cls.older, {**TREE, prs.SEGRESNET_DS: SEGRESNET_DS_PY.replace("x.clone()", "x + 0")})
         (cls.older / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: monai\nVersion: 0.9.9\n")
         out = io.StringIO()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), NO_FORMATTERS:
             cls.rc = build.main(["--monai-src", str(cls.src), "--also-apply", str(cls.older), *AUTHOR])
         cls.out = out.getvalue()
 
@@ -601,20 +603,26 @@ class TestBuild(unittest.TestCase):
     @parameterized.expand([("passes", "self.assertEqual(1, 1)", True), ("fails", "self.assertEqual(1, 2)", False)])
     def test_run_tests_prints_one_line_per_kind(self, _, body, ok):
         pr = dataclasses.replace(prs.PRS[0], upstream_tests=("tests/test_tiny.py",))
-        with tempfile.TemporaryDirectory() as helpers, mock.patch.object(prs.PR, "new_tests", ("tests/test_tiny.py",)):
+        with tempfile.TemporaryDirectory() as helpers:  # stands for an upstream checkout's tests/ and the payload
             test = f"import unittest\n\n\nclass T(unittest.TestCase):\n    def test(self):\n        {body}\n"
             write_tree(Path(helpers), {"tests/__init__.py": "", "tests/test_tiny.py": test})
             out = io.StringIO()
             report = build.Report(pr)
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-                result = build.run_tests(self.src, pr, Path(helpers), sys.executable, report)
+            base = self.git("rev-parse", "HEAD").strip()
+            new_tests = mock.patch.object(prs.PR, "new_tests", ("tests/test_tiny.py",))
+            payload = mock.patch.object(prs.PR, "payload", Path(helpers))
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), new_tests, payload:
+                result = build.run_tests(self.src, pr, Path(helpers), sys.executable, report, base)
         self.assertEqual(result, ok)
         lines = out.getvalue().strip().splitlines()
-        self.assertEqual(len(lines), 2)
-        for kind, line in zip(("upstream", "new"), lines, strict=True):
+        self.assertEqual(len(lines), 3)
+        for kind, line in zip(("upstream", "new"), lines, strict=False):
             self.assertTrue(line.startswith(f"{pr.branch}: {kind} tests tests/test_tiny.py: Ran 1 test"), line)
             self.assertTrue(line.endswith("passed" if ok else "failed"), line)
         self.assertTrue(report.upstream_tests.startswith("Ran 1 test"))
+        # the same test on the untouched tree: a test that passes there would test nothing the PR changes
+        self.assertEqual(lines[2], f"{pr.branch}: new tests on the untouched tree: {report.new_tests_on_base}")
+        self.assertTrue(report.new_tests_on_base.endswith("passed" if ok else "failed"))
 
 
 @unittest.skipIf(shutil.which("git") is None, "the tool needs git")
@@ -625,7 +633,7 @@ class TestDoesNotApply(unittest.TestCase):
             src = Path(tmp) / "monai-src"
             write_tree(src, {**TREE, **moved})
             out = io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), NO_FORMATTERS:
                 rc = build.main(["--monai-src", str(src), *AUTHOR])
             branches = build.git(src, "branch", "--format=%(refname:short)").split()
         self.assertEqual(rc, 1)

@@ -41,6 +41,7 @@ class Report:
     writeup_problems: list[str] = field(default_factory=list)
     upstream_tests: str = "-"
     new_tests: str = "-"
+    new_tests_on_base: str = "-"  # the new tests run on the untouched tree: they should fail there
     ok: bool = True
 
 
@@ -189,27 +190,37 @@ def _ran(stderr: str) -> str:
     return ", ".join(ran[-1:] + lines[-1:]) or "no output"
 
 
-def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str, report: Report) -> bool:
+def _checkout(src: Path, ref: str, work: Path, tests_from: Path | None) -> None:
+    """A fresh clone of ``src`` at ``ref`` in ``work``; upstream's ``tests/`` files it lacks copied in."""
+    subprocess.run(["git", "clone", "-q", "--no-checkout", str(src), str(work)], check=True)
+    subprocess.run(["git", "-C", str(work), "checkout", "-q", ref], check=True)
+    if tests_from is not None:
+        for f in (tests_from / "tests").rglob("*"):
+            dst = work / f.relative_to(tests_from)
+            if f.is_file() and not dst.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dst)
+
+
+def _unittest(work: Path, tests: tuple[str, ...], python: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(work), "BUILD_MONAI": "0", "MONAI_ALGO_HASH": "0"}
+    modules = [t.removesuffix(".py").replace("/", ".") for t in tests]
+    return subprocess.run([python, "-m", "unittest", *modules], cwd=work, env=env, capture_output=True, text=True)
+
+
+def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str, report: Report, base: str | None = None) -> bool:
     """Upstream's tests of the touched modules, then the PR's new tests, in a fresh clone of the branch.
 
     With ``tests_from``, upstream's ``tests/`` files that the branch lacks (an sdist has none) are copied in first.
+    With ``base``, the new tests also run on the untouched tree, where they should fail (else they test nothing
+    the PR changes); that is reported, not counted as a failure of the PR.
     """
     with tempfile.TemporaryDirectory(prefix=f"{pr.branch}-test-") as tmp:
         work = Path(tmp) / "tree"
-        subprocess.run(["git", "clone", "-q", "--branch", pr.branch, str(src), str(work)], check=True)
-        if tests_from is not None:
-            for f in (tests_from / "tests").rglob("*"):
-                dst = work / f.relative_to(tests_from)
-                if f.is_file() and not dst.exists():
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(f, dst)
-        env = {**os.environ, "PYTHONPATH": str(work), "BUILD_MONAI": "0", "MONAI_ALGO_HASH": "0"}
+        _checkout(src, pr.branch, work, tests_from)
         ok = True
         for kind, tests in (("upstream", pr.upstream_tests), ("new", pr.new_tests)):
-            modules = [t.removesuffix(".py").replace("/", ".") for t in tests]
-            proc = subprocess.run(
-                [python, "-m", "unittest", *modules], cwd=work, env=env, capture_output=True, text=True
-            )
+            proc = _unittest(work, tests, python)
             passed = proc.returncode == 0
             if not passed:
                 print(proc.stdout[-4000:] + proc.stderr[-3000:], file=sys.stderr)
@@ -217,11 +228,20 @@ def run_tests(src: Path, pr: PR, tests_from: Path | None, python: str, report: R
             setattr(report, f"{kind}_tests", result)
             print(f"{pr.branch}: {kind} tests {' '.join(tests)}: {result}", flush=True)
             ok = ok and passed
+        if base is not None and pr.new_tests:
+            untouched = Path(tmp) / "untouched"
+            _checkout(src, base, untouched, tests_from)
+            for rel in pr.new_tests:
+                shutil.copyfile(pr.payload / rel, untouched / rel)
+            proc = _unittest(untouched, pr.new_tests, python)
+            report.new_tests_on_base = f"{_ran(proc.stderr)}: {'passed' if proc.returncode == 0 else 'failed'}"
+            print(f"{pr.branch}: new tests on the untouched tree: {report.new_tests_on_base}", flush=True)
         return ok
 
 
 def print_table(reports: list[Report], labels: list[str]) -> None:
-    head = ["branch", *(f"applies on {x}" for x in labels), "format", "DCO", "upstream tests", "new tests", "numbers"]
+    head = ["branch", *(f"applies on {x}" for x in labels), "format", "DCO", "upstream tests", "new tests"]
+    head += ["new tests on the untouched tree", "numbers"]
     print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in reports:
         numbers = "; ".join(f"`{c.replace('BRANCH', r.pr.branch)}`" for c in r.pr.measured) or "-"
@@ -232,6 +252,7 @@ def print_table(reports: list[Report], labels: list[str]) -> None:
             "yes" if r.dco else "no",
             r.upstream_tests,
             r.new_tests,
+            r.new_tests_on_base,
             numbers,
         ]
         print("| " + " | ".join(cells) + " |", flush=True)
@@ -281,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         report.ok = not report.writeup_problems and report.dco and "FAILED" not in report.format
     if args.test:
         for report in reports:
-            if report.built and not run_tests(src, report.pr, tests_from, args.python, report):
+            if report.built and not run_tests(src, report.pr, tests_from, args.python, report, base):
                 report.ok = False
     print_table(reports, labels)
     return 0 if all(r.ok for r in reports) else 1

@@ -3,10 +3,10 @@
 #
 #   bash tools/upstream_prs/gpu_pending.sh WEEKLY_SDIST DOCS_FROM OUT_DIR
 #
-# WEEKLY_SDIST: monai_weekly-1.7.dev2643.tar.gz; DOCS_FROM: a folder holding upstream's docs/source (from a git
-# checkout), which the sdist lacks; OUT_DIR: where the outputs go. Builds the branches from the sdist (no tests),
-# then runs each write-up's pending command with the branch and the untouched tree, same machine, same run.
-# Needs python with torch (CUDA), numpy, scipy and scikit-image.
+# WEEKLY_SDIST: monai_weekly-1.7.dev2643.tar.gz; DOCS_FROM: a folder holding upstream's docs/source and tests/
+# (from a git checkout; the sdist has neither); OUT_DIR: where the outputs go. Builds the branches from the sdist,
+# runs the new tests that need a GPU, then each write-up's pending command with the branch and the untouched
+# tree, same machine, same run. Needs python with torch (CUDA), numpy, scipy, scikit-image and parameterized.
 set -euo pipefail
 sdist=$(realpath "$1"); docs=$(realpath "$2"); out=$(realpath "$3")
 work=$(mktemp -d)
@@ -23,6 +23,14 @@ done
 git clone -q --branch vista3d-point-inferer-device "$work/weekly" "$work/clicks-both"
 git -C "$work/clicks-both" -c user.name=bench -c user.email=bench@localhost pull -q --no-rebase --no-edit \
     "$work/weekly" transforms-connected-components-on-device
+# the new tests' GPU cases (skipped on the CPU machines), with upstream's test helpers copied in
+for t in inferer-sliding-window-timing:tests.inferers.test_sliding_window_timing \
+    vista3d-point-inferer-device:tests.apps.vista3d.test_point_based_window_inferer_device \
+    transforms-connected-components-on-device:tests.transforms.test_label_connected_components; do
+    b=${t%%:*}
+    cp -rn "$docs/tests" "$work/$b/" 2>/dev/null || true
+    (cd "$work/$b" && PYTHONPATH=. python -m unittest -v "${t#*:}") > "$out/gpu-tests-$b.txt" 2>&1 || true
+done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" || true
 bench="python tools/upstream_prs/bench.py"
 u="untouched=$work/untouched"
