@@ -113,11 +113,18 @@ def has_module(python: str, module: str) -> bool:
     return probe.returncode == 0
 
 
+def _formatter_env(work: Path) -> dict[str, str]:
+    """The environment of the formatters: black's cache in the temporary tree, not in the user's ~/.cache."""
+    return {**os.environ, "BLACK_CACHE_DIR": str(work.parent / "black-cache")}
+
+
 def autofix(work: Path, files: list[str], python: str) -> None:
     """Upstream's ``./runtests.sh --autofix`` on the changed files: isort, then black, with the tree's config."""
     for module, args in (("isort", []), ("black", ["-q"])):
         if files and has_module(python, module):
-            subprocess.run([python, "-m", module, *args, *files], cwd=work, capture_output=True)
+            subprocess.run(
+                [python, "-m", module, *args, *files], cwd=work, capture_output=True, env=_formatter_env(work)
+            )
 
 
 def format_checks(work: Path, files: list[str], python: str) -> str:
@@ -133,7 +140,9 @@ def format_checks(work: Path, files: list[str], python: str) -> str:
         if not has_module(python, name):
             results.append(f"{name} not installed")
             continue
-        proc = subprocess.run([python, *cmd, *files], cwd=work, capture_output=True, text=True)
+        proc = subprocess.run(
+            [python, *cmd, *files], cwd=work, capture_output=True, text=True, env=_formatter_env(work)
+        )
         results.append(f"{name} {'ok' if proc.returncode == 0 else 'FAILED'}")
         if proc.returncode != 0:
             print((proc.stdout + proc.stderr)[-2000:], file=sys.stderr)
