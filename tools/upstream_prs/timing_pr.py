@@ -33,8 +33,9 @@ class _WindowTimer:
     Stands in for the network of one sliding-window pass: counts its calls and windows and adds up their seconds.
 
     Where the windows are on a CUDA device, that device (and only that one) is synchronised before and after each
-    network call, so that a call is charged its own GPU work; the seconds spent waiting in those
-    synchronisations are added up too (``sync``), so that what the measurement costs can be seen.
+    network call, so that a call is charged its own GPU work (the wait after the call is the network's). The waits
+    before each call and at the end of the pass are for work queued outside the network (copies, stitching):
+    they are part of ``other`` and are also added up in ``sync``, so that the time they take can be seen.
     """
 
     def __init__(self, network: Callable[..., Any], sw_batch_size: int, device: torch.device) -> None:
@@ -45,16 +46,18 @@ class _WindowTimer:
         self.sync = 0.0
         self.batches = 0
         self.windows = 0
-        self._sync()
+        self._sync(count=False)  # work queued before the pass is not the pass's
         self.start = time.perf_counter()
 
-    def _sync(self) -> None:
+    def _sync(self, count: bool = True) -> None:
+        """Wait for the devices; with ``count``, add the wait to ``sync``."""
         if not self.devices:
             return
         start = time.perf_counter()
         for device in self.devices:
             torch.cuda.synchronize(device)
-        self.sync += time.perf_counter() - start
+        if count:
+            self.sync += time.perf_counter() - start
 
     def __call__(self, window_data: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if window_data.is_cuda and window_data.device not in self.devices:  # e.g. a sw_device other than the input's
@@ -62,7 +65,7 @@ class _WindowTimer:
         self._sync()
         start = time.perf_counter()
         out = self.network(window_data, *args, **kwargs)
-        self._sync()
+        self._sync(count=False)  # waiting here is the network's own GPU work: charged to forward
         self.forward += time.perf_counter() - start
         self.batches += 1
         self.windows += int(window_data.shape[0])
@@ -118,9 +121,10 @@ def inferer_timing(source: str) -> str:
         "SlidingWindowInferer",
         "timing: after each call, store in ``self.timings`` the seconds of the sliding-window pass (``total``), of "
         "the network calls (``forward``), of the rest (``other``: padding, slicing, stitching, copies) and of "
-        "the CUDA synchronisations the timing adds (``sync``), with the counts of windows and batches, and log "
-        "them as one INFO line (see :py:func:`format_window_timings`). Where the windows are on a CUDA device, "
-        "that device is synchronised around each network call. Defaults to False: nothing is measured.",
+        "the part of ``other`` spent waiting for the device before each network call and at the end (``sync``), "
+        "with the counts of windows and batches, and log them as one INFO line (see "
+        ":py:func:`format_window_timings`). Where the windows are on a CUDA device, that device is synchronised "
+        "around each network call. Defaults to False: nothing is measured.",
     )
     func = find_def(source, "SlidingWindowInferer.__call__")
     ret = func.body[-1]
