@@ -282,12 +282,13 @@ def main(argv: list[str] | None = None) -> int:
     tests_from = args.tests_from.resolve() if args.tests_from else None
     if args.test and tests_from is None and not (src / "tests" / "test_utils.py").is_file():
         raise SystemExit(f"{src} has no tests/ (an sdist?): pass --tests-from a MONAI git checkout")
-    author = author_of(REPO)
     if args.author:
         found = re.fullmatch(r"\s*(.+?)\s*<(.+)>\s*", args.author)
         if found is None:
             raise SystemExit(f'--author {args.author!r}: expected "Name <email>"')
         author = (found.group(1), found.group(2))
+    else:
+        author = author_of(REPO)
     others = [p.resolve() for p in args.also_apply]
     labels = [tree_label(p) for p in others] + [tree_label(src)]
     applies = {pr.branch: {tree_label(p): applies_on(p, pr, tests_from) for p in others} for pr in PRS}
