@@ -358,7 +358,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"$ python tools/upstream_prs/bench.py {' '.join(raw)}")
     for spec in args.tree:
         name, _, path = spec.partition("=")
-        env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
+        # the tree first; what PYTHONPATH held (e.g. packages installed with --target) stays after it
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(path).resolve()), os.environ.get("PYTHONPATH")])),
+        }
         cmd = [sys.executable, str(Path(__file__).resolve()), *raw, "--inside"]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
         if proc.returncode != 0:

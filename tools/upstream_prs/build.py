@@ -212,7 +212,8 @@ def _checkout(src: Path, ref: str, work: Path, tests_from: Path | None) -> None:
 
 
 def _unittest(work: Path, tests: tuple[str, ...], python: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(work), "BUILD_MONAI": "0", "MONAI_ALGO_HASH": "0"}
+    path = os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))  # the tree before the rest
+    env = {**os.environ, "PYTHONPATH": path, "BUILD_MONAI": "0", "MONAI_ALGO_HASH": "0"}
     modules = [t.removesuffix(".py").replace("/", ".") for t in tests]
     return subprocess.run([python, "-m", "unittest", *modules], cwd=work, env=env, capture_output=True, text=True)
 

@@ -6,7 +6,8 @@
 # WEEKLY_SDIST: monai_weekly-1.7.dev2643.tar.gz; DOCS_FROM: a folder holding upstream's docs/source and tests/
 # (from a git checkout; the sdist has neither); OUT_DIR: where the outputs go. Builds the branches from the sdist,
 # runs the new tests that need a GPU, then each write-up's pending command with the branch and the untouched
-# tree, same machine, same run. Needs python with torch (CUDA), numpy, scipy, scikit-image and parameterized.
+# tree, same machine, same run. Needs python with torch (CUDA), numpy, scipy, scikit-image and parameterized;
+# packages installed elsewhere (pip install --target DIR) are found through PYTHONPATH, which is kept.
 set -euo pipefail
 sdist=$(realpath "$1"); docs=$(realpath "$2"); out=$(realpath "$3")
 work=$(mktemp -d)
@@ -29,7 +30,7 @@ for t in inferer-sliding-window-timing:tests.inferers.test_sliding_window_timing
     transforms-connected-components-on-device:tests.transforms.test_label_connected_components; do
     b=${t%%:*}
     cp -rn "$docs/tests" "$work/$b/" 2>/dev/null || true
-    (cd "$work/$b" && PYTHONPATH=. python -m unittest -v "${t#*:}") > "$out/gpu-tests-$b.txt" 2>&1 || true
+    (cd "$work/$b" && PYTHONPATH=".:${PYTHONPATH:-}" python -m unittest -v "${t#*:}") > "$out/gpu-tests-$b.txt" 2>&1 || true
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" || true
 bench="python tools/upstream_prs/bench.py"
