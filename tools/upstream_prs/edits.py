@@ -89,12 +89,16 @@ def guard_statements(source: str, qualname: str, attr: str, condition: str) -> s
     return source
 
 
-def add_parameter(source: str, qualname: str, text: str) -> str:
-    """Append ``text`` (e.g. ``"flag: bool = False"``) as the last named parameter of ``qualname``."""
+def add_parameter(source: str, qualname: str, text: str, allow_kwargs: bool = False) -> str:
+    """Append ``text`` (e.g. ``"flag: bool = False"``) as the last named parameter of ``qualname``.
+
+    ``allow_kwargs``: add it before a ``**kwargs`` of ``qualname``, so that the name no longer reaches ``kwargs``
+    (the caller has checked that this is meant).
+    """
     func = find_def(source, qualname)
     if not isinstance(func, ast.FunctionDef):
         raise EditError(f"{qualname} is not a function")
-    if func.args.vararg or func.args.kwarg:
+    if func.args.vararg or (func.args.kwarg and not allow_kwargs):
         raise EditError(f"{qualname} takes *args/**kwargs; a new parameter would change their meaning")
     last = (func.args.args + func.args.kwonlyargs)[-1]
     defaults = func.args.defaults + [d for d in func.args.kw_defaults if d is not None]
@@ -201,8 +205,21 @@ def add_from_import(source: str, module: str, names: list[str]) -> str:
     place; more than 120 characters are laid out one name per line, as black and isort do.
     """
     tree = ast.parse(source)
-    froms = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module]
-    same = next((n for n in froms if n.module == module), None)
+    level = len(module) - len(module.lstrip("."))
+    if level:  # a relative import such as ``.inferer`` in a package's __init__: only added to an existing one
+        same = next(
+            (
+                n
+                for n in tree.body
+                if isinstance(n, ast.ImportFrom) and n.level == level and n.module == module.lstrip(".")
+            ),
+            None,
+        )
+        if same is None:
+            raise EditError(f"no top-level 'from {module} import ...' to add {names} to")
+    else:
+        froms = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module]
+        same = next((n for n in froms if n.module == module), None)
     if same is not None:
         if any(a.asname for a in same.names):
             raise EditError(f"'from {module} import ...' renames a name; add {names} by hand")
@@ -243,3 +260,58 @@ def extend_all(source: str, name: str) -> str:
         raise EditError("no top-level '__all__ = [...]' to add the new name to")
     items = [ast.literal_eval(e) for e in node.value.elts] + [name]  # type: ignore[attr-defined]
     return replace_span(source, node_span(source, node.value), "[" + ", ".join(f'"{i}"' for i in items) + "]")
+
+
+def find_statements(source: str, qualname: str, match: Callable[[ast.stmt], bool]) -> list[ast.stmt]:
+    """The statements anywhere inside ``qualname`` for which ``match`` is true, in source order."""
+    found = [n for n in ast.walk(find_def(source, qualname)) if isinstance(n, ast.stmt) and match(n)]
+    return sorted(found, key=lambda n: n.lineno)
+
+
+def one_statement(source: str, qualname: str, match: Callable[[ast.stmt], bool], what: str) -> ast.stmt:
+    """The single statement of ``qualname`` that ``match`` picks; ``EditError`` naming ``what`` otherwise."""
+    found = find_statements(source, qualname, match)
+    if len(found) != 1:
+        raise EditError(f"{qualname}: {what} found {len(found)} times, expected once")
+    return found[0]
+
+
+def segment(source: str, node: ast.AST) -> str:
+    """The source text of ``node``."""
+    return source[slice(*node_span(source, node))]
+
+
+def replace_statement(source: str, stmt: ast.stmt, code: str) -> str:
+    """Replace statement ``stmt`` (all its lines) by ``code`` (dedented) at its indentation."""
+    start = _offset(source, stmt.lineno, 0)
+    end = node_span(source, stmt)[1]
+    return replace_span(
+        source, (start, end), textwrap.indent(textwrap.dedent(code).strip("\n"), _indent_of(source, stmt))
+    )
+
+
+def insert_elif(source: str, if_stmt: ast.If, condition: str, code: str) -> str:
+    """Add ``elif condition: code`` to ``if_stmt`` just before its ``else:``."""
+    if not if_stmt.orelse or (len(if_stmt.orelse) == 1 and isinstance(if_stmt.orelse[0], ast.If)):
+        raise EditError("the if statement has no plain else: branch to put the new branch before")
+    lines = source.splitlines(keepends=True)
+    at = if_stmt.orelse[0].lineno - 2  # 0-based index of the line above the else branch's first statement
+    while at > if_stmt.lineno - 1 and lines[at].strip() != "else:":
+        at -= 1
+    if lines[at].strip() != "else:":
+        raise EditError("no 'else:' line found above the else branch")
+    indent = _indent_of(source, if_stmt)
+    body = textwrap.indent(textwrap.dedent(code).strip("\n"), indent + "    ")
+    block = f"{indent}elif {condition}:\n{body}\n"
+    start = sum(len(x) for x in lines[:at])
+    return source[:start] + block + source[start:]
+
+
+def wrap_in_else(source: str, first: ast.stmt, last: ast.stmt, condition: str, code: str) -> str:
+    """Turn the statements ``first`` .. ``last`` (one block) into ``if condition: code`` ``else: <them>``."""
+    indent = _indent_of(source, first)
+    start = _offset(source, first.lineno, 0)
+    end = node_span(source, last)[1]
+    kept = textwrap.indent(source[start:end], "    ")
+    new = textwrap.indent(textwrap.dedent(code).strip("\n"), indent + "    ")
+    return replace_span(source, (start, end), f"{indent}if {condition}:\n{new}\n{indent}else:\n{kept}")
