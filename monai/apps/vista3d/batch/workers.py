@@ -27,7 +27,7 @@ import torch
 
 from monai.utils.profiling import StageTimer
 
-from ..config import DEFAULT_OUTPUT_DTYPE
+from ..config import DEFAULT_OUTPUT_DTYPE, DicomOptions
 from ..core.feasibility import failure_reason
 from ..errors import WorkerError
 from ..io.handoff import get_from
@@ -232,5 +232,7 @@ def timed_save(
     return Path(path), timer.timings["save"]
 
 
-def load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
-    return load_input(path, device, volume_index, nonfinite)
+def load_for(
+    path: Path, volume_index: int | None, device: torch.device, nonfinite: str, dicom: DicomOptions | None = None
+) -> tuple:
+    return load_input(path, device, volume_index, nonfinite, dicom)
