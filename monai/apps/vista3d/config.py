@@ -90,6 +90,7 @@ FIELD_FLAGS = {
     "weights": "--weights",
     "series": "--series",
     "output_type": "--output-type",
+    "preview": "--preview",
 }
 
 
