@@ -28,13 +28,16 @@ setup(
     package_data={"monai.apps.vista3d": ["vista3d_labels.json"]},
     install_requires=_requirements("requirements.txt"),
     extras_require={
-        "dev": _requirements("requirements-dev.txt") + _requirements("requirements-serve.txt"),  # -r is skipped
+        "dev": _requirements("requirements-dev.txt") + _requirements("requirements-serve.txt")
+        + _requirements("requirements-dicom.txt"),  # -r is skipped
         "tqdm": ["tqdm"],
         "scipy": ["scipy>=1.10"],
         "isal": ["isal>=1.6"],
         "rapidgzip": ["rapidgzip>=0.16"],  # where requirements.txt does not install it (no wheels)
         "serve": _requirements("requirements-serve.txt"),  # vista3d serve: the HTTP server
         "nrrd": ["pynrrd>=1.0"],  # NRRD images for vista3d serve (3D Slicer's format)
+        "dicom": _requirements("requirements-dicom.txt"),  # DICOM series in, DICOM SEG out
+        "preview": ["pillow>=9"],  # vista3d --preview (the 'dicom' extra brings it too)
     },
     entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.cli.main:main"]},
 )

@@ -52,6 +52,9 @@ __all__ = [
     "OUTPUT_POSTFIX",
     "PipelineOptions",
     "BatchOptions",
+    "DicomOptions",
+    "ImageOutputs",
+    "OUTPUT_TYPES",
 ]
 
 #: voxel types a label map may be saved as (uint8 holds every label id and the 255 sentinel)
@@ -276,6 +279,69 @@ class PipelineOptions:
             object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one, once
 
 
+#: what ``--output-type`` may be: the NIfTI label map alone (the default), or a DICOM SEG of it too
+OUTPUT_TYPES = ("nifti", "dicom-seg")
+
+
+@dataclass(frozen=True)
+class DicomOptions:
+    """How a DICOM input (a series folder, a ``.zip`` of one, a multi-frame file) is read.
+
+    Attributes:
+        series: the SeriesInstanceUID to read where the input holds several series (None: refuse such an input
+            and list its series).
+        allow_modality: read a series whose Modality is not CT (VISTA3D was trained on CT only).
+    """
+
+    series: str | None = None
+    allow_modality: bool = False
+
+    def __post_init__(self):
+        if self.series is not None and (not isinstance(self.series, str) or not self.series.strip()):
+            raise SettingError("series", f"must be a SeriesInstanceUID (digits and dots), got {self.series!r}.")
+        if self.series is not None:
+            object.__setattr__(self, "series", self.series.strip())
+        object.__setattr__(self, "allow_modality", bool(self.allow_modality))
+
+
+@dataclass(frozen=True)
+class ImageOutputs:
+    """What a run writes for each image beside its label map (each written before the label map, which is written
+    last: an image whose label map exists has all of them).
+
+    Attributes:
+        statistics: ``statistics.json``: per structure present, its voxels, volume, HU statistics, centroid,
+            bounding box and whether it touches the image border.
+        preview: ``preview.png``: three orthogonal slices with the label map over them and a legend.
+        output_type: ``"nifti"`` (the label map only) or ``"dicom-seg"`` (also a DICOM SEG referencing the
+            source series; DICOM inputs only).
+        exclude_border_structures: TotalSegmentator's rule in the statistics: a structure within 3 voxels of a
+            face of the image is reported as excluded, without values (it is likely cut off).
+        preview_classes: structures whose centroid gets its own row of slices in the preview.
+    """
+
+    statistics: bool = False
+    preview: bool = False
+    output_type: str = "nifti"
+    exclude_border_structures: bool = False
+    preview_classes: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.output_type not in OUTPUT_TYPES:
+            raise SettingError("output_type", f"must be {' or '.join(OUTPUT_TYPES)}, got {self.output_type!r}.")
+        object.__setattr__(self, "preview_classes", tuple(int(i) for i in self.preview_classes))
+
+    @property
+    def dicom_seg(self) -> bool:
+        """Whether a DICOM SEG is written beside the label map."""
+        return self.output_type == "dicom-seg"
+
+    @property
+    def any(self) -> bool:
+        """Whether anything is written beside the label map."""
+        return self.statistics or self.preview or self.dicom_seg
+
+
 @dataclass(frozen=True)
 class BatchOptions:
     """How :func:`~monai.apps.vista3d.batch.run.run_batch` walks its images and writes their outputs; every field is
@@ -296,6 +362,8 @@ class BatchOptions:
             it. The summary is then ``summary.part-<i>-of-<N>.json``. Whatever ``part``, each output is claimed
             before its image is read: an output another live process claimed is ``"busy"`` (left to it), so
             processes sharing the output folder never write one file twice.
+        dicom: how DICOM inputs are read (:class:`DicomOptions`).
+        extras: what each image gets beside its label map (:class:`ImageOutputs`).
     """
 
     outputs: Sequence[str | os.PathLike] | None = None
@@ -306,3 +374,5 @@ class BatchOptions:
     on_image: Callable[[dict[str, Any]], None] | None = None
     quiet: bool = True
     part: tuple[int, int] | str | None = None
+    dicom: DicomOptions = DicomOptions()
+    extras: ImageOutputs = ImageOutputs()

@@ -8,7 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Input discovery for a batch: which NIfTI files a folder, a list file or a list of paths names."""
+"""Input discovery for a batch: which images (NIfTI files, DICOM series) a folder, a list file or a list of paths
+names."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from ..config import OUTPUT_POSTFIX
 from ..errors import OutputCollisionError, Vista3DInputError
+from ..io.dicom_files import input_kind, is_series_folder
 from ..io.nifti_write import is_vista3d_output
 from ..io.paths import output_path
 
@@ -32,7 +34,8 @@ def _is_nifti(path: Path) -> bool:
 
 
 def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> list[Path]:
-    """The ``.nii`` / ``.nii.gz`` files under ``folder``, recursively, sorted; hidden entries are ignored.
+    """The images under ``folder``, recursively, sorted: ``.nii`` / ``.nii.gz`` files, and DICOM series folders (a
+    folder with DICOM files directly inside is one image); hidden entries are ignored.
 
     A broken symbolic link is listed too (it fails as its image, saying so). ``skip(path)`` leaves files and
     folders out (the outputs of an earlier run).
@@ -44,7 +47,15 @@ def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> lis
             continue
         if _is_nifti(p) and (p.is_file() or (p.is_symlink() and not p.exists())):
             found.append(p)
+        elif p.is_dir() and is_series_folder(p):
+            found.append(p)
     return sorted(found)
+
+
+def _is_image(path: Path) -> bool:
+    """Whether a file given directly is an image (NIfTI by its name, DICOM by its bytes or a ``.zip``) rather than a
+    list of images."""
+    return _is_nifti(path) or input_kind(path) == "dicom"
 
 
 def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool]:
@@ -59,6 +70,8 @@ def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable
 
     def skip(p: Path) -> bool:
         full = Path(os.path.abspath(p))
+        if root is not None and full.is_relative_to(root) and (full / f"{full.name}_{postfix}.dcm").is_file():
+            return True  # an image's output folder holding its DICOM SEG, not a series
         if not _is_nifti(full):
             return False
         if root is not None and full.is_relative_to(root) and full.name == f"{full.parent.name}_{postfix}.nii.gz":
@@ -76,9 +89,11 @@ def _collect(
     found: list[tuple[Path, Path]] = []
     for item in items:
         src = Path(item)
-        if src.is_dir():
+        if src.is_dir() and is_series_folder(src):
+            found.append((src, Path()))  # a DICOM series given directly: one image, named after its folder
+        elif src.is_dir():
             found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src, skip)]
-        elif src.is_file() and not _is_nifti(src) and isinstance(inputs, (str, os.PathLike)):
+        elif src.is_file() and not _is_image(src) and isinstance(inputs, (str, os.PathLike)):
             found += [(p, Path()) for p in read_input_list(src)]
         else:
             found.append((src, Path()))
@@ -99,8 +114,9 @@ def read_input_list(path: str | os.PathLike) -> list[Path]:
 def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
     """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
 
-    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, and the label
-    maps and masks this program wrote, are skipped).
+    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files and DICOM series folders (hidden files and
+    folders, and the label maps and masks this program wrote, are skipped); a folder that holds DICOM files itself is
+    one image.
     """
     return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
 

@@ -43,7 +43,7 @@ from typing import Any
 
 from monai.utils.profiling import StageTimer
 
-from ..config import BatchOptions
+from ..config import BatchOptions, DicomOptions, ImageOutputs
 from ..core.feasibility import check_environment, check_image, failure_reason
 from ..core.job import SegmentJob
 from ..errors import Vista3DInputError
@@ -66,6 +66,7 @@ from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
 from .provenance import Provenance
+from .reports import check_extras, image_reports, report_files
 from .segmenter import PipelineSegmenter, Segmenter, as_segmenter, labels_and_info
 from .summary import (
     BatchResult,
@@ -133,6 +134,7 @@ def run_batch(
     opts = dataclasses.replace(options or BatchOptions(), **settings)
     what = as_segmenter(segment_fn)  # it says where images are read to and how they are read and written
     paths, outs = _planned_outputs(inputs, output_dir, opts)
+    check_extras(opts.extras, paths)
     check_environment()
     headers = [read_header(p) for p in paths]  # each header read once: the checks, the shards and the volumes
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
@@ -153,10 +155,10 @@ def run_batch(
         pool, mine = _my_images(sizes, part_keys(outs, output_dir), part, rank, world)
         report = counting_reporter(opts.on_image or (None if opts.quiet else print_record), len(mine))
         records = {i: ImageRecord.new(i, paths[i], outs[i], rank, sizes[i]) for i in mine}
-        todo = _triage(records, what.mask_ids, overwrite, claims, report)
+        todo = _triage(records, what.mask_ids, overwrite, claims, report, opts.extras)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
-            _segment_all(jobs, _Work(what, opts.prefetch, world), report)
+            _segment_all(jobs, _Work(what, opts.prefetch, world, opts.dicom, opts.extras), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = stopped_records(records, paths, outs, sizes, pool)
@@ -222,12 +224,14 @@ def _triage(
     overwrite: bool,
     claims: OutputClaims,
     report: Callable[[ImageRecord], None] | None,
+    extras: ImageOutputs,
 ) -> list[int]:
     """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
     todo: list[int] = []
     for i, rec in records.items():
         image, out = Path(rec.image), Path(rec.output)
         files = [out, *(class_mask_paths(out.parent, mask_ids).values() if mask_ids else ())]
+        extra = report_files(extras, out)
         if mask_ids:
             rec.masks = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
@@ -236,7 +240,7 @@ def _triage(
         except Vista3DInputError as e:
             rec.status, rec.error = "failed", failure_reason(e, image)
         else:
-            if not overwrite and all(f.exists() for f in files):
+            if not overwrite and all(f.exists() for f in files + extra):
                 rec.status = "skipped"
                 claims.sweep(out)  # a lock file left by a writer killed after its save
             else:
@@ -274,10 +278,12 @@ class _Work:
     what: SegmentJob | Segmenter
     prefetch: int
     world: int
+    dicom: DicomOptions
+    extras: ImageOutputs
 
     def loader(self, jobs: _Jobs) -> Loader:
         """Start reading this rank's images onto the segmenter's device, with the one load policy."""
-        load = functools.partial(load_for, device=self.what.device, nonfinite=self.what.nonfinite)
+        load = functools.partial(load_for, device=self.what.device, nonfinite=self.what.nonfinite, dicom=self.dicom)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
         return Loader(load, items, self.prefetch, self.what.device)
@@ -349,9 +355,15 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
                         fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
                     with timer.stage("segment"):
                         labels, info = labels_and_info(fn(image, geom))
+                    if work.extras.any:  # while the image and its labels are still on the device
+                        with timer.stage("reports"):
+                            reports = image_reports(image, labels, geom, work.extras)
+                        info["stages"] = {**info.get("stages", {}), "reports": timer.timings["reports"]}
+                    else:
+                        reports = None
                     rec.segmented(t_load, timer.timings["segment"], info)
                     created = missing_folders(job.output.parent)
-                    fut = saver.submit(labels, geom, job.output, masks=info.get("masks"))
+                    fut = saver.submit(labels, geom, job.output, masks=info.get("masks"), reports=reports)
                 except Exception as e:
                     rec.seconds = round(t_load + timer.timings.get("segment", 0.0), 4)
                     finish(job, [], None, e)

@@ -27,7 +27,7 @@ import torch
 
 from monai.utils.profiling import StageTimer
 
-from ..config import DEFAULT_OUTPUT_DTYPE
+from ..config import DEFAULT_OUTPUT_DTYPE, DicomOptions
 from ..core.feasibility import failure_reason
 from ..errors import WorkerError
 from ..io.handoff import get_from
@@ -36,6 +36,7 @@ from ..io.label_transfer import label_map_to_host
 from ..io.load_policy import load_input
 from ..io.nifti_write import save_class_masks, save_label_map
 from .distributed import on_device
+from .reports import ImageReports, write_reports
 
 __all__ = ["AsyncSaver", "load_for", "Loader", "timed_save"]
 
@@ -216,21 +217,25 @@ class Loader:
 
 
 def timed_save(
-    labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, **kwargs: Any
+    labels: Any, geometry: ImageGeometry, path: Path, masks: Any = None, reports: ImageReports | None = None,
+    **kwargs: Any
 ) -> tuple[Path, float]:
-    """Save one image's results on the saver's thread: its class masks first (when asked for), the label map last,
-    so that an image whose label map exists has every file."""
+    """Save one image's results on the saver's thread: its class masks and extra outputs (statistics, preview, DICOM
+    SEG) first, when asked for, the label map last, so that an image whose label map exists has every file."""
     timer = StageTimer(sync=False, nvtx=False)  # runs on the saver's thread
     with timer.stage("save"):
-        written = {} if masks is None else save_class_masks(masks, geometry, Path(path).parent)
+        written = [] if masks is None else list(save_class_masks(masks, geometry, Path(path).parent).values())
         try:
+            written += write_reports(reports, labels, geometry, Path(path))
             path = save_label_map(labels, geometry, path, **kwargs)
         except BaseException:  # an image's set is written completely or not at all
-            for p in written.values():
+            for p in written:
                 Path(p).unlink(missing_ok=True)
             raise
     return Path(path), timer.timings["save"]
 
 
-def load_for(path: Path, volume_index: int | None, device: torch.device, nonfinite: str) -> tuple:
-    return load_input(path, device, volume_index, nonfinite)
+def load_for(
+    path: Path, volume_index: int | None, device: torch.device, nonfinite: str, dicom: DicomOptions | None = None
+) -> tuple:
+    return load_input(path, device, volume_index, nonfinite, dicom)

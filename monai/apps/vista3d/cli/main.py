@@ -153,6 +153,7 @@ def _segment(args: argparse.Namespace) -> int:
     images, outputs, output_dir, part = _segment_outputs(args, items)
     if args.per_class and output_dir is None:
         raise UsageError("--per-class writes a folder of masks per image: give an output folder, -o FOLDER")
+    dicom, extras = _dicom_and_extras(args)
     check_environment()
     job = job_from_flags(args, parse_prompt(args.classes, args.points, args.point_labels),
                          progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype,
@@ -164,12 +165,22 @@ def _segment(args: argparse.Namespace) -> int:
     env = TorchrunEnv.read()
     start = time.perf_counter()
     result = run_batch(
-        images, output_dir, job, overwrite=args.overwrite, outputs=outputs,
+        images, output_dir, job, overwrite=args.overwrite, outputs=outputs, dicom=dicom, extras=extras,
         volume_index=args.volume_index, on_image=_image_reporter(args, f"[rank {env.rank}] " if env.world_size > 1
                                                                    else ""), part=part,
     )
     _say_totals(result, args.quiet, time.perf_counter() - start, env.rank)
     return result.exit_code
+
+
+def _dicom_and_extras(args: argparse.Namespace) -> tuple[Any, Any]:
+    """How DICOM inputs are read and what each image gets beside its label map, from their flags."""
+    from ..config import DicomOptions, ImageOutputs
+    from ..labels import parse_classes
+
+    classes = () if args.classes == "everything" or not args.preview else tuple(parse_classes(args.classes))
+    return (DicomOptions(args.series, args.allow_modality),
+            ImageOutputs(args.statistics, args.preview, args.output_type, args.exclude_border_structures, classes))
 
 
 def _segment_outputs(
@@ -179,6 +190,7 @@ def _segment_outputs(
     the folders walked once, here, and everything checked before any work (an output name the disk refuses, two
     images with one output, a folder without images). The output folder is None for ``-o FILE.nii.gz``."""
     from ..batch.inputs import plan_outputs
+    from ..io.dicom_files import is_series_folder
     from ..io.paths import check_output
 
     output, output_dir = args.output, args.output_dir
@@ -192,14 +204,29 @@ def _segment_outputs(
     if output is not None:
         if output_dir is not None:
             raise UsageError("give -o FILE.nii.gz or --output-dir FOLDER, not both")
-        if len(items) != 1 or Path(items[0]).is_dir():
+        if len(items) != 1 or (Path(items[0]).is_dir() and not is_series_folder(items[0])):
             raise UsageError("-o FILE.nii.gz names one output: give a folder (-o FOLDER) for several images")
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
         return [Path(items[0])], [Path(output)], None, part
     plan = plan_outputs(items, output_dir)  # every output unique, before any work
     if not plan:
-        raise UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+        raise UsageError(f"no .nii or .nii.gz files or DICOM series found in {', '.join(map(str, items))}")
+    if args.output_name is not None:
+        return _named_output(args.output_name, plan, output_dir, part)
     return [p for p, _ in plan], [o for _, o in plan], output_dir, part
+
+
+def _named_output(
+    name: str, plan: list[tuple[Path, Path]], output_dir: str, part: tuple[int, int] | None
+) -> tuple[list[Path], list[Path], str | None, tuple[int, int] | None]:
+    """The one input's outputs under ``--output-name``: ``OUTPUT/NAME/NAME_<postfix>.nii.gz``."""
+    from ..io.paths import output_path
+
+    if len(plan) != 1:
+        raise UsageError(f"--output-name names one image's outputs; the inputs hold {len(plan)} images")
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise UsageError(f"--output-name must be a plain file name (no folders, not hidden), got {name!r}")
+    return [plan[0][0]], [output_path(name, output_dir)], output_dir, part
 
 
 def _image_reporter(args: argparse.Namespace, rank_tag: str) -> Callable[[dict[str, Any]], None]:
@@ -430,6 +457,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _summary(args)
         if args.command == "prepare":
             return _prepare(args)
+        if args.command == "statistics":
+            from .statistics import run_statistics
+
+            return run_statistics(args)
         return _benchmark(args)
     except SettingError as e:  # the library names the field; here it is the flag
         print(f"error: {FIELD_FLAGS.get(e.field, e.field)} {_flagged(e.problem)}", file=sys.stderr)

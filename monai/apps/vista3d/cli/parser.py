@@ -25,6 +25,7 @@ from ..config import (
     DEFAULT_OVERLAP,
     DEFAULT_ROI_SIZE,
     OUTPUT_DTYPES,
+    OUTPUT_TYPES,
     ROI_MULTIPLE,
     check_embed_dim,
     check_roi_size,
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 #: the commands; without one, ``segment`` is meant
-COMMANDS = ("segment", "benchmark", "summary", "prepare", "serve")
+COMMANDS = ("segment", "benchmark", "summary", "prepare", "serve", "statistics")
 
 
 #: the flag of each setting's field (a SettingError names the field; every command names it by this flag)
@@ -63,6 +64,9 @@ FIELD_FLAGS = {
     "encoder_embed_dim": "--embed-dim",
     "per_class": "--per-class",
     "weights": "--weights",
+    "series": "--series",
+    "output_type": "--output-type",
+    "preview": "--preview",
 }
 
 def program_name() -> str:
@@ -75,19 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     prog = program_name()
     usage = (f"{prog} [segment] -i IMAGE_OR_FOLDER [-i ...] -o OUTPUT [options]\n       {prog} --list-classes\n"
              f"       {prog} prepare [options]\n       {prog} benchmark [options]\n       {prog} summary OUTPUT\n"
-             f"       {prog} serve --weights model.pt [--host 127.0.0.1] [--port 8000]\n       {prog} --version")
+             f"       {prog} serve --weights model.pt [--host 127.0.0.1] [--port 8000]\n"
+             f"       {prog} statistics CT LABELS [-o stats.json]\n       {prog} --version")
     parser = argparse.ArgumentParser(
         prog=prog, usage=usage,
         description="VISTA3D CT segmentation: the bundle's inference pipeline, and a latency benchmark. "
                     "Without a command, 'segment' is meant.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary,serve}")
+    sub = parser.add_subparsers(dest="command", metavar="{segment,prepare,benchmark,summary,serve,statistics}")
 
     _add_segment(sub, prog, usage)
     _add_benchmark(sub, prog)
     _add_summary(sub, prog)
     _add_prepare(sub, prog)
     _add_serve(sub, prog)
+    _add_statistics(sub, prog)
     return parser
 
 
@@ -139,10 +145,12 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
         epilog="Negative point coordinates work as --points=-3,40,20 or --points -3,40,20. Exit status: 0 done, "
                "1 an image failed, 2 bad arguments, 130 Ctrl-C, 143 SIGTERM.",
     )
-    seg.add_argument("images", nargs="*", help=".nii / .nii.gz files, or folders (searched recursively)")
+    seg.add_argument("images", nargs="*", help=".nii / .nii.gz files, DICOM series, or folders (searched "
+                                               "recursively)")
     seg.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="IMAGE_OR_FOLDER",
-                     help="a .nii / .nii.gz file or a folder searched recursively for them (repeatable); an image "
-                          "found in a folder keeps its subfolder under the output folder")
+                     help="a .nii / .nii.gz file, a DICOM series (a folder of its files, a .zip of one, a multi-frame "
+                          "file), or a folder searched recursively for both (repeatable); an image found in a folder "
+                          "keeps its subfolder under the output folder")
     seg.add_argument("--input-list", default=None, help="a text file with one image path per line, or a folder")
     seg.add_argument("-o", "--output", default=None,
                      help="output folder (writes OUTPUT/<name>/<name>_trans.nii.gz), or a .nii / .nii.gz file "
@@ -167,11 +175,57 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
                           "of the inputs balanced by voxel count, the same in every process, so N processes (a job "
                           "array) can share the output folder; each writes summary.part-I-of-N.json ('summary "
                           "OUTPUT' merges them); under torchrun the ranks share the part")
+    _add_dicom_and_extras(seg)
     seg.add_argument("--no-streaming", dest="streaming", action="store_false",
                      help="class prompts through the full-logits inferer (with its out-of-memory fallback) instead of "
                           "the streamed label map")
     _add_network(seg)
     _add_common(seg)
+
+
+def _add_dicom_and_extras(seg: argparse.ArgumentParser) -> None:
+    """``segment``'s flags of DICOM inputs and of what each image gets beside its label map."""
+    seg.add_argument("--output-name", default=None, metavar="NAME",
+                     help="name of the one input's outputs, OUTPUT/NAME/NAME_trans.nii.gz (default: the file's name, "
+                          "or a DICOM series folder's)")
+    seg.add_argument("--series", default=None, metavar="UID",
+                     help="the SeriesInstanceUID to read where a DICOM input holds several series")
+    seg.add_argument("--allow-modality", action="store_true",
+                     help="segment a DICOM series whose modality is not CT (VISTA3D was trained on CT)")
+    seg.add_argument("--output-type", choices=OUTPUT_TYPES, default="nifti",
+                     help="nifti (default): the label map; dicom-seg: also a DICOM SEG referring to the source series "
+                          "(OUTPUT/<name>/<name>_trans.dcm; DICOM inputs only)")
+    seg.add_argument("--statistics", action="store_true",
+                     help="also write statistics.json beside each label map: per structure its voxels, volume (mm3), "
+                          "HU mean/median/std/min/max, centroid, bounding box, whether it touches the border")
+    seg.add_argument("--exclude-border-structures", action="store_true",
+                     help="in the statistics, give no values for structures within 3 voxels of the image border "
+                          "(TotalSegmentator's rule: they are likely cut off)")
+    seg.add_argument("--preview", action="store_true",
+                     help="also write preview.png beside each label map: axial, coronal and sagittal slices through "
+                          "the image centre (and each --classes structure's centroid) with the labels over them")
+
+
+def _add_statistics(sub: Any, prog: str) -> None:
+    """The ``statistics`` command."""
+    st = sub.add_parser(
+        "statistics", help="per-structure statistics of an existing label map over its CT (JSON)",
+        usage=f"{prog} statistics CT LABELS [-o stats.json] [--label-names names.json] [options]",
+        prog=f"{prog} statistics",
+        description="Compute what 'segment --statistics' writes for any label map on the grid of its CT: per "
+                    "structure its voxels, volume (mm3), HU mean/median/std/min/max, centroid (voxel and RAS mm), "
+                    "bounding box and whether it touches the border. The CT may be NIfTI or DICOM.")
+    st.add_argument("ct", help="the CT: .nii / .nii.gz, or a DICOM series folder, .zip or multi-frame file")
+    st.add_argument("labels", help="the label map (.nii / .nii.gz) on the CT's grid")
+    st.add_argument("-o", "--output", default=None, help="write the JSON here (default: print it)")
+    st.add_argument("--label-names", default=None, metavar="FILE",
+                    help="a JSON file naming the label ids, {\"1\": \"liver\", ...} or {\"liver\": 1, ...} (default: "
+                         "VISTA3D's names)")
+    st.add_argument("--exclude-border-structures", action="store_true",
+                    help="no values for structures within 3 voxels of the image border (TotalSegmentator's rule)")
+    st.add_argument("--device", default=None, help="where to compute: cuda or cpu (default: cuda when available)")
+    st.add_argument("--series", default=None, metavar="UID", help="the series to read from a DICOM CT holding several")
+    st.add_argument("--allow-modality", action="store_true", help="read a DICOM series whose modality is not CT")
 
 
 def _add_benchmark(sub: Any, prog: str) -> None:

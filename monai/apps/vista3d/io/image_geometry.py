@@ -30,6 +30,8 @@ class ImageGeometry:
         header: a copy of the input's NIfTI header (qform/sform and their codes kept).
         filename: the input path, or ``None`` for an in-memory image.
         dtype: the on-disk voxel dtype (before scl_slope/scl_inter scaling), byte order included.
+        source: for an image read from DICOM, the series it came from (a
+            :class:`~monai.apps.vista3d.io.dicom.DicomSource`, which a DICOM SEG refers to); None for NIfTI.
     """
 
     affine: np.ndarray
@@ -37,6 +39,7 @@ class ImageGeometry:
     header: Any
     filename: str | None
     dtype: np.dtype
+    source: Any = None
 
     @property
     def spacing(self) -> tuple[float, float, float]:

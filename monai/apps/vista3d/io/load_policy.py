@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..config import DicomOptions
+from .dicom_files import input_kind
 from .image_geometry import ImageGeometry
 from .nifti import load_image
 
@@ -36,13 +38,23 @@ def load_options(device: torch.device) -> dict[str, Any]:
 
 
 def load_input(
-    path: str | os.PathLike, device: torch.device, volume_index: int | None = None, nonfinite: str = "air"
+    path: str | os.PathLike,
+    device: torch.device,
+    volume_index: int | None = None,
+    nonfinite: str = "air",
+    dicom: DicomOptions | None = None,
 ) -> tuple[torch.Tensor, ImageGeometry]:
-    """Read a NIfTI file for a pipeline on ``device``: ``([1, X, Y, Z] HU, ImageGeometry)``.
+    """Read a NIfTI file or a DICOM image for a pipeline on ``device``: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
     What :meth:`Vista3DPipeline.load`, :meth:`Vista3DPipeline.segment_file` and the batch driver's loader
-    thread all call, so the command line, ``run_batch`` and ``segment_file`` read an image the same way.
+    thread all call, so the command line, ``run_batch`` and ``segment_file`` read an image the same way. A folder,
+    a ``.zip`` or a DICOM file is read as DICOM (:func:`~.dicom.load_dicom`, with ``dicom``'s options; its
+    ``volume_index`` and ``nonfinite`` do not apply), anything else as NIfTI.
     """
+    if input_kind(path) == "dicom":
+        from .dicom import load_dicom  # pydicom and highdicom: only where DICOM is read
+
+        return load_dicom(path, dicom, device=device)
     return load_image(path, volume_index=volume_index, device=device, nonfinite=nonfinite, **load_options(device))
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "own_summary_name",
     "summary_kind",
     "same_file",
+    "extra_output_paths",
 ]
 
 #: the suffix of the temporary file of an atomic write, ``.<name>.<random>.part``, renamed onto ``<name>`` when
@@ -60,9 +61,10 @@ def temp_prefix(name: str) -> str:
 
 
 def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = OUTPUT_POSTFIX) -> pathlib.Path:
-    """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``."""
+    """The bundle's output name: ``output_dir/<name>/<name>_<postfix>.nii.gz`` for ``<name>.nii[.gz]``, a DICOM series
+    folder ``<name>``, ``<name>.zip`` or ``<name>.dcm``."""
     name = pathlib.Path(image).name
-    for ext in (".nii.gz", ".nii", ".gz"):
+    for ext in (".nii.gz", ".nii", ".gz", ".zip", ".dcm", ".dicom"):
         if name.lower().endswith(ext):
             name = name[: -len(ext)]
             break
@@ -127,6 +129,24 @@ def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) ->
 _TMP_EXTRA = 1 + 9 + 5
 
 
+
+
+def extra_output_paths(label_map: str | os.PathLike, postfix: str = OUTPUT_POSTFIX) -> dict[str, pathlib.Path]:
+    """The files an image may get beside its label map: ``statistics`` (JSON), ``preview`` (PNG) and ``seg`` (DICOM
+    SEG).
+
+    In the run's layout (``out/<name>/<name>_<postfix>.nii.gz``, the image's own folder) they are
+    ``statistics.json``, ``preview.png`` and ``<name>_<postfix>.dcm``; beside a label map named otherwise
+    (``-o seg.nii.gz``) ``seg.statistics.json``, ``seg.preview.png`` and ``seg.dcm``, so that other files in its
+    folder are never touched.
+    """
+    p = pathlib.Path(label_map)
+    stem = p.name[: -len(".nii.gz")] if p.name.endswith(".nii.gz") else p.name.rsplit(".", 1)[0]
+    if p.name == f"{p.parent.name}_{postfix}.nii.gz":
+        return {"statistics": p.with_name("statistics.json"), "preview": p.with_name("preview.png"),
+                "seg": p.with_name(f"{stem}.dcm")}
+    return {"statistics": p.with_name(f"{stem}.statistics.json"), "preview": p.with_name(f"{stem}.preview.png"),
+            "seg": p.with_name(f"{stem}.dcm")}
 
 
 def class_file_name(label_id: int) -> str:
