@@ -102,7 +102,7 @@ def look_up_option(
         raise ValueError(f"No options available to look up {opt_str!r} in: {supported!r}.")
     message = f"Unsupported option '{opt_str}'"
     distances = {str(c): edit_distance(str(c), str(opt_str)) for c in choices}
-    closest = min(distances, key=distances.get)  # type: ignore[arg-type]
+    closest = min(distances, key=distances.__getitem__)
     message += f", did you mean '{closest}'?" if distances[closest] <= 3 else "."
     if print_all_options:
         message += f" Available options are {choices}."

@@ -412,7 +412,7 @@ class SegResNetDS2(SegResNetDS):
         )
         self.up_layers_auto = nn.ModuleList([copy.deepcopy(layer) for layer in self.up_layers])
 
-    def forward(  # type: ignore[override]
+    def forward(  # type: ignore[override]  # upstream's API: both decoders' outputs, not SegResNetDS's one
         self, x: torch.Tensor, with_point: bool = True, with_label: bool = True
     ) -> tuple[torch.Tensor | list[torch.Tensor], torch.Tensor | list[torch.Tensor]]:
         """Encode ``x`` once and run the requested decoders.
