@@ -421,7 +421,9 @@ async def _clicks(request: Request, call: _Call, slot: Any, params: dict, image:
             entry = await _click(call, slot, ml.clicks, key, req, source)
     name = f"{source.name}_{safe_stem(req.label)}{fmt.suffix}"
     path = await run_in_threadpool(mj.write_result, entry.answer, entry.grid, call.folder / name, fmt)
-    return {"label_names": {req.label: 1}, "clicks": len(entry.foreground) + len(entry.background)}, path, name
+    answer = {"label_names": {req.label: 1}, "clicks": len(entry.foreground) + len(entry.background),
+              "latencies": {k: round(v, 4) for k, v in entry.latencies.items()}}
+    return answer, path, name
 
 
 async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
@@ -430,6 +432,7 @@ async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: m
     entry = clicks.find(key)
     step = None if entry is None or req.reset else mj.new_clicks(entry.foreground, entry.background, req)
     if step == ([], []):
+        entry.latencies = {}
         return entry  # no new point: the last answer again
     points, labels = step or ([list(p) for p in req.foreground + req.background],
                               [1] * len(req.foreground) + [0] * len(req.background))
@@ -444,6 +447,7 @@ async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: m
         else:
             job = mj.click(entry.session, points, labels, req.class_id, reset=step is None)
             label_map = await slot.run(job, call.deadline, call.gone())
+        entry.latencies = dict(entry.session.timings)  # the click's stages, read before the key's next turn
         entry.answer = entry.previous = await run_in_threadpool(mj.object_mask, label_map)
     except BaseException:
         clicks.drop(key)  # the session may hold clicks its bookkeeping does not: the next request starts again

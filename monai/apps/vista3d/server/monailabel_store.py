@@ -210,12 +210,14 @@ class ClickEntry(SessionEntry):
         grid: where the answers go (:class:`~.monailabel_jobs.Grid`).
         foreground, background: the points clicked so far (voxel indices), in the order they came.
         answer: the last answer (``[X, Y, Z]`` uint8, 1 on the object), sent again when no point is new.
+        latencies: seconds per stage of the last click (none when no point was new).
     """
 
     grid: Any = None
     foreground: list = field(default_factory=list)
     background: list = field(default_factory=list)
     answer: Any = None
+    latencies: dict = field(default_factory=dict)
 
 
 class ClickSessions:
