@@ -45,7 +45,7 @@ from ..io.nifti_write import save_label_map
 from ..labels import everything_labels, label_name, label_names
 from . import jobs
 from .errors import ServeError
-from .images import LoadedImage
+from .images import LoadedImage, nrrd_available
 
 __all__ = ["AUTO_MODEL", "CLICK_MODEL", "MAX_POINTS", "ResultFormat", "AutoRequest", "ClickRequest", "Grid",
            "app_info", "check_model", "parse_params", "result_format", "auto_request", "click_request", "new_clicks",
@@ -155,6 +155,9 @@ def result_format(params: dict[str, Any], image_format: str) -> ResultFormat:
     suffix = params.get("result_extension") or (".nrrd" if image_format == "nrrd" else ".nii.gz")
     if suffix not in RESULT_SUFFIXES:
         raise ServeError(422, f"result_extension {suffix!r} is not offered; use one of {', '.join(RESULT_SUFFIXES)}")
+    if suffix == ".nrrd" and not nrrd_available():
+        raise ServeError(422, "NRRD answers (what 3D Slicer asks for) need pynrrd on the server: pip install "
+                              "'monai[nrrd]' there; or ask for result_extension .nii.gz")
     dtype = params.get("result_dtype") or "uint8"
     if dtype not in RESULT_DTYPES:
         raise ServeError(422, f"result_dtype {dtype!r} is not offered; use one of {', '.join(RESULT_DTYPES)}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 import nibabel as nib
 import nrrd
@@ -99,6 +100,13 @@ class TestParams(unittest.TestCase):
     def test_result_format(self, params, image_format, expected):
         fmt = mj.result_format(params, image_format)
         self.assertEqual((fmt.suffix, fmt.dtype), expected)
+
+    def test_nrrd_answers_need_pynrrd(self):
+        with mock.patch.object(mj, "nrrd_available", return_value=False):
+            with self.assertRaises(ServeError) as caught:
+                mj.result_format({"result_extension": ".nrrd"}, "nifti")
+            self.assertIn("monai[nrrd]", caught.exception.message)
+            self.assertEqual(mj.result_format({}, "nifti").suffix, ".nii.gz")
 
     @parameterized.expand([({"result_extension": ".seg.nrrd"},), ({"result_dtype": "int8"},),
                            ({"result_extension": "nrrd"},)])
