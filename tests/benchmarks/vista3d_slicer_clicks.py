@@ -100,8 +100,8 @@ def _now(device: str) -> float:
 
 class InProcess:
     """The same clicks on a ``Vista3DSession`` in this process, on a thread of its own as the server's model thread
-    runs them (on a busy 2-core machine the main thread's two OpenMP threads made the same clicks about ten times
-    slower than a second thread did: like for like)."""
+    runs them (like for like: on a busy 2-core machine the main thread's OpenMP team ran the same clicks much slower
+    than a second thread did)."""
 
     def __init__(self, cfg: Config, ct: Path, weights: Path, scratch: Path, requests: list):
         self.cfg, self.ct, self.weights, self.scratch, self.requests = cfg, ct, weights, scratch, requests
