@@ -14,8 +14,9 @@
 the server already answers ``/v1/health/live``), then runs jobs one at a time in the order they were submitted.
 A request first takes a :class:`Slot` (at most ``queue_size + 1`` are held: one running, the rest waiting; one
 more is refused with 429 before its image is even fetched), then runs its job through it. A request that times
-out or whose client disconnects cancels its job: a queued job is dropped, a running one stops at its next network
-call (a forward pre-hook checks the flag), and the slot is free at once.
+out or whose client disconnects cancels its job: a queued job is dropped, a running one stops before its next
+window (the pipeline's window loop runs the job's check, :func:`~monai.apps.vista3d.core.progress.stop_between_windows`),
+and the slot is free at once.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
-import torch
-
+from ..core.progress import stop_between_windows
 from .errors import ServeError
 
 __all__ = ["ModelWorker", "Slot", "JobCancelled", "ClientGone"]
@@ -43,7 +43,7 @@ LOADING_RETRY_AFTER = 5
 
 
 class JobCancelled(Exception):
-    """Raised inside a running job at its next network call once its request has given up."""
+    """Raised inside a running job before its next window once its request has given up."""
 
 
 class ClientGone(Exception):
@@ -55,6 +55,11 @@ class _Job:
         self.fn = fn
         self.future: Future = Future()
         self.cancel = threading.Event()
+
+    def check(self) -> None:
+        """Stop the job (between two windows) once its request has given up."""
+        if self.cancel.is_set():
+            raise JobCancelled("the request was cancelled")
 
 
 def _one_line(e: BaseException) -> str:
@@ -100,7 +105,7 @@ class ModelWorker:
         self._thread.start()
 
     def stop(self, timeout: float | None = 30.0) -> None:
-        """Drop the queued jobs, let the running one stop at its next network call, and end the thread."""
+        """Drop the queued jobs, let the running one stop before its next window, and end the thread."""
         with self._cond:
             self._stopping = True
             for job in self._jobs:
@@ -185,18 +190,10 @@ class ModelWorker:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------- thread
-    def _check_cancel(self, module: Any, args: Any) -> None:
-        job = self._current
-        if job is not None and job.cancel.is_set():
-            raise JobCancelled("the request was cancelled")
-
     def _load(self) -> Any:
         from ..labels import everything_labels
 
         pipeline = self._factory()
-        network = getattr(pipeline, "network", None)
-        if isinstance(network, torch.nn.Module):
-            network.register_forward_pre_hook(self._check_cancel)
         if self._warm_up:
             batch = pipeline.sw_batch_size if isinstance(pipeline.sw_batch_size, int) else 1
             pipeline.warm_up(batch, everything_labels())
@@ -230,7 +227,8 @@ class ModelWorker:
             try:
                 if job.future.set_running_or_notify_cancel():
                     try:
-                        job.future.set_result(job.fn(pipeline))
+                        with stop_between_windows(job.check):
+                            job.future.set_result(job.fn(pipeline))
                     except BaseException as e:  # the request's handler turns it into its answer
                         outcome = "cancelled" if isinstance(e, JobCancelled) else "failed"
                         job.future.set_exception(e)
@@ -282,7 +280,7 @@ class Slot:
             return result.result()
         self._worker._cancel(job)
         result.cancel()  # nothing will read it (a running job still finishes or stops on its own)
-        self.release()  # the slot is free now; a running job stops at its next network call
+        self.release()  # the slot is free now; a running job stops before its next window
         if gone is not None and gone in done:
             raise ClientGone()
         raise ServeError(504, "the request ran out of time (--request-timeout); it was cancelled")
