@@ -226,6 +226,9 @@ def _add_serve(sub: Any, prog: str) -> None:
     p.add_argument("--max-download-mb", type=float, default=1024, help="largest image fetched from a URL (1024)")
     p.add_argument("--max-voxels", type=int, default=1 << 30, help="largest image in voxels, read from its header "
                                                                    "before it is inflated (2^30)")
+    p.add_argument("--max-points", type=int, default=64, help="point prompts in one request, and on one click "
+                                                               "session's object; more get 413 (64)")
+    p.add_argument("--max-classes", type=int, default=132, help="entries of one request's class list (132)")
     p.add_argument("--queue-size", type=int, default=8,
                    help="requests that may wait behind the running one; more get 429 with Retry-After (8)")
     p.add_argument("--request-timeout", type=float, default=600, help="seconds a request may take (600)")

@@ -37,7 +37,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     model = job_from_flags(args, progress=False)
 
     limits = Limits(max_body_bytes=int(args.max_body_mb * _MIB), max_download_bytes=int(args.max_download_mb * _MIB),
-                    max_voxels=args.max_voxels, queue_size=args.queue_size, request_timeout=args.request_timeout,
+                    max_voxels=args.max_voxels, max_points=args.max_points, max_classes=args.max_classes,
+                    queue_size=args.queue_size, request_timeout=args.request_timeout,
                     session_ttl=args.session_ttl, max_sessions=args.max_sessions)
     return ServerSettings.create(
         host=args.host, port=args.port, token=args.token, insecure=args.insecure,

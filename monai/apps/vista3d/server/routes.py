@@ -20,7 +20,6 @@ and waits for its job; the answer file is written off the model's thread and the
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import tempfile
 import time
@@ -41,6 +40,7 @@ from . import jobs
 from .errors import ServeError
 from .fetch import confined_path, download, has_scheme, receive_form
 from .images import (
+    AnswerFormat,
     LoadedImage,
     check_inflated_size,
     inspect_image,
@@ -53,11 +53,14 @@ from .schemas import (
     ClickRequest,
     InferenceRequest,
     SessionRequest,
+    load_json,
     nim_prompt,
+    openapi_body,
     parse_body,
+    prompt_sizes,
 )
 from .sessions import SessionEntry, SessionStore
-from .settings import ServerSettings
+from .settings import Limits, ServerSettings
 from .worker import ModelWorker
 
 __all__ = ["router", "ServerState"]
@@ -101,10 +104,7 @@ async def read_json(request: Request) -> Any:
                                   "multipart/form-data")
     if not body:
         raise ServeError(400, "the request has no body: send a JSON object (see the API reference)")
-    try:
-        return json.loads(body)
-    except ValueError as e:
-        raise ServeError(400, f"the request body is not valid JSON ({e})") from None
+    return load_json(body)
 
 
 def _is_form(request: Request) -> bool:
@@ -166,17 +166,25 @@ async def _image_of(ctx: _Request, model: type, text_fields: tuple[str, ...]) ->
         if form.file is None:
             raise ServeError(422, "the form has no complete 'image' file part: upload the image as 'image'")
         fields: dict[str, Any] = dict(form.fields)
-        if "prompts" in fields:
-            try:
-                fields["prompts"] = json.loads(fields["prompts"])
-            except ValueError as e:
-                raise ServeError(400, f"form field 'prompts' is not valid JSON ({e})") from None
+        for key in ("prompts", "output"):
+            if key in fields:
+                fields[key] = load_json(fields[key], f"form field {key!r}")
         return parse_body(model, fields), form.file, safe_stem(form.filename or "image")
     body = parse_body(model, await read_json(ctx.request))
     if not body.image:
         raise ServeError(422, "field 'image' is required: an http(s) URL, a path under --data-dir, or upload the "
                               "file as multipart/form-data")
     return body, None, ""
+
+
+def check_sizes(limits: Limits, points: int, classes: int) -> None:
+    """Refuse (413) more points or classes than the server's limits allow, before anything else is done."""
+    if points > limits.max_points:
+        raise ServeError(413, f"the request has {points} points, more than this server takes (--max-points "
+                              f"{limits.max_points}); send fewer points")
+    if classes > limits.max_classes:
+        raise ServeError(413, f"the request lists {classes} classes, more than this server takes (--max-classes "
+                              f"{limits.max_classes}); send fewer, or 'everything' by leaving the classes out")
 
 
 def _timing_header(timings: dict[str, float]) -> str:
@@ -253,20 +261,27 @@ async def info(request: Request) -> dict:
         "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
         "everything": everything_labels(),
         "formats": ["nifti"] + (["nrrd"] if nrrd_available() else []),
-        "limits": {"max_voxels": limits.max_voxels, "queue_size": limits.queue_size,
+        "limits": {"max_voxels": limits.max_voxels, "max_points": limits.max_points,
+                   "max_classes": limits.max_classes, "queue_size": limits.queue_size,
                    "request_timeout_s": limits.request_timeout, "session_ttl_s": limits.session_ttl,
                    "max_sessions": limits.max_sessions},
     }
 
 
-@router.post("/v1/vista3d/inference")
+_JSON_FIELD = "JSON, as the JSON body's field of this name"
+
+
+@router.post("/v1/vista3d/inference", openapi_extra=openapi_body(InferenceRequest, {
+    "prompts": _JSON_FIELD, "output": _JSON_FIELD, "local_working_dir": "a folder under --data-dir"}))
 async def inference(request: Request) -> Response:
     state = _state(request)
     async with state.worker.reserve() as slot:  # 503/429 before anything is read
         ctx, keep = _Request(state, request), False
         try:
-            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir"))
+            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output"))
+            check_sizes(state.settings.limits, *prompt_sizes(body.prompts))
             prompt = nim_prompt(body.prompts)
+            answer = AnswerFormat.of(body.output)
             out_dir = None
             if body.local_working_dir:
                 out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
@@ -276,14 +291,16 @@ async def inference(request: Request) -> Response:
             fmt = await _checked(ctx, path)
             check = time.perf_counter() - start
             labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
-            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{loaded.suffix}"
+            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{answer.suffix or loaded.suffix}"
             start = time.perf_counter()
-            out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname)
+            out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname, None,
+                                          answer.dtype)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
             spent = {"check": check, **timings, "write": time.perf_counter() - start}
-            headers = {"Server-Timing": _timing_header(spent)}
+            headers = {"Server-Timing": _timing_header(spent), **answer.note()}
             if out_dir is not None:
-                return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out)}, headers=headers)
+                return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
+                                     **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
             keep = True
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers)
         finally:
@@ -291,7 +308,7 @@ async def inference(request: Request) -> Response:
 
 
 # ------------------------------------------------------------------------------------------ click sessions
-@router.post("/v1/vista3d/sessions", status_code=201)
+@router.post("/v1/vista3d/sessions", status_code=201, openapi_extra=openapi_body(SessionRequest, {}))
 async def create_session(request: Request) -> Response:
     state = _state(request)
     async with state.worker.reserve() as slot:
@@ -340,11 +357,17 @@ def changed_box(before: torch.Tensor | None, after: torch.Tensor) -> tuple[slice
     return tuple(box)
 
 
-@router.post("/v1/vista3d/sessions/{session_id}/clicks")
+@router.post("/v1/vista3d/sessions/{session_id}/clicks", openapi_extra=openapi_body(ClickRequest))
 async def clicks(session_id: str, request: Request) -> Response:
     state = _state(request)
     entry = state.sessions.get(session_id)
     body: ClickRequest = parse_body(ClickRequest, await read_json(request))
+    limits = state.settings.limits
+    check_sizes(limits, len(body.points), 0)
+    object_points = len(body.points) + (0 if body.reset else entry.session.clicks)
+    if object_points > limits.max_points:  # every click of the object goes to the network again
+        raise ServeError(413, f"the session's object would have {object_points} points, more than this server "
+                              f"takes (--max-points {limits.max_points}); start a new object with \"reset\": true")
     labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
     async with state.worker.reserve() as slot, entry.lock:

@@ -52,6 +52,9 @@ class Limits:
         max_body_bytes: request body (an upload included).
         max_download_bytes: an image fetched from a URL.
         max_voxels: voxels of an image, read from its header before anything is inflated.
+        max_points: point prompts of one request, and of one click session's object (each point is a window and
+            every window sees every point: the cost grows with the square).
+        max_classes: entries of one request's class list.
         queue_size: requests that may wait behind the one the model is running (more get 429).
         request_timeout: seconds from a request's arrival to its answer (more: 504, and its work is dropped).
         session_ttl: seconds a click session lives after its last use.
@@ -61,6 +64,8 @@ class Limits:
     max_body_bytes: int = 1024 * _MIB
     max_download_bytes: int = 1024 * _MIB
     max_voxels: int = 1 << 30
+    max_points: int = 64
+    max_classes: int = 132
     queue_size: int = 8
     request_timeout: float = 600.0
     session_ttl: float = 1800.0
@@ -68,7 +73,8 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name, flag in (("max_body_bytes", "--max-body-mb"), ("max_download_bytes", "--max-download-mb"),
-                           ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions")):
+                           ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions"),
+                           ("max_points", "--max-points"), ("max_classes", "--max-classes")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:

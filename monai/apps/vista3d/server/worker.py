@@ -15,8 +15,8 @@ the server already answers ``/v1/health/live``), then runs jobs one at a time in
 A request first takes a :class:`Slot` (at most ``queue_size + 1`` are held: one running, the rest waiting; one
 more is refused with 429 before its image is even fetched), then runs its job through it. A request that times
 out or whose client disconnects cancels its job: a queued job is dropped, a running one stops before its next
-window (the pipeline's window loop runs the job's check, :func:`~monai.apps.vista3d.core.progress.stop_between_windows`),
-and the slot is free at once.
+window (the pipeline's window loop runs the job's check: :func:`~..core.progress.stop_between_windows`), and the
+slot is free at once.
 """
 
 from __future__ import annotations

@@ -151,6 +151,42 @@ class TestNimApi(unittest.TestCase):
         np.testing.assert_allclose(out_header["space origin"], header["space origin"])
 
 
+    def test_output_options_of_nim_clients(self):
+        # NIM clients send "output": its extension and dtype are honoured, keys this server does not use are
+        # accepted and named back in X-Vista3D-Note
+        body = {"image": self.host.url("ct.nii.gz"), "prompts": {"classes": ["liver"]},
+                "output": {"extension": ".nrrd", "dtype": "int16", "colormap": "x"}}
+        response = self.client.http.post("/v1/vista3d/inference", json=body)
+        self.assertEqual(response.status_code, 200, response.text)
+        self.assertEqual(response.headers["x-vista3d-note"], "ignored: output.colormap")
+        files = NimClient.unzip(response)
+        self.assertEqual(list(files), ["ct_trans.nrrd"])
+        with tempfile.NamedTemporaryFile(suffix=".nrrd") as f:
+            f.write(files["ct_trans.nrrd"])
+            f.flush()
+            labels, header = nrrd.read(f.name, index_order="F")
+        self.assertEqual(labels.dtype, np.int16)
+        np.testing.assert_array_equal(labels, _expected(self.ct, classes=["liver"]))
+        affine = nib.load(str(self.ct)).affine  # the NIfTI grid as RAS space directions and origin
+        self.assertEqual(header["space"], "right-anterior-superior")
+        np.testing.assert_allclose(header["space directions"], affine[:3, :3].T)
+        np.testing.assert_allclose(header["space origin"], affine[:3, 3])
+        # and the other way: NRRD in, NIfTI out, in the same place in the world
+        img = nib.load(str(self.ct))
+        lps = np.diag([-1.0, -1.0, 1.0])
+        nrrd.write(str(self.host.folder / "lps.nrrd"), np.asarray(img.dataobj), {
+            "space": "left-posterior-superior", "space directions": (lps @ img.affine[:3, :3]).T,
+            "space origin": lps @ img.affine[:3, 3], "kinds": ["domain"] * 3}, index_order="F")
+        body = {"image": self.host.url("lps.nrrd"), "prompts": {"classes": ["liver"]},
+                "output": {"extension": ".nii.gz"}}
+        response = self.client.http.post("/v1/vista3d/inference", json=body)
+        self.assertEqual(response.status_code, 200, response.text)
+        self.assertNotIn("x-vista3d-note", response.headers)
+        labels, affine = _nifti_labels(NimClient.unzip(response)["lps_trans.nii.gz"])
+        np.testing.assert_array_equal(labels, _expected(self.ct, classes=["liver"]))
+        np.testing.assert_allclose(affine, img.affine)
+
+
 class TestReadiness(unittest.TestCase):
     def test_not_ready_until_loaded_and_warmed(self):
         release, warmed = threading.Event(), []

@@ -57,7 +57,7 @@ class TestSessions(unittest.TestCase):
         cls.data = Path(cls._tmp.name)
         cls.ct = write_phantom(cls.data / "ct.nii.gz")
         cls.clock = _Clock()
-        limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0)
+        limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0, max_points=6)
         cls.server = start_for_class(cls, settings(data_dir=cls.data, limits=limits), clock=cls.clock)
         cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
 
@@ -119,6 +119,21 @@ class TestSessions(unittest.TestCase):
         expected = tiny_pipeline().segment(str(self.ct), classes="spleen", points=CLICKS[1][0],
                                            point_labels=CLICKS[1][1]).labels
         np.testing.assert_array_equal(np.asarray(_image(response.content).dataobj), expected.numpy().astype(np.uint8))
+
+    def test_points_bound_per_object(self):
+        # an object's clicks all go to the network again on each click: --max-points bounds them all (here 6,
+        # which CLICKS reach exactly); one more point is refused until the object is reset
+        sid = self._session()
+        for points, labels in CLICKS:
+            self.assertEqual(self._click(sid, points, labels).status_code, 200)
+        refused = self._click(sid, *CLICKS[0])
+        self.assertEqual(refused.status_code, 413)
+        self.assertIn("would have 7 points", refused.json()["detail"])
+        self.assertIn('"reset": true', refused.json()["detail"])
+        self.assertEqual(self._click(sid, *CLICKS[0], reset=True).status_code, 200)
+        too_many = self._click(sid, [[20, 20, 18]] * 7, [1] * 7, reset=True)
+        self.assertEqual(too_many.status_code, 413)
+        self.assertIn("--max-points 6", too_many.json()["detail"])
 
     def test_delete_expire_evict(self):
         a = self._session()

@@ -70,6 +70,8 @@ class TestServeSettings(unittest.TestCase):
         ("queue", ("--queue-size", "-1"), "--queue-size"),
         ("ttl", ("--session-ttl", "0"), "--session-ttl"),
         ("body", ("--max-body-mb", "0"), "--max-body-mb"),
+        ("points", ("--max-points", "0"), "--max-points"),
+        ("classes", ("--max-classes", "0"), "--max-classes"),
         ("batch", ("--sw-batch-size", "many"), "--sw-batch-size"),
         ("embed", ("--embed-dim", "12"), "--embed-dim"),
         ("overlap", ("--overlap", "1"), "--overlap"),
