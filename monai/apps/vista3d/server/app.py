@@ -27,6 +27,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -66,15 +67,20 @@ async def _send_json(send: Callable, status: int, message: str, headers: dict[st
 
 
 class BearerAuth:
-    """Refuse (401) every request but the health checks that lacks ``Authorization: Bearer <token>``."""
+    """Refuse (401) every request but the health checks that lacks ``Authorization: Bearer <token>`` (the scheme's
+    name in any case, as RFC 7235 has it)."""
 
     def __init__(self, app: Any, token: str):
-        self.app, self._token = app, f"Bearer {token}".encode()
+        self.app, self._token = app, token.encode()
+
+    def _holds_token(self, given: bytes) -> bool:
+        scheme, _, credentials = given.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(_OPEN_PATHS):
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._token):
+            if not self._holds_token(given):
                 why = "a bearer token is required" if not given else "the bearer token is wrong"
                 await _send_json(send, 401, f"{why}: send 'Authorization: Bearer <token>' (the server's --token)",
                                  {"WWW-Authenticate": "Bearer"})
@@ -113,24 +119,66 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class CatchAll:
+    """Answer an error no handler knows with one JSON line (500) and keep the connection: the client's next request
+    on it is served (an exception left to the server would close it under the client)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as e:  # noqa: BLE001 - the last line of defence: logged here, one line to the client
+            logger.exception("internal error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                body = json.dumps({"detail": f"internal server error ({type(e).__name__}); the server logged it"})
+                await send({"type": "http.response.start", "status": 500,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body.encode()})
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def _detail(request: Request, text: Any) -> str:
+    """One line, without the server's own paths: its scratch files (an upload, a download) are "the image", and the
+    folder of --data-dir is named by the flag (the client gave the path under it)."""
+    state = request.app.state.vista3d
+    text = _one_line(text)
+    if state.work_dir is not None:
+        text = re.sub(re.escape(str(state.work_dir)) + r"[^\s'\",;:]*", "the image", text)
+    if state.settings.data_dir is not None:
+        text = text.replace(str(state.settings.data_dir), "--data-dir")
+    return text
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, e: ServeError) -> Response:
-        return JSONResponse({"detail": e.message}, status_code=e.status, headers=e.headers)
+        return JSONResponse({"detail": _detail(request, e.message)}, status_code=e.status, headers=e.headers)
 
     @app.exception_handler(Vista3DInputError)
     async def _input_error(request: Request, e: Vista3DInputError) -> Response:
-        return JSONResponse({"detail": _one_line(e)}, status_code=422)
+        return JSONResponse({"detail": _detail(request, e)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError) -> Response:
         first = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, status_code=422)
+        return JSONResponse({"detail": _detail(request, f"{where}: {first.get('msg')}")}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:
@@ -157,11 +205,6 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "out of GPU memory for this image; retry later, or start the server with a "
                                        "smaller --sw-batch-size"}, status_code=503, headers={"Retry-After": "10"})
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception) -> Response:
-        logger.exception("internal error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": f"internal server error ({type(e).__name__}); the server logged it"},
-                            status_code=500)
 
 
 def create_app(
@@ -206,6 +249,7 @@ def create_app(
     app.state.vista3d = state
     app.include_router(router)
     _install_error_handlers(app)
+    app.add_middleware(CatchAll)  # added first: the innermost, right outside the error handlers
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     if settings.token is not None:
         app.add_middleware(BearerAuth, token=settings.token)  # added last: it runs first
