@@ -231,7 +231,16 @@ def _add_serve(sub: Any, prog: str) -> None:
     p.add_argument("--max-classes", type=int, default=132, help="entries of one request's class list (132)")
     p.add_argument("--queue-size", type=int, default=8,
                    help="requests that may wait behind the running one; more get 429 with Retry-After (8)")
-    p.add_argument("--request-timeout", type=float, default=600, help="seconds a request may take (600)")
+    p.add_argument("--request-timeout", type=float, default=600,
+                   help="seconds a request may take once its body has arrived (600)")
+    p.add_argument("--body-timeout", type=float, default=5,
+                   help="seconds a request's headers may take, and its body per MiB (at least this long): a body "
+                        "arrives before its request takes a queue place; slower ones get 408 (5)")
+    p.add_argument("--keep-alive", type=float, default=5, help="seconds an idle connection is kept open (5)")
+    p.add_argument("--max-connections", type=int, default=100,
+                   help="connections open at once; more get 503 (100)")
+    p.add_argument("--max-connections-per-client", type=int, default=None,
+                   help="connections open at once from one address (a quarter of --max-connections)")
     p.add_argument("--session-ttl", type=float, default=1800, help="seconds a click session lives unused (1800)")
     p.add_argument("--max-sessions", type=int, default=8, help="click sessions held at once; the least recently "
                                                               "used is evicted for a new one (8)")

@@ -119,6 +119,39 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class BodyDeadline:
+    """Hold a request's body to a deadline (408 and the connection closed past it): ``seconds`` for any body, and
+    ``seconds`` per MiB received, from the request's headers on. The endpoints read the whole body before they
+    take a place in the queue, so a client that sends slowly holds a connection for that long, never a place."""
+
+    def __init__(self, app: Any, seconds: float):
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        start, received, complete = loop.time(), 0, False
+
+        async def timed() -> dict:
+            nonlocal received, complete
+            if complete:  # past the body: a disconnect watch waits as long as it likes
+                return await receive()
+            due = start + self.seconds * max(1.0, received / (1 << 20))
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, due - loop.time()))
+            except asyncio.TimeoutError:
+                raise ServeError(408, f"the request body did not arrive in time ({received} bytes in "
+                                      f"{loop.time() - start:.0f} s; this server waits {self.seconds:g} s per MiB, "
+                                      "--body-timeout)", {"Connection": "close"}) from None
+            received += len(message.get("body", b""))
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        await self.app(scope, timed, send)
+
+
 class CatchAll:
     """Answer an error no handler knows with one JSON line (500) and keep the connection: the client's next request
     on it is served (an exception left to the server would close it under the client)."""
@@ -251,6 +284,7 @@ def create_app(
     _install_error_handlers(app)
     app.add_middleware(CatchAll)  # added first: the innermost, right outside the error handlers
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(BodyDeadline, seconds=limits.body_timeout)
     if settings.token is not None:
         app.add_middleware(BearerAuth, token=settings.token)  # added last: it runs first
     return app

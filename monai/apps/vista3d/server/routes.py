@@ -12,14 +12,16 @@
 
 The NIM's: ``GET /v1/health/live``, ``GET /v1/health/ready``, ``GET /v1/license``, ``GET /v1/vista3d/info``,
 ``POST /v1/vista3d/inference``. This server's: ``POST /v1/vista3d/sessions``, ``GET|DELETE
-/v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model takes a
-slot first (429 when the queue is full), then reads or fetches its image into its own scratch folder, checks it,
-and waits for its job; the answer file is written off the model's thread and the folder is removed once sent.
+/v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model reads its
+whole body first (an upload into its own scratch folder; :class:`~.app.BodyDeadline` bounds how long that may take)
+and checks it; only then does it take a place in the queue (429 when full), fetch a URL's image, check the image
+and wait for its job; the answer file is written off the model's thread and the folder is removed once sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import shutil
 import tempfile
 import time
@@ -125,8 +127,12 @@ class _Request:
     def __init__(self, state: ServerState, request: Request):
         self.state, self.request = state, request
         self.folder = state.scratch()
-        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
+        self.deadline = math.inf
         self._gone: asyncio.Task | None = None
+
+    def body_received(self) -> None:
+        """Start the request's clock (--request-timeout): its body is in, its work begins."""
+        self.deadline = asyncio.get_running_loop().time() + self.state.settings.limits.request_timeout
 
     def gone(self) -> asyncio.Task:
         if self._gone is None:
@@ -275,16 +281,19 @@ _JSON_FIELD = "JSON, as the JSON body's field of this name"
     "prompts": _JSON_FIELD, "output": _JSON_FIELD, "local_working_dir": "a folder under --data-dir"}))
 async def inference(request: Request) -> Response:
     state = _state(request)
-    async with state.worker.reserve() as slot:  # 503/429 before anything is read
-        ctx, keep = _Request(state, request), False
-        try:
-            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output"))
-            check_sizes(state.settings.limits, *prompt_sizes(body.prompts))
-            prompt = nim_prompt(body.prompts)
-            answer = AnswerFormat.of(body.output)
-            out_dir = None
-            if body.local_working_dir:
-                out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+    state.worker.check_ready()  # 503 before the body is read
+    ctx, keep = _Request(state, request), False
+    try:
+        # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
+        body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output"))
+        ctx.body_received()
+        check_sizes(state.settings.limits, *prompt_sizes(body.prompts))
+        prompt = nim_prompt(body.prompts)
+        answer = AnswerFormat.of(body.output)
+        out_dir = None
+        if body.local_working_dir:
+            out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+        async with state.worker.reserve() as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             start = time.perf_counter()
@@ -303,25 +312,27 @@ async def inference(request: Request) -> Response:
                                      **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
             keep = True
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers)
-        finally:
-            ctx.close(keep)
+    finally:
+        ctx.close(keep)
 
 
 # ------------------------------------------------------------------------------------------ click sessions
 @router.post("/v1/vista3d/sessions", status_code=201, openapi_extra=openapi_body(SessionRequest, {}))
 async def create_session(request: Request) -> Response:
     state = _state(request)
-    async with state.worker.reserve() as slot:
-        ctx = _Request(state, request)
-        try:
-            body, path, name = await _image_of(ctx, SessionRequest, ())
+    state.worker.check_ready()
+    ctx = _Request(state, request)
+    try:
+        body, path, name = await _image_of(ctx, SessionRequest, ())  # the body before the place, as inference
+        ctx.body_received()
+        async with state.worker.reserve() as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             fmt = await _checked(ctx, path)
             session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
             sid = state.sessions.add(SessionEntry(session, loaded))
-        finally:
-            ctx.close(False)
+    finally:
+        ctx.close(False)
     return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid)), status_code=201)
 
 
@@ -372,6 +383,7 @@ async def clicks(session_id: str, request: Request) -> Response:
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
     async with state.worker.reserve() as slot, entry.lock:
         ctx, keep = _Request(state, request), False
+        ctx.body_received()
         try:
             job = jobs.click(entry.session, body.points, labels, body.object_class, body.reset)
             label_map = await slot.run(job, ctx.deadline, ctx.gone())

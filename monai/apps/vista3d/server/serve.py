@@ -46,8 +46,8 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
             server.should_exit = True
 
     app = create_app(settings, on_failure=stop)
-    config = uvicorn_config(app, host=settings.host, port=settings.port, log_level=log_level, workers=1,
-                            timeout_graceful_shutdown=10)
+    config = uvicorn_config(app, settings.limits, host=settings.host, port=settings.port, log_level=log_level,
+                            workers=1, timeout_graceful_shutdown=10)
     server = uvicorn.Server(config)
     print(f"vista3d serve: http://{settings.host}:{settings.port}/v1/health/ready turns ready once the model has "
           "loaded", file=sys.stderr, flush=True)

@@ -56,7 +56,14 @@ class Limits:
             every window sees every point: the cost grows with the square).
         max_classes: entries of one request's class list.
         queue_size: requests that may wait behind the one the model is running (more get 429).
-        request_timeout: seconds from a request's arrival to its answer (more: 504, and its work is dropped).
+        request_timeout: seconds from a request's body having arrived to its answer (more: 504, and its work is
+            dropped).
+        body_timeout: seconds a request's headers may take, and its body per MiB (at least this long for any
+            body): a body must arrive before the request takes a place in the queue; a slower one gets 408.
+        keep_alive: seconds an idle connection is kept after an answer.
+        max_connections: connections open at once (more: 503 and closed).
+        max_connections_per_client: connections from one address at once (default a quarter of
+            ``max_connections``).
         session_ttl: seconds a click session lives after its last use.
         max_sessions: sessions held at once (the least recently used is evicted for a new one).
     """
@@ -70,16 +77,25 @@ class Limits:
     request_timeout: float = 600.0
     session_ttl: float = 1800.0
     max_sessions: int = 8
+    body_timeout: float = 5.0
+    keep_alive: float = 5.0
+    max_connections: int = 100
+    max_connections_per_client: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_connections_per_client is None:
+            object.__setattr__(self, "max_connections_per_client", max(1, self.max_connections // 4))
         for name, flag in (("max_body_bytes", "--max-body-mb"), ("max_download_bytes", "--max-download-mb"),
                            ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions"),
-                           ("max_points", "--max-points"), ("max_classes", "--max-classes")):
+                           ("max_points", "--max-points"), ("max_classes", "--max-classes"),
+                           ("max_connections", "--max-connections"),
+                           ("max_connections_per_client", "--max-connections-per-client")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:
             raise ValueError(f"--queue-size must be >= 0, got {self.queue_size}")
-        for name, flag in (("request_timeout", "--request-timeout"), ("session_ttl", "--session-ttl")):
+        for name, flag in (("request_timeout", "--request-timeout"), ("session_ttl", "--session-ttl"),
+                           ("body_timeout", "--body-timeout"), ("keep_alive", "--keep-alive")):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag} must be a positive number of seconds, got {getattr(self, name)}")
 

@@ -113,7 +113,8 @@ class LiveServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = _Server(uvicorn_config(self.app, log_level="warning", lifespan="on"))
+        limits = self.state.settings.limits
+        self._server = _Server(uvicorn_config(self.app, limits, log_level="warning", lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property
