@@ -244,6 +244,11 @@ def _add_serve(sub: Any, prog: str) -> None:
     p.add_argument("--session-ttl", type=float, default=1800, help="seconds a click session lives unused (1800)")
     p.add_argument("--max-sessions", type=int, default=8, help="click sessions held at once; the least recently "
                                                               "used is evicted for a new one (8)")
+    p.add_argument("--max-queue-per-client", type=int, default=None,
+                   help="queue places one client (address) may hold at once (half of --queue-size + 1)")
+    p.add_argument("--max-sessions-per-client", type=int, default=None,
+                   help="click sessions one client (address) may hold; its own least recently used is evicted for "
+                        "a new one (half of --max-sessions)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     _add_network(p)
 

@@ -41,7 +41,9 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
                     queue_size=args.queue_size, request_timeout=args.request_timeout,
                     session_ttl=args.session_ttl, max_sessions=args.max_sessions, body_timeout=args.body_timeout,
                     keep_alive=args.keep_alive, max_connections=args.max_connections,
-                    max_connections_per_client=args.max_connections_per_client)
+                    max_connections_per_client=args.max_connections_per_client,
+                    max_queue_per_client=args.max_queue_per_client,
+                    max_sessions_per_client=args.max_sessions_per_client)
     return ServerSettings.create(
         host=args.host, port=args.port, token=args.token, insecure=args.insecure,
         data_dir=Path(args.data_dir) if args.data_dir else None,

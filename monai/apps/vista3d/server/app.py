@@ -258,8 +258,10 @@ def create_app(
         warm_up: one forward on blank windows before the server turns ready.
     """
     limits = settings.limits
-    worker = ModelWorker(pipeline_factory or settings.model.build, limits.queue_size, warm_up, on_failure)
-    state = ServerState(settings, worker, SessionStore(limits.max_sessions, limits.session_ttl, clock))
+    worker = ModelWorker(pipeline_factory or settings.model.build, limits.queue_size, warm_up, on_failure,
+                         per_client=limits.max_queue_per_client)
+    sessions = SessionStore(limits.max_sessions, limits.session_ttl, clock, per_client=limits.max_sessions_per_client)
+    state = ServerState(settings, worker, sessions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -65,7 +65,7 @@ from .sessions import SessionEntry, SessionStore
 from .settings import Limits, ServerSettings
 from .worker import ModelWorker
 
-__all__ = ["router", "ServerState"]
+__all__ = ["router", "ServerState", "client_of"]
 
 router = APIRouter()
 
@@ -90,6 +90,12 @@ class ServerState:
 
 def _state(request: Request) -> ServerState:
     return request.app.state.vista3d
+
+
+def client_of(request: Request) -> str:
+    """Who sent a request, for the per-client shares and the sessions' owners: its address (as uvicorn reads it,
+    from a trusted proxy's ``X-Forwarded-For`` where one forwards it)."""
+    return request.client.host if request.client is not None else ""
 
 
 async def read_json(request: Request) -> Any:
@@ -293,7 +299,7 @@ async def inference(request: Request) -> Response:
         out_dir = None
         if body.local_working_dir:
             out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
-        async with state.worker.reserve() as slot:
+        async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             start = time.perf_counter()
@@ -325,15 +331,16 @@ async def create_session(request: Request) -> Response:
     try:
         body, path, name = await _image_of(ctx, SessionRequest, ())  # the body before the place, as inference
         ctx.body_received()
-        async with state.worker.reserve() as slot:
+        async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             fmt = await _checked(ctx, path)
             session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
-            sid = state.sessions.add(SessionEntry(session, loaded))
+            sid = state.sessions.add(SessionEntry(session, loaded, owner=client_of(request)))
     finally:
         ctx.close(False)
-    return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid)), status_code=201)
+    return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid, client_of(request))),
+                        status_code=201)
 
 
 def _session_info(store: SessionStore, sid: str, entry: SessionEntry) -> dict:
@@ -346,12 +353,12 @@ def _session_info(store: SessionStore, sid: str, entry: SessionEntry) -> dict:
 @router.get("/v1/vista3d/sessions/{session_id}")
 async def session_info(session_id: str, request: Request) -> dict:
     store = _state(request).sessions
-    return _session_info(store, session_id, store.get(session_id))
+    return _session_info(store, session_id, store.get(session_id, client_of(request)))
 
 
 @router.delete("/v1/vista3d/sessions/{session_id}", status_code=204)
 async def delete_session(session_id: str, request: Request) -> Response:
-    _state(request).sessions.remove(session_id)
+    _state(request).sessions.remove(session_id, client_of(request))
     return Response(status_code=204)
 
 
@@ -371,7 +378,7 @@ def changed_box(before: torch.Tensor | None, after: torch.Tensor) -> tuple[slice
 @router.post("/v1/vista3d/sessions/{session_id}/clicks", openapi_extra=openapi_body(ClickRequest))
 async def clicks(session_id: str, request: Request) -> Response:
     state = _state(request)
-    entry = state.sessions.get(session_id)
+    entry = state.sessions.get(session_id, client_of(request))
     body: ClickRequest = parse_body(ClickRequest, await read_json(request))
     limits = state.settings.limits
     check_sizes(limits, len(body.points), 0)
@@ -381,7 +388,7 @@ async def clicks(session_id: str, request: Request) -> Response:
                               f"takes (--max-points {limits.max_points}); start a new object with \"reset\": true")
     labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
-    async with state.worker.reserve() as slot, entry.lock:
+    async with state.worker.reserve(client_of(request)) as slot, entry.lock:
         ctx, keep = _Request(state, request), False
         ctx.body_received()
         try:

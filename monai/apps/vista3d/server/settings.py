@@ -64,6 +64,10 @@ class Limits:
         max_connections: connections open at once (more: 503 and closed).
         max_connections_per_client: connections from one address at once (default a quarter of
             ``max_connections``).
+        max_queue_per_client: queue places (running or waiting) one client may hold at once (default half of
+            ``queue_size + 1``, rounded up); a client is its address.
+        max_sessions_per_client: click sessions one client may hold (default half of ``max_sessions``, rounded
+            up); a new one past it evicts that client's least recently used, never another's.
         session_ttl: seconds a click session lives after its last use.
         max_sessions: sessions held at once (the least recently used is evicted for a new one).
     """
@@ -81,15 +85,23 @@ class Limits:
     keep_alive: float = 5.0
     max_connections: int = 100
     max_connections_per_client: int | None = None
+    max_queue_per_client: int | None = None
+    max_sessions_per_client: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_connections_per_client is None:
-            object.__setattr__(self, "max_connections_per_client", max(1, self.max_connections // 4))
+        derived = {"max_connections_per_client": max(1, self.max_connections // 4),
+                   "max_queue_per_client": max(1, -(-(self.queue_size + 1) // 2)),
+                   "max_sessions_per_client": max(1, -(-self.max_sessions // 2))}
+        for name, value in derived.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         for name, flag in (("max_body_bytes", "--max-body-mb"), ("max_download_bytes", "--max-download-mb"),
                            ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions"),
                            ("max_points", "--max-points"), ("max_classes", "--max-classes"),
                            ("max_connections", "--max-connections"),
-                           ("max_connections_per_client", "--max-connections-per-client")):
+                           ("max_connections_per_client", "--max-connections-per-client"),
+                           ("max_queue_per_client", "--max-queue-per-client"),
+                           ("max_sessions_per_client", "--max-sessions-per-client")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:

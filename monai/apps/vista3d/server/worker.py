@@ -26,7 +26,7 @@ import logging
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
@@ -75,6 +75,7 @@ class ModelWorker:
         queue_size: jobs that may wait behind the running one.
         warm_up: run one network call on blank windows before turning ready (kernels chosen and compiled).
         on_failure: called with the exception when the pipeline cannot be built (the CLI stops the server).
+        per_client: slots one client may hold at once (None: all of them).
     """
 
     def __init__(
@@ -83,9 +84,12 @@ class ModelWorker:
         queue_size: int,
         warm_up: bool = True,
         on_failure: Callable[[BaseException], None] | None = None,
+        per_client: int | None = None,
     ) -> None:
         self._factory = factory
         self.capacity = queue_size + 1
+        self.per_client = per_client or self.capacity
+        self._held_by: Counter[str] = Counter()
         self._warm_up = warm_up
         self._on_failure = on_failure
         self._cond = threading.Condition()
@@ -150,8 +154,9 @@ class ModelWorker:
         if self.state != "ready":
             raise ServeError(503, f"the model failed to load: {self.error}; fix it and restart the server")
 
-    def reserve(self) -> Slot:
-        """A slot for one request; 503 when not ready, 429 with ``Retry-After`` when every slot is held."""
+    def reserve(self, client: str = "") -> Slot:
+        """A slot for one request of ``client``; 503 when not ready, 429 with ``Retry-After`` when every slot is
+        held, or when this client holds its share of them."""
         with self._cond:
             self.check_ready()
             if self._stopping:
@@ -164,12 +169,24 @@ class ModelWorker:
                     f"--queue-size {self.capacity - 1}); retry in {wait} s",
                     {"Retry-After": str(wait)},
                 )
+            if self._held_by[client] >= self.per_client:
+                wait = self.retry_after()
+                raise ServeError(
+                    429,
+                    f"this client already has {self._held_by[client]} requests running or queued, its most "
+                    f"(--max-queue-per-client {self.per_client}); wait for their answers, or retry in {wait} s",
+                    {"Retry-After": str(wait)},
+                )
             self._held += 1
-            return Slot(self)
+            self._held_by[client] += 1
+            return Slot(self, client)
 
-    def _release(self) -> None:
+    def _release(self, client: str) -> None:
         with self._cond:
             self._held -= 1
+            self._held_by[client] -= 1
+            if self._held_by[client] <= 0:
+                del self._held_by[client]
             self._cond.notify_all()
 
     def _submit(self, fn: Callable[[Any], Any]) -> _Job:
@@ -245,14 +262,14 @@ class ModelWorker:
 class Slot:
     """One request's place in the queue; release it (``async with``) when the request is answered."""
 
-    def __init__(self, worker: ModelWorker):
-        self._worker = worker
+    def __init__(self, worker: ModelWorker, client: str = ""):
+        self._worker, self._client = worker, client
         self._released = False
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._worker._release()
+            self._worker._release(self._client)
 
     async def __aenter__(self) -> Slot:
         return self
