@@ -51,6 +51,7 @@ from .images import (
     write_label_map,
     zip_one,
 )
+from .outputs import publish
 from .schemas import (
     ClickRequest,
     InferenceRequest,
@@ -308,8 +309,9 @@ async def inference(request: Request) -> Response:
             labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
             fname = f"{loaded.name}_{OUTPUT_POSTFIX}{answer.suffix or loaded.suffix}"
             start = time.perf_counter()
-            out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname, None,
-                                          answer.dtype)
+            out = await run_in_threadpool(write_label_map, labels, loaded, ctx.folder / fname, None, answer.dtype)
+            if out_dir is not None:  # its own name there: never over another file, another client's answer
+                out = await run_in_threadpool(publish, out, out_dir, fname)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
             spent = {"check": check, **timings, "write": time.perf_counter() - start}
             headers = {"Server-Timing": _timing_header(spent), **answer.note()}

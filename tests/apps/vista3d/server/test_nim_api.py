@@ -18,6 +18,7 @@ import json
 import tempfile
 import threading
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -114,6 +115,33 @@ class TestNimApi(unittest.TestCase):
         # an absolute path inside --data-dir is the same file
         again = self.client.inference(str(self.data / "local.nii.gz"), classes=["liver"])
         self.assertEqual(again.status_code, 200, again.text)
+
+    def test_same_named_uploads_get_their_own_outputs(self):
+        # two clients upload different images both named scan.nii.gz into one local_working_dir at the same time:
+        # each answer names its own file, holding its own image's label map; a rerun adds a file, overwriting none
+        (self.data / "shared").mkdir()
+        images = {"a": write_phantom(Path(self._data.name) / "a.nii.gz"),
+                  "b": write_phantom(Path(self._data.name) / "b.nii.gz", spacing=(1.3, 1.3, 1.3))}
+
+        def upload(key: str) -> httpx.Response:
+            files = {"image": ("scan.nii.gz", images[key].read_bytes(), "application/gzip")}
+            form = {"prompts": json.dumps({"classes": ["liver"]}), "local_working_dir": "shared"}
+            with NimClient(self.server.url) as client:
+                return client.http.post("/v1/vista3d/inference", files=files, data=form)
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = dict(zip("ab", pool.map(upload, "ab")))
+        outputs = {k: Path(r.json()["output"]) for k, r in answers.items()}
+        self.assertEqual(sorted(p.name for p in outputs.values()), ["scan_trans-2.nii.gz", "scan_trans.nii.gz"])
+        for key, path in outputs.items():
+            np.testing.assert_array_equal(np.asarray(nib.load(str(path)).dataobj),
+                                          _expected(images[key], classes=["liver"]))
+        before = {p: p.read_bytes() for p in outputs.values()}
+        rerun = Path(upload("a").json()["output"])
+        self.assertEqual(rerun.name, "scan_trans-3.nii.gz")
+        self.assertEqual({p: p.read_bytes() for p in outputs.values()}, before)
+        self.assertEqual(sorted(p.name for p in (self.data / "shared").iterdir()),
+                         ["scan_trans-2.nii.gz", "scan_trans-3.nii.gz", "scan_trans.nii.gz"])  # no temporary left
 
     def test_upload_and_raw_answer(self):
         files = {"image": ("upload.nii.gz", self.ct.read_bytes(), "application/gzip")}
