@@ -42,6 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ..core.network_ready import RANDOM_WEIGHTS_WARNING
 from ..errors import Vista3DInputError
 from .errors import ServeError
 from .routes import ServerState, router, sweep_sessions
@@ -150,6 +151,26 @@ class BodyDeadline:
             return message
 
         await self.app(scope, timed, send)
+
+
+#: what the server logs at start without weights: the command line's warning, in the command line's words
+RANDOM_WEIGHTS_LOG = RANDOM_WEIGHTS_WARNING.replace("no weights given", "no --weights given").replace(
+    "weights=PATH", "--weights PATH")
+
+
+class AnswerHeaders:
+    """Add ``headers`` to every answer of the app (its errors included)."""
+
+    def __init__(self, app: Any, headers: dict[str, str]):
+        self.app, self._headers = app, [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self._headers]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
 
 
 class CatchAll:
@@ -267,6 +288,8 @@ def create_app(
     async def lifespan(app: FastAPI):
         made = settings.work_dir is None
         state.work_dir = Path(tempfile.mkdtemp(prefix="vista3d-serve-")) if made else settings.work_dir
+        if settings.random_weights:
+            logger.warning(RANDOM_WEIGHTS_LOG)
         worker.start()
         sweeper = asyncio.ensure_future(sweep_sessions(state.sessions))
         try:
@@ -288,5 +311,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     app.add_middleware(BodyDeadline, seconds=limits.body_timeout)
     if settings.token is not None:
-        app.add_middleware(BearerAuth, token=settings.token)  # added last: it runs first
+        app.add_middleware(BearerAuth, token=settings.token)
+    if settings.random_weights:  # outermost: the refusals above carry it too
+        app.add_middleware(AnswerHeaders, headers={"X-Vista3D-Weights": "random"})
     return app

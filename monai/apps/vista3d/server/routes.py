@@ -248,7 +248,8 @@ async def ready(request: Request) -> Response:
         worker.check_ready()
     except ServeError as e:
         return JSONResponse({"status": worker.state, "detail": e.message}, status_code=e.status, headers=e.headers)
-    return JSONResponse({"status": "ready"})
+    return JSONResponse({"status": "ready", "weights": "random" if _state(request).settings.random_weights
+                         else "loaded"})
 
 
 @router.get("/v1/license")
@@ -256,6 +257,13 @@ async def license_info() -> dict:
     return {"license": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0",
             "note": "this server's code; the VISTA3D checkpoint it serves carries the license of the MONAI model zoo's "
                     "vista3d bundle"}
+
+
+def _weights(settings: ServerSettings) -> str | None:
+    """The checkpoint's file name, ``"random"`` without one, None for a network the caller built."""
+    if settings.random_weights:
+        return "random"
+    return Path(settings.model.weights).name if settings.model.weights else None
 
 
 @router.get("/v1/vista3d/info")
@@ -270,7 +278,7 @@ async def info(request: Request) -> dict:
         "version": __version__,
         "model": {"network": "vista3d132", "embed_dim": embed_dim_of(model.network_kwargs),
                   "roi_size": list(model.options.roi_size),
-                  "weights": Path(model.weights).name if model.weights else None, "state": state.worker.state},
+                  "weights": _weights(state.settings), "state": state.worker.state},
         "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
         "everything": everything_labels(),
         "formats": ["nifti"] + (["nrrd"] if nrrd_available() else []),

@@ -19,11 +19,29 @@ from typing import Any
 
 from .settings import ServerSettings
 
-__all__ = ["serve"]
+__all__ = ["serve", "weights_problem"]
+
+
+def weights_problem(settings: ServerSettings) -> str | None:
+    """What is wrong with the checkpoint of ``settings`` for the network it builds (None: nothing, or no checkpoint
+    to read). Its keys and shapes are read memory-mapped (about a second for the published checkpoint), so that a
+    file that cannot load is refused before the port opens, not once the server has started."""
+    from ..core.checkpoint import network_from_checkpoint
+    from ..errors import CheckpointError
+
+    model = settings.model
+    if model.weights is None or model.network is not None:
+        return None
+    try:
+        network_from_checkpoint(model.weights, dict(model.network_kwargs))
+    except CheckpointError as e:
+        return " ".join(str(e).split())
+    return None
 
 
 def serve(settings: ServerSettings, log_level: str = "info") -> int:
-    """Serve until SIGINT/SIGTERM; 1 when the model failed to load, 2 without the ``serve`` extra.
+    """Serve until SIGINT/SIGTERM; 1 when the model failed to load, 2 without the ``serve`` extra or when the
+    checkpoint cannot load (:func:`weights_problem`, before the port opens).
 
     On a signal uvicorn shuts down gracefully (queued jobs dropped, the scratch folder removed) and then raises the
     signal again, so the process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
@@ -35,6 +53,10 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
         from .protocol import uvicorn_config
     except ImportError as e:
         print(f"error: vista3d serve needs FastAPI and uvicorn ({e}); pip install 'monai[serve]'", file=sys.stderr)
+        return 2
+    problem = weights_problem(settings)
+    if problem is not None:
+        print(f"error: --weights: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     failed: list[BaseException] = []

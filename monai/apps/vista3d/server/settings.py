@@ -171,6 +171,11 @@ class ServerSettings:
             # symlinks resolved once: every confinement check compares real paths
             object.__setattr__(self, name, Path(os.path.realpath(folder)))
 
+    @property
+    def random_weights(self) -> bool:
+        """True when the network is built here without weights: every answer is a meaningless label map."""
+        return self.model.weights is None and self.model.network is None
+
     @classmethod
     def create(cls, allow_url_hosts: Sequence[str] = (), **kwargs: Any) -> ServerSettings:
         """The settings with the token taken from :data:`TOKEN_ENV` when none is given."""
