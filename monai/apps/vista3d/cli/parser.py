@@ -237,6 +237,9 @@ def _add_serve(sub: Any, prog: str) -> None:
                    help="seconds a request's headers may take, and its body per MiB (at least this long): a body "
                         "arrives before its request takes a queue place; slower ones get 408 (5)")
     p.add_argument("--keep-alive", type=float, default=5, help="seconds an idle connection is kept open (5)")
+    p.add_argument("--shutdown-timeout", type=float, default=10,
+                   help="on SIGTERM: seconds the running job may take to finish before it is cancelled; waiting "
+                        "requests are answered 503 at once (10)")
     p.add_argument("--max-connections", type=int, default=100,
                    help="connections open at once; more get 503 (100)")
     p.add_argument("--max-connections-per-client", type=int, default=None,

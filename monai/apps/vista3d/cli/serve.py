@@ -40,6 +40,7 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
                     max_voxels=args.max_voxels, max_points=args.max_points, max_classes=args.max_classes,
                     queue_size=args.queue_size, request_timeout=args.request_timeout,
                     session_ttl=args.session_ttl, max_sessions=args.max_sessions, body_timeout=args.body_timeout,
+                    shutdown_timeout=args.shutdown_timeout,
                     keep_alive=args.keep_alive, max_connections=args.max_connections,
                     max_connections_per_client=args.max_connections_per_client,
                     max_queue_per_client=args.max_queue_per_client,

@@ -50,11 +50,14 @@ from .sessions import SessionStore
 from .settings import ServerSettings
 from .worker import ClientGone, JobCancelled, ModelWorker
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "begin_shutdown"]
 
 logger = logging.getLogger("monai.apps.vista3d.server")
 
 _MAX_ECHO = 200  # characters of a request's path quoted in an error message
+_STOPPING = "the server is stopping (SIGTERM); the request was not finished: send it again later"
+_STOPPING_RETRY = 10  # seconds: what Retry-After says while the server stops
+_STOP_JOIN = 2.0  # seconds the model's thread is waited for at exit (a daemon: the process ends without it)
 _OPEN_PATHS = ("/v1/health/",)  # probes answer without the token (as an orchestrator calls them)
 
 
@@ -175,10 +178,19 @@ class AnswerHeaders:
 
 class CatchAll:
     """Answer an error no handler knows with one JSON line (500) and keep the connection: the client's next request
-    on it is served (an exception left to the server would close it under the client)."""
+    on it is served (an exception left to the server would close it under the client). A request cut short while
+    the server stops (uvicorn cancels what is left once its graceful shutdown has run out) gets 503, not 500."""
 
-    def __init__(self, app: Any):
-        self.app = app
+    def __init__(self, app: Any, stopping: Callable[[], bool] = lambda: False):
+        self.app, self._stopping = app, stopping
+
+    @staticmethod
+    async def _answer(send: Callable, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -193,14 +205,16 @@ class CatchAll:
 
         try:
             await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if not self._stopping():
+                raise
+            if not started:  # the task ends here, answered: uvicorn would otherwise send a plain 500
+                await self._answer(send, 503, _STOPPING, [(b"retry-after", str(_STOPPING_RETRY).encode()),
+                                                          (b"connection", b"close")])
         except Exception as e:  # noqa: BLE001 - the last line of defence: logged here, one line to the client
             logger.exception("internal error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                body = json.dumps({"detail": f"internal server error ({type(e).__name__}); the server logged it"})
-                await send({"type": "http.response.start", "status": 500,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body.encode()})
+                await self._answer(send, 500, f"internal server error ({type(e).__name__}); the server logged it", [])
 
 
 def _one_line(text: str) -> str:
@@ -252,13 +266,20 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(JobCancelled)
     async def _cancelled(request: Request, e: JobCancelled) -> Response:
-        return JSONResponse({"detail": "the request was cancelled (the server is stopping)"}, status_code=503)
+        return JSONResponse({"detail": _STOPPING}, status_code=503, headers={"Retry-After": str(_STOPPING_RETRY)})
 
     @app.exception_handler(torch.cuda.OutOfMemoryError)
     async def _oom(request: Request, e: Exception) -> Response:
         return JSONResponse({"detail": "out of GPU memory for this image; retry later, or start the server with a "
                                        "smaller --sw-batch-size"}, status_code=503, headers={"Retry-After": "10"})
 
+
+
+def begin_shutdown(app: FastAPI) -> None:
+    """The server is stopping (uvicorn has stopped accepting): waiting requests are answered 503 now, the running
+    job has --shutdown-timeout seconds to finish before it is cancelled (503 too)."""
+    state: ServerState = app.state.vista3d
+    state.worker.drain(state.settings.limits.shutdown_timeout)
 
 
 def create_app(
@@ -296,7 +317,8 @@ def create_app(
             yield
         finally:
             sweeper.cancel()
-            await asyncio.get_running_loop().run_in_executor(None, worker.stop)
+            # after a drain the thread has ended or ends at its next window: a long window is not waited for
+            await asyncio.get_running_loop().run_in_executor(None, worker.stop, _STOP_JOIN)
             if made:
                 shutil.rmtree(state.work_dir, ignore_errors=True)
 
@@ -307,7 +329,7 @@ def create_app(
     app.state.vista3d = state
     app.include_router(router)
     _install_error_handlers(app)
-    app.add_middleware(CatchAll)  # added first: the innermost, right outside the error handlers
+    app.add_middleware(CatchAll, stopping=lambda: worker.stopping)  # added first: the innermost
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     app.add_middleware(BodyDeadline, seconds=limits.body_timeout)
     if settings.token is not None:

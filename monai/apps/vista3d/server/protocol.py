@@ -17,6 +17,10 @@ never sends a whole request (a half-open connection, or headers sent a byte at a
 every connection must deliver its request's headers within ``header_timeout`` seconds of opening (or of its last
 answer), else it gets 408 and is closed; and at most ``max_connections`` are open at once, ``max_per_client`` of
 them from one address (more are answered 503 and closed at once).
+
+:class:`DrainingServer` tells the app when uvicorn begins to stop, so that waiting requests are answered at once and
+the running job gets ``--shutdown-timeout`` seconds; uvicorn's own graceful timeout is two seconds longer, for the
+answers to go out.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +38,10 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from .settings import Limits
 
-__all__ = ["ConnectionRules", "JsonErrorProtocol", "uvicorn_config"]
+__all__ = ["ConnectionRules", "JsonErrorProtocol", "DrainingServer", "uvicorn_config", "SHUTDOWN_GRACE"]
+
+#: seconds uvicorn's graceful shutdown runs past --shutdown-timeout: the cancelled job's 503 is sent in them
+SHUTDOWN_GRACE = 2.0
 
 
 @dataclass
@@ -134,9 +142,22 @@ class JsonErrorProtocol(H11Protocol):
         self.transport.close()
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, calling ``on_shutdown`` as it begins to stop (a signal, or ``should_exit``), before it
+    waits for the open requests."""
+
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]):
+        super().__init__(config)
+        self._on_shutdown = on_shutdown
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        self._on_shutdown()
+        await super().shutdown(sockets)
+
+
 def uvicorn_config(app: Any, limits: Limits | None = None, **kwargs: Any) -> uvicorn.Config:
     """``uvicorn.Config(app, **kwargs)`` on the h11 protocol above (the command line's and the tests' servers), with
-    the connection rules and keep-alive of ``limits`` (None: uvicorn's own)."""
+    the connection rules, keep-alive and graceful shutdown of ``limits`` (None: uvicorn's own)."""
     if limits is None:
         return uvicorn.Config(app, http=JsonErrorProtocol, **kwargs)
     rules = ConnectionRules.of(limits)
@@ -144,4 +165,5 @@ def uvicorn_config(app: Any, limits: Limits | None = None, **kwargs: Any) -> uvi
     def protocol(*args: Any, **kw: Any) -> JsonErrorProtocol:
         return JsonErrorProtocol(*args, rules=rules, **kw)
 
+    kwargs.setdefault("timeout_graceful_shutdown", limits.shutdown_timeout + SHUTDOWN_GRACE)
     return uvicorn.Config(app, http=protocol, timeout_keep_alive=limits.keep_alive, **kwargs)  # type: ignore[arg-type]

@@ -43,14 +43,15 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
     """Serve until SIGINT/SIGTERM; 1 when the model failed to load, 2 without the ``serve`` extra or when the
     checkpoint cannot load (:func:`weights_problem`, before the port opens).
 
-    On a signal uvicorn shuts down gracefully (queued jobs dropped, the scratch folder removed) and then raises the
-    signal again, so the process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
+    On a signal the server drains (waiting requests answered 503 at once, the running job given --shutdown-timeout
+    seconds, then cancelled and answered 503), removes its scratch folder and raises the signal again, so the
+    process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
     """
     try:
         import uvicorn
 
-        from .app import create_app
-        from .protocol import uvicorn_config
+        from .app import begin_shutdown, create_app
+        from .protocol import DrainingServer, uvicorn_config
     except ImportError as e:
         print(f"error: vista3d serve needs FastAPI and uvicorn ({e}); pip install 'monai[serve]'", file=sys.stderr)
         return 2
@@ -69,8 +70,8 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
 
     app = create_app(settings, on_failure=stop)
     config = uvicorn_config(app, settings.limits, host=settings.host, port=settings.port, log_level=log_level,
-                            workers=1, timeout_graceful_shutdown=10)
-    server = uvicorn.Server(config)
+                            workers=1)
+    server = DrainingServer(config, lambda: begin_shutdown(app))
     print(f"vista3d serve: http://{settings.host}:{settings.port}/v1/health/ready turns ready once the model has "
           "loaded", file=sys.stderr, flush=True)
     server.run()

@@ -61,6 +61,9 @@ class Limits:
         body_timeout: seconds a request's headers may take, and its body per MiB (at least this long for any
             body): a body must arrive before the request takes a place in the queue; a slower one gets 408.
         keep_alive: seconds an idle connection is kept after an answer.
+        shutdown_timeout: seconds the running job may take to finish once the server is told to stop (SIGTERM);
+            then it is cancelled. Waiting requests are answered 503 at once, and every request by this time plus
+            two seconds.
         max_connections: connections open at once (more: 503 and closed).
         max_connections_per_client: connections from one address at once (default a quarter of
             ``max_connections``).
@@ -81,6 +84,7 @@ class Limits:
     request_timeout: float = 600.0
     session_ttl: float = 1800.0
     max_sessions: int = 8
+    shutdown_timeout: float = 10.0
     body_timeout: float = 5.0
     keep_alive: float = 5.0
     max_connections: int = 100
@@ -107,7 +111,8 @@ class Limits:
         if self.queue_size < 0:
             raise ValueError(f"--queue-size must be >= 0, got {self.queue_size}")
         for name, flag in (("request_timeout", "--request-timeout"), ("session_ttl", "--session-ttl"),
-                           ("body_timeout", "--body-timeout"), ("keep_alive", "--keep-alive")):
+                           ("body_timeout", "--body-timeout"), ("keep_alive", "--keep-alive"),
+                           ("shutdown_timeout", "--shutdown-timeout")):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag} must be a positive number of seconds, got {getattr(self, name)}")
 

@@ -108,19 +108,43 @@ class ModelWorker:
     def start(self) -> None:
         self._thread.start()
 
+    def drain(self, timeout: float) -> None:
+        """Stop taking work: new reservations get 503, waiting jobs end at once with :class:`JobCancelled` (their
+        requests answer 503), and the running job has ``timeout`` seconds to finish before it is cancelled (it
+        stops before its next window). The thread ends after it."""
+        with self._cond:
+            self._stopping = True
+            self._drop_waiting()
+            current = self._current
+            self._cond.notify_all()
+        if current is not None:
+            timer = threading.Timer(timeout, current.cancel.set)
+            timer.daemon = True
+            timer.start()
+
     def stop(self, timeout: float | None = 30.0) -> None:
         """Drop the queued jobs, let the running one stop before its next window, and end the thread."""
         with self._cond:
             self._stopping = True
-            for job in self._jobs:
-                job.cancel.set()
-                job.future.cancel()
-            self._jobs.clear()
+            self._drop_waiting()
             if self._current is not None:
                 self._current.cancel.set()
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`drain` or :meth:`stop` was called."""
+        return self._stopping
+
+    def _drop_waiting(self) -> None:
+        for job in self._jobs:  # an exception, not a cancelled future: the request answers 503, never 500
+            job.cancel.set()
+            if not job.future.done():
+                job.future.set_exception(JobCancelled("the server is stopping"))
+            self.counts["cancelled"] += 1
+        self._jobs.clear()
 
     def wait_for(self, predicate: Callable[[ModelWorker], bool], timeout: float | None = None) -> bool:
         """Block until ``predicate(worker)`` holds (checked whenever the queue or the state changes)."""

@@ -84,6 +84,7 @@ class TestServeSettings(unittest.TestCase):
         ("body_timeout", ("--body-timeout", "0"), "--body-timeout"),
         ("keep_alive", ("--keep-alive", "-1"), "--keep-alive"),
         ("connections", ("--max-connections", "0"), "--max-connections"),
+        ("shutdown", ("--shutdown-timeout", "0"), "--shutdown-timeout"),
         ("queue_share", ("--max-queue-per-client", "0"), "--max-queue-per-client"),
         ("session_share", ("--max-sessions-per-client", "0"), "--max-sessions-per-client"),
         ("batch", ("--sw-batch-size", "many"), "--sw-batch-size"),
