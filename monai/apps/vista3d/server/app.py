@@ -57,7 +57,9 @@ logger = logging.getLogger("monai.apps.vista3d.server")
 _MAX_ECHO = 200  # characters of a request's path quoted in an error message
 _STOPPING = "the server is stopping (SIGTERM); the request was not finished: send it again later"
 _STOPPING_RETRY = 10  # seconds: what Retry-After says while the server stops
-_STOP_JOIN = 2.0  # seconds the model's thread is waited for at exit (a daemon: the process ends without it)
+# seconds the model's thread is waited for at exit: its job was cancelled and ends with the window in flight; the
+# process must not end inside a forward (torch aborts a process that exits while a thread runs in it)
+_STOP_JOIN = 60.0
 _OPEN_PATHS = ("/v1/health/",)  # probes answer without the token (as an orchestrator calls them)
 
 
@@ -317,7 +319,6 @@ def create_app(
             yield
         finally:
             sweeper.cancel()
-            # after a drain the thread has ended or ends at its next window: a long window is not waited for
             await asyncio.get_running_loop().run_in_executor(None, worker.stop, _STOP_JOIN)
             if made:
                 shutil.rmtree(state.work_dir, ignore_errors=True)

@@ -14,6 +14,7 @@ the command line's (:mod:`monai.apps.vista3d.cli.serve`), checked there before a
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -74,7 +75,13 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
     server = DrainingServer(config, lambda: begin_shutdown(app))
     print(f"vista3d serve: http://{settings.host}:{settings.port}/v1/health/ready turns ready once the model has "
           "loaded", file=sys.stderr, flush=True)
-    server.run()
+    try:
+        server.run()
+    finally:
+        if app.state.vista3d.worker.alive:  # a forward that never ends: torch would abort the exit; end it here
+            print("error: the model's thread did not stop (a window still running); exiting without it",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
     if failed:
         print(f"error: the model failed to load: {' '.join(str(failed[0]).split())}", file=sys.stderr)
         return 1

@@ -134,6 +134,11 @@ class ModelWorker:
             self._thread.join(timeout)
 
     @property
+    def alive(self) -> bool:
+        """True while the model's thread runs (loading, serving, or finishing a window after a stop)."""
+        return self._thread.is_alive()
+
+    @property
     def stopping(self) -> bool:
         """True once :meth:`drain` or :meth:`stop` was called."""
         return self._stopping
