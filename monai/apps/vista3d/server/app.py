@@ -41,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from ..core.network_ready import RANDOM_WEIGHTS_WARNING
 from ..errors import Vista3DInputError
@@ -263,7 +264,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": message}, status_code=e.status_code, headers=getattr(e, "headers", None))
 
     @app.exception_handler(ClientGone)
-    async def _gone(request: Request, e: ClientGone) -> Response:
+    @app.exception_handler(ClientDisconnect)  # gone while its body was being read
+    async def _gone(request: Request, e: Exception) -> Response:
         return Response(status_code=499)  # nobody reads it: the client has gone
 
     @app.exception_handler(JobCancelled)

@@ -125,5 +125,25 @@ class TestLongJobs(unittest.TestCase):
         self.assertFalse(server._thread.is_alive())  # the server has stopped
 
 
+    def test_a_body_still_arriving_when_the_server_stops_gets_503(self):
+        # a request whose body is still coming in when the graceful shutdown runs out is cut short by uvicorn: it
+        # is answered 503 like the others, not uvicorn's plain 500
+        server, _ = self._server(shutdown_timeout=0.5, body_timeout=60.0)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as sock:
+            sock.sendall(b"POST /v1/vista3d/inference HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            tasks = server._server.server_state.tasks  # the request is in the app once uvicorn runs its task
+            deadline = time.monotonic() + WAIT
+            while not tasks and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(len(tasks), 1)
+            server._server.should_exit = True
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        self.assertTrue(answer.startswith(b"HTTP/1.1 503"), answer)
+        self.assertIn(b"stopping", answer)
+
+
 if __name__ == "__main__":
     unittest.main()
