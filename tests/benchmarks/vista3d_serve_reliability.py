@@ -158,7 +158,8 @@ def slow_bodies(args: argparse.Namespace, root: Path) -> dict:
     finally:
         server.stop()
     return {"normal_statuses": {str(s): normal.count(s) for s in sorted(set(normal))},
-            "slow_statuses": sorted({str(s) for s, _ in answers}), "slow_answered_after_s": [round(t, 2) for _, t in answers]}
+            "slow_statuses": sorted({str(s) for s, _ in answers}),
+            "slow_answered_after_s": [round(t, 2) for _, t in answers]}
 
 
 def half_open(args: argparse.Namespace, root: Path) -> dict:

@@ -278,7 +278,6 @@ def _install_error_handlers(app: FastAPI) -> None:
                                        "smaller --sw-batch-size"}, status_code=503, headers={"Retry-After": "10"})
 
 
-
 def begin_shutdown(app: FastAPI) -> None:
     """The server is stopping (uvicorn has stopped accepting): waiting requests are answered 503 now, the running
     job has --shutdown-timeout seconds to finish before it is cancelled (503 too)."""

@@ -49,7 +49,7 @@ def serve(settings: ServerSettings, log_level: str = "info") -> int:
     process ends as the command line's handler says (130, 143); 0 when it stopped otherwise.
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401 - the serve extra: refused below with a line when missing
 
         from .app import begin_shutdown, create_app
         from .protocol import DrainingServer, uvicorn_config

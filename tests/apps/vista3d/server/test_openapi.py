@@ -82,7 +82,8 @@ class TestOpenApi(unittest.TestCase):
         @given(case=operation.as_strategy(generation_mode=mode))
         def run(case):
             response = case.call(base_url=self.server.url, timeout=60)
-            what = f"{case.method} {case.formatted_path} ({mode.value}) -> {response.status_code}: {response.text[:200]}"
+            what = (f"{case.method} {case.formatted_path} ({mode.value}) -> {response.status_code}: "
+                    f"{response.text[:200]}")
             if response.status_code >= 500:
                 failures.append(what)
             elif response.status_code >= 400:
