@@ -285,7 +285,9 @@ async def info(request: Request) -> dict:
         "limits": {"max_voxels": limits.max_voxels, "max_points": limits.max_points,
                    "max_classes": limits.max_classes, "queue_size": limits.queue_size,
                    "request_timeout_s": limits.request_timeout, "session_ttl_s": limits.session_ttl,
-                   "max_sessions": limits.max_sessions},
+                   "max_sessions": limits.max_sessions, "body_timeout_s_per_mib": limits.body_timeout,
+                   "max_queue_per_client": limits.max_queue_per_client,
+                   "max_sessions_per_client": limits.max_sessions_per_client},
     }
 
 

@@ -81,6 +81,7 @@ class TestNimApi(unittest.TestCase):
         self.assertEqual(len(info["labels"]), len(label_names()) - 1)
         self.assertEqual(info["everything"], everything_labels())
         self.assertIn("nrrd", info["formats"])
+        self.assertEqual((info["limits"]["max_points"], info["limits"]["max_queue_per_client"]), (64, 5))
         lic = self.client.http.get("/v1/license")
         self.assertEqual((lic.status_code, lic.json()["license"]), (200, "Apache-2.0"))
 
