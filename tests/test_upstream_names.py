@@ -10,10 +10,14 @@ import importlib
 import json
 import os
 import re
+import subprocess
+import sys
 import unittest
 
+import pytest
 from parameterized import parameterized
 
+from tests.subprocess_env import ROOT, child_env
 from tests.testing_data.record_upstream_names import (
     kind_of,  # the recorder's kinds, by the same rule
 )
@@ -78,6 +82,14 @@ class TestUpstreamModules(unittest.TestCase):
             missing = found.group(1)
             self.assertTrue(module == missing or module.startswith(f"{missing}."), missing)
             importlib.import_module(missing.rpartition(".")[0])  # the package above it is carried
+
+    @pytest.mark.slow
+    def test_run_as_main(self):
+        """``python -m monai.bundle run`` (upstream's bundle command line) names the module, not ``__main__``."""
+        done = subprocess.run([sys.executable, "-m", "monai.bundle", "run"], cwd=ROOT, env=child_env(),
+                              capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr.splitlines()[-1], r"^ImportError: 'monai\.bundle' is not part of this fork\. ")
 
     def test_record(self):
         self.assertIn("monai.networks.nets.vista3d", RECORD["submodules"])

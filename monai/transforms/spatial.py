@@ -8,8 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Upstream MONAI has a module of this name; this fork does not carry it, and importing it says so."""
+"""Upstream MONAI has a module of this name; this fork does not carry it, and importing or running it says so."""
 
 from monai.utils.module import not_carried_error
 
-raise not_carried_error(__name__)
+raise not_carried_error(__spec__.name)  # not __name__: "__main__" under `python -m`
