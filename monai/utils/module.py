@@ -35,6 +35,11 @@ def not_carried_error(name: str) -> ImportError:
     return ImportError(f"'{name}' is not part of this fork. {UPSTREAM_HINT}", name=name)
 
 
+def _is_public(name: str) -> bool:
+    """Whether ``name`` could be a public name of an upstream module (an identifier without a leading underscore)."""
+    return name.isidentifier() and not name.startswith("_")
+
+
 def _submodule(package: str, name: str) -> ModuleType | None:
     """The submodule ``name`` of ``package``, imported; ``None`` when ``package`` is no package or has no such
     submodule. Importing the stub of an upstream module this fork lacks raises :func:`not_carried_error`."""
@@ -57,7 +62,7 @@ def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callab
     upstream_only = None if names is None else frozenset(names)
 
     def __getattr__(name: str) -> Any:  # noqa: N807 - a module __getattr__, named as Python looks it up
-        if name.startswith("_"):
+        if not _is_public(name):
             raise AttributeError(f"module '{module}' has no attribute '{name}'")
         submodule = _submodule(module, name)
         if submodule is not None:
