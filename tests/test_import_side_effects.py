@@ -75,6 +75,8 @@ def _first_import(imports: str) -> dict:
 class TestImportSideEffects(unittest.TestCase):
     @parameterized.expand([
         ["monai", "import monai", "monai.utils.module"],
+        # rooms imported by name from the package, as the first import of each (its __getattr__ imports them)
+        ["vista3d_rooms", "from monai.apps.vista3d import batch, cli, config, core, io", "monai.apps.vista3d.core"],
         ["every_module", IMPORT_EVERY_MODULE, "monai.apps.vista3d.server"],
     ])
     def test_first_import(self, _, imports, loaded):
