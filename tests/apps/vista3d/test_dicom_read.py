@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zipfile
 from pathlib import Path
 
 import nibabel as nib
@@ -96,13 +97,30 @@ class TestDicomRead(unittest.TestCase):
         spec = SeriesSpec(orientation=CORONAL)
         write_series(spec, self.dir / "s")
         zip_folder(self.dir / "s", self.dir / "s.zip")
+        zip_folder(self.dir / "s", self.dir / "upload")  # a zip known by its bytes, as the server saves one
         write_multiframe(spec, self.dir / "multi.dcm")
-        for src in (self.dir / "s.zip", self.dir / "multi.dcm", self.dir / "s"):
+        for src in (self.dir / "s.zip", self.dir / "upload", self.dir / "multi.dcm", self.dir / "s"):
             self.assertEqual(input_kind(src), "dicom")
             image, geom = load_input(src, torch.device("cpu"))
             np.testing.assert_array_equal(image[0].numpy(), ct_values(spec), err_msg=str(src))
             np.testing.assert_allclose(geom.affine, expected_affine(spec), atol=1e-4, err_msg=str(src))
         self.assertEqual(input_kind(self.dir / "x.nii.gz"), "nifti")
+
+    def test_only_dicom_members_are_inflated_whole(self):
+        """A member of a zip without the DICOM marker is not inflated to its end: one whose CRC is wrong (zipfile
+        checks it there) does not stop the read."""
+        write_series(SeriesSpec(shape=(8, 8, 4)), self.dir / "s")
+        path = zip_folder(self.dir / "s", self.dir / "s.zip")
+        with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("notes.bin", bytes(1 << 20))
+        data = bytearray(path.read_bytes())
+        central = data.rindex(b"PK\x01\x02", 0, data.rindex(b"notes.bin"))
+        data[central + 16:central + 20] = b"\xde\xad\xbe\xef"  # the central directory's CRC-32 of notes.bin
+        path.write_bytes(bytes(data))
+        with zipfile.ZipFile(path) as z, self.assertRaises(zipfile.BadZipFile):
+            z.read("notes.bin")
+        image, _ = load_dicom(path)
+        self.assertEqual(tuple(image.shape), (1, 8, 8, 4))
 
     def test_output_header_is_the_affine(self):
         spec = SeriesSpec(orientation=SAGITTAL)

@@ -28,6 +28,7 @@ import io
 import math
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ import torch
 
 from ..config import DicomOptions
 from ..errors import Vista3DInputError
-from .dicom_files import dicom_files_in, is_dicom_file
+from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry
 
 __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DICOM_EXTRA"]
@@ -145,7 +146,7 @@ def _read_datasets(p: Path, pydicom: Any) -> list[Any]:
     if p.is_dir():
         blobs: list[tuple[str, Any]] = [(str(f), f) for f in dicom_files_in(p)]
         what = "DICOM files (files with the DICM marker) directly in this folder"
-    elif p.is_file() and p.name.lower().endswith(".zip"):
+    elif is_zip_archive(p):
         blobs, what = _zip_members(p), "DICOM files in this zip archive"
     elif p.is_file() and is_dicom_file(p):
         blobs, what = [(str(p), p)], ""
@@ -169,19 +170,23 @@ def _read_datasets(p: Path, pydicom: Any) -> list[Any]:
 
 
 def _zip_members(p: Path) -> list[tuple[str, Any]]:
-    """The members of a zip archive that are DICOM files, as in-memory files."""
+    """The members of a zip archive that are DICOM files, as in-memory files (nothing is extracted to disk; a member
+    is inflated whole only once its first bytes show the DICOM marker, and never past the size the archive states
+    for it: zipfile stops there)."""
     try:
         with zipfile.ZipFile(p) as z:
             members = []
             for info in z.infolist():
                 if info.is_dir() or Path(info.filename).name.startswith("."):
                     continue
-                data = z.read(info)
-                if data[128:132] == b"DICM":
-                    members.append((info.filename, io.BytesIO(data)))
-    except (zipfile.BadZipFile, OSError, EOFError) as e:
+                with z.open(info) as f:
+                    head = f.read(132)
+                    if head[128:132] == b"DICM":
+                        members.append((info.filename, io.BytesIO(head + f.read())))
+    except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
+        # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile lacks
         raise Vista3DInputError(f"{p}: not a readable zip archive ({_first_line(e)}); send the series again or zip "
-                                "it anew.") from None
+                                "it anew (unencrypted, deflated or stored).") from None
     return members
 
 
