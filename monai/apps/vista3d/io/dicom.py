@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..config import DicomOptions
-from ..errors import Vista3DInputError
+from ..errors import DicomChoiceError, Vista3DInputError
 from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry
 
@@ -125,8 +125,9 @@ def read_series(path: str | os.PathLike, options: DicomOptions) -> tuple[np.ndar
     first = datasets[0]
     modality = str(getattr(first, "Modality", "") or "?")
     if modality != "CT" and not options.allow_modality:
-        raise Vista3DInputError(f"{p}: the series' modality is {modality}, not CT; VISTA3D segments CT. Pass "
-                                "--allow-modality (allow_modality=True) to segment it anyway.")
+        problem = f"holds a series whose modality is {modality}, not CT"
+        raise DicomChoiceError(f"{p}: {problem}; VISTA3D segments CT. Pass --allow-modality (allow_modality=True) to "
+                               "segment it anyway.", problem, "allow_modality")
     _check_decoder(p, datasets)
     if len(datasets) == 1 and int(getattr(first, "NumberOfFrames", 1) or 1) > 1:
         array, affine = _multiframe_volume(p, first)
@@ -205,8 +206,9 @@ def _pick_series(p: Path, datasets: list[Any], options: DicomOptions) -> list[An
             raise Vista3DInputError(f"{p}: no series {options.series} here; it holds {_listing(series)}.")
         return series[options.series]
     if len(series) > 1:
-        raise Vista3DInputError(f"{p}: holds {len(series)} series: {_listing(series)}; pick one with --series UID "
-                                "(series= in DicomOptions).")
+        problem = f"holds {len(series)} series: {_listing(series)}"
+        raise DicomChoiceError(f"{p}: {problem}; pick one with --series UID (series= in DicomOptions).", problem,
+                               "series")
     return next(iter(series.values()))
 
 
