@@ -48,7 +48,8 @@ s.disable_validate_slice_increment()
 best = 1e9
 for _ in range(int(sys.argv[2])):
     with tempfile.TemporaryDirectory() as d:
-        t = time.perf_counter(); dicom2nifti.dicom_series_to_nifti(sys.argv[1], os.path.join(d, 'x.nii'), reorient_nifti=False)
+        t = time.perf_counter()
+        dicom2nifti.dicom_series_to_nifti(sys.argv[1], os.path.join(d, 'x.nii'), reorient_nifti=False)
         best = min(best, time.perf_counter() - t)
 print(best)
 """
