@@ -36,6 +36,7 @@ from starlette.background import BackgroundTask
 
 from ..config import OUTPUT_POSTFIX, embed_dim_of
 from ..core.prompts import parse_points
+from ..io.atomic import write_atomically
 from ..labels import everything_labels, label_names
 from . import jobs
 from .errors import ServeError
@@ -193,9 +194,10 @@ def _wants(request: Request, default: str) -> str:
     return default
 
 
-def _file_answer(ctx: _Request, path: Path, name: str, packaging: str, headers: dict[str, str]) -> FileResponse:
+def _file_answer(ctx: _Request, path: Path, name: str, packaging: str, headers: dict[str, str],
+                 more: tuple[tuple[Path, str], ...] = ()) -> FileResponse:
     if packaging == "zip":
-        path = zip_one(path, name, ctx.folder / (Path(name).name.split(".")[0] + ".zip"))
+        path = zip_one(path, name, ctx.folder / (Path(name).name.split(".")[0] + ".zip"), more)
         media, filename = "application/zip", path.name
     else:
         media = "application/gzip" if name.endswith(".gz") else "application/octet-stream"
@@ -212,6 +214,13 @@ async def _checked(ctx: _Request, path: Path) -> str:
     if ctx.folder in path.parents:
         await run_in_threadpool(check_inflated_size, path, info)
     return info.format
+
+
+def _write_statistics(stats: dict, image_name: str, label_map: str, path: Path) -> Path:
+    """``statistics.json`` of one answer, as ``vista3d --statistics`` writes it (the client's names, no server
+    path), whole or not at all."""
+    text = json.dumps({"image": image_name, "label_map": label_map, **stats}, indent=1).encode()
+    return write_atomically(path, lambda f: f.write(text))
 
 
 # ---------------------------------------------------------------------------------------------- the NIM's
@@ -265,27 +274,37 @@ async def inference(request: Request) -> Response:
     async with state.worker.reserve() as slot:  # 503/429 before anything is read
         ctx, keep = _Request(state, request), False
         try:
-            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir"))
+            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "statistics"))
             prompt = nim_prompt(body.prompts)
             out_dir = None
             if body.local_working_dir:
                 out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+            if body.statistics and out_dir is None and _wants(request, "zip") != "zip":
+                raise ServeError(406, "statistics come as statistics.json in the zip answer: accept application/zip "
+                                      "(the default), or leave statistics out")
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             start = time.perf_counter()
             fmt = await _checked(ctx, path)
             check = time.perf_counter() - start
-            labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
+            labels, loaded, timings, stats = await slot.run(jobs.segment(path, fmt, name, prompt, body.statistics),
+                                                            ctx.deadline, ctx.gone())
             fname = f"{loaded.name}_{OUTPUT_POSTFIX}{loaded.suffix}"
             start = time.perf_counter()
             out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname)
+            more: tuple[tuple[Path, str], ...] = ()
+            if stats is not None:
+                stats_file = (out_dir or ctx.folder) / f"{loaded.name}_statistics.json"
+                more = ((await run_in_threadpool(_write_statistics, stats, loaded.name, fname, stats_file),
+                         "statistics.json"),)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
             spent = {"check": check, **timings, "write": time.perf_counter() - start}
             headers = {"Server-Timing": _timing_header(spent)}
             if out_dir is not None:
-                return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out)}, headers=headers)
+                return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
+                                     **{"statistics": str(f) for f, _ in more}}, headers=headers)
             keep = True
-            return _file_answer(ctx, out, fname, _wants(request, "zip"), headers)
+            return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
         finally:
             ctx.close(keep)
 

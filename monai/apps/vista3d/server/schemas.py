@@ -46,11 +46,14 @@ class Prompts(_Strict):
 
 
 class InferenceRequest(_Strict):
-    """The NIM's inference body; ``image`` is a URL or a path under ``--data-dir`` (absent for an upload)."""
+    """The NIM's inference body; ``image`` is a URL or a path under ``--data-dir`` (absent for an upload), a NIfTI,
+    NRRD or zip of a DICOM series file. ``statistics`` (this server's): the structures' statistics as
+    ``statistics.json`` in the zip answer (or beside the label map in ``local_working_dir``)."""
 
     image: str | None = None
     prompts: Prompts | None = None
     local_working_dir: str | None = None
+    statistics: bool = False
 
 
 class SessionRequest(_Strict):
