@@ -87,6 +87,36 @@ class TestDicomRead(unittest.TestCase):
         np.testing.assert_array_equal(image.numpy(), nifti.numpy())
         np.testing.assert_allclose(geom.affine, ngeom.affine, atol=1e-4)
 
+    def test_more_slices_and_rows_than_a_tile(self):
+        """The slices are laid out 16 at a time, 128 rows at a time (io/dicom.py): a volume with several of each,
+        and a partial last one, against SimpleITK."""
+        spec = SeriesSpec(shape=(21, 259, 37), orientation=OBLIQUE)
+        write_series(spec, self.dir / "s")
+        image, geom = load_dicom(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), ct_values(spec))
+        sitk_values, sitk_affine = _sitk_volume(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), sitk_values)
+        np.testing.assert_allclose(geom.affine, sitk_affine, atol=1e-4)
+
+    def test_rescale_of_each_slice(self):
+        """RescaleSlope and RescaleIntercept may differ from slice to slice: each slice's own apply."""
+        import pydicom
+
+        spec = SeriesSpec()  # axial: a slice's index is its z position's
+        write_series(spec, self.dir / "s")
+        expected = ct_values(spec)
+        for f in sorted((self.dir / "s").iterdir())[::3]:
+            ds = pydicom.dcmread(f)
+            k = round((float(ds.ImagePositionPatient[2]) - spec.origin[2]) / spec.spacing[2])
+            stored = ds.pixel_array // 2
+            ds.PixelData = stored.astype(np.int16).tobytes()
+            ds.RescaleSlope, ds.RescaleIntercept = 2.0, -1000.0
+            ds.save_as(f, enforce_file_format=True)
+            expected[:, :, k] = (2.0 * stored - 1000.0).T
+        image, _ = load_dicom(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), expected)
+        np.testing.assert_array_equal(image[0].numpy(), _sitk_volume(self.dir / "s")[0])
+
     def test_spacing_from_positions_not_slice_thickness(self):
         spec = SeriesSpec(spacing=(0.8, 0.7, 1.25), slice_thickness=5.0)
         write_series(spec, self.dir / "s")
