@@ -13,8 +13,9 @@
     python -m tests.benchmarks.dicom_read [--size 512,512,300] [--repeats 3] [--device cpu] [--other-python PATH]
 
 Readers timed on the same files (best of ``--repeats``, each in this process after one warm-up read of the
-files into the page cache): ``load_dicom`` (this fork: pydicom + highdicom), pydicom then numpy by hand (read,
-sort along the normal, stack, rescale), and SimpleITK's ImageSeriesReader; with ``--other-python`` (an
+files into the page cache): ``load_dicom`` (this fork: pydicom decodes, numpy stacks), pydicom then numpy by hand
+(read, sort along the normal, stack, rescale), highdicom's ``get_volume_from_series`` (what ``load_dicom`` used
+before) laid out as ``[X, Y, Z]``, and SimpleITK's ImageSeriesReader; with ``--other-python`` (an
 interpreter with dicom2nifti installed) dicom2nifti's ``dicom_series_to_nifti`` in that interpreter, timed there,
 on a copy of the series whose InstanceNumbers follow the slice positions (its generic converter stacks slices by
 InstanceNumber, and takes the shuffled numbers of the test series for several stacks). Then the statistics of a
@@ -107,6 +108,17 @@ def _by_hand(folder: Path) -> np.ndarray:
     return out
 
 
+def _highdicom(folder: Path) -> np.ndarray:
+    """What load_dicom did before it stacked the slices itself: highdicom's volume of the series, in its layout."""
+    import highdicom
+    import pydicom
+
+    datasets = [pydicom.dcmread(f) for f in folder.iterdir()]
+    volume = highdicom.get_volume_from_series(datasets, dtype=np.float32, apply_presentation_lut=False, rtol=0.01,
+                                              perpendicular_tol=0.01)
+    return np.ascontiguousarray(volume.array.transpose(2, 1, 0))
+
+
 def _sitk(folder: Path) -> np.ndarray:
     import SimpleITK as sitk
 
@@ -159,6 +171,7 @@ def main() -> None:
         if not args.skip_readers:
             results["load_dicom_s"] = round(_best(lambda: load_dicom(folder), args.repeats), 3)
             results["pydicom_numpy_by_hand_s"] = round(_best(lambda: _by_hand(folder), args.repeats), 3)
+            results["highdicom_volume_s"] = round(_best(lambda: _highdicom(folder), args.repeats), 3)
             results["simpleitk_s"] = round(_best(lambda: _sitk(folder), args.repeats), 3)
             if args.other_python:
                 numbered = _numbered_copy(folder, Path(tmp) / "numbered")
