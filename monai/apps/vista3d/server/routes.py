@@ -302,7 +302,7 @@ async def inference(request: Request) -> Response:
             headers = {"Server-Timing": _timing_header(spent)}
             if out_dir is not None:
                 return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
-                                     **{"statistics": str(f) for f, _ in more}}, headers=headers)
+                                     **({"statistics": str(more[0][0])} if more else {})}, headers=headers)
             keep = True
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
         finally:
