@@ -65,14 +65,17 @@ class TestDicomZip(unittest.TestCase):
         cls.tmp = Path(cls._tmp.name)
         cls.work = cls.tmp / "work"
         cls.work.mkdir()
+        cls.data = cls.tmp / "data"
+        (cls.data / "results").mkdir(parents=True)
         values, _, _ = phantom(SHAPE, np.eye(3), (1.0, 1.0, 1.0))
         cls.values = np.rint(values)
         write_series(SPEC, cls.tmp / "series", values=cls.values)
         cls.zip = zip_folder(cls.tmp / "series", cls.host.folder / "ct.zip")
+        shutil.copy(cls.zip, cls.data / "ct.zip")
         cls.nifti = cls.tmp / "ct.nii.gz"
         nib.save(nib.Nifti1Image(cls.values.astype(np.int16), expected_affine(SPEC)), str(cls.nifti))
         cls.server = start_for_class(cls, settings(allow_url_hosts=("127.0.0.1",), allow_private_urls=True,
-                                                   work_dir=cls.work,
+                                                   work_dir=cls.work, data_dir=cls.data,
                                                    limits=Limits(request_timeout=120.0, max_voxels=MAX_VOXELS)))
         cls.client = NimClient(cls.server.url)
         cls.addClassCleanup(cls.client.close)
@@ -135,6 +138,24 @@ class TestDicomZip(unittest.TestCase):
         reference = structure_statistics(torch.from_numpy(self.values), torch.from_numpy(labels.astype(np.int64)),
                                          affine)
         self.assertEqual(json.loads(files["statistics.json"])["structures"], reference["structures"])
+
+    def test_data_dir_path_with_statistics_into_local_working_dir(self):
+        response = self.client.inference("ct.zip", local_working_dir="results")
+        self.assertEqual(response.status_code, 200, response.text)
+        self.assertNotIn("statistics", response.json())
+        response = self.client.http.post("/v1/vista3d/inference", json={
+            "image": "ct.zip", "local_working_dir": "results", "statistics": True})
+        self.assertEqual(response.status_code, 200, response.text)
+        answer = response.json()
+        self.assertEqual(Path(answer["output"]), self.data / "results" / "ct_trans.nii.gz")
+        self.assertEqual(Path(answer["statistics"]), self.data / "results" / "ct_statistics.json")
+        img = nib.load(answer["output"])
+        labels = np.asarray(img.dataobj).astype(np.int64)
+        want, _ = _label_map(NimClient.unzip(self.expected), "ct_trans.nii.gz")
+        np.testing.assert_array_equal(labels, want)
+        stats = json.loads(Path(answer["statistics"]).read_text())
+        reference = structure_statistics(torch.from_numpy(self.values), torch.from_numpy(labels), expected_affine(SPEC))
+        self.assertEqual(stats["structures"], reference["structures"])
 
     def test_click_session_on_a_zip(self):
         files = {"image": ("ct.zip", self.zip.read_bytes(), "application/zip")}
