@@ -10,6 +10,7 @@
 # limitations under the License.
 """Inferers: whole-input and sliding-window inference."""
 
+from .batch_size import AutoBatchSize, choose_sw_batch_size, even_batch_size
 from .inferer import Inferer, SimpleInferer, SlidingWindowInferer, SlidingWindowInfererAdapt
 from .utils import (
     SlidingWindowPlan,
@@ -21,4 +22,10 @@ from .utils import (
     plan_sliding_windows,
     sliding_window_inference,
 )
-from .batch_size import AutoBatchSize, choose_sw_batch_size, even_batch_size
+
+__all__ = [
+    "AutoBatchSize", "choose_sw_batch_size", "even_batch_size", "Inferer", "SimpleInferer", "SlidingWindowInferer",
+    "SlidingWindowInfererAdapt", "SlidingWindowPlan", "WindowStitcher", "compute_importance_map",
+    "dense_patch_slices", "get_scan_interval", "get_valid_patch_size", "plan_sliding_windows",
+    "sliding_window_inference",
+]

@@ -73,7 +73,7 @@ def check_sw_batch_size(sw_batch_size: Any) -> int | str:
             return "auto"
         if text.isdigit() and int(text) >= 1:
             return int(text)
-    elif isinstance(sw_batch_size, numbers.Integral) and not isinstance(sw_batch_size, bool) and sw_batch_size >= 1:
+    elif isinstance(sw_batch_size, numbers.Integral) and not isinstance(sw_batch_size, bool) and int(sw_batch_size) >= 1:
         return int(sw_batch_size)
     raise ValueError(f"sw_batch_size must be a positive int or 'auto', got {sw_batch_size!r}.")
 
@@ -193,7 +193,7 @@ class AutoBatchSize:
     ):
         self.device = torch.device(device)
         self.cuda = _is_cuda(self.device)
-        self.memory = _CudaMemory(self.device) if self.cuda else None
+        self.memory = _CudaMemory(self.device)  # queried only on CUDA
         self.cache = cache if cache is not None else {}
         self.key = key
         self.result_voxels = result_voxels
@@ -216,7 +216,8 @@ class AutoBatchSize:
         """Windows in the next batch, ``remaining`` windows (of the current band) still to run."""
         if not self.cuda:
             return even_batch_size(remaining, CPU_AUTO_BATCH)
-        if self.max_batch is None:
+        max_batch = self.max_batch
+        if max_batch is None:
             costs = self._costs
             if costs is None:
                 self._probing = True
@@ -224,38 +225,40 @@ class AutoBatchSize:
                 return 1
             chosen = self.cache.get(self._size_key)
             if chosen is not None:  # this size was seen: the same batch, so no new shape to specialise for
-                self.max_batch = chosen
+                max_batch = self.max_batch = chosen
                 self.info.update(max_batch=chosen, reused=True)
             else:
                 reserve = 0.0
                 if self.stitch_on_device and not self._result_bytes:
                     reserve = costs.get("result_bytes_per_voxel", 0.0) * self.result_voxels
-                self._choose(costs["window_bytes"], reserve)
-        return even_batch_size(remaining, self.max_batch)  # type: ignore[arg-type]
+                max_batch = self._choose(costs["window_bytes"], reserve)
+        return even_batch_size(remaining, max_batch)
 
     @property
     def _size_key(self) -> tuple:
         return ("max_batch", self.key, self.result_voxels)
 
-    def _choose(self, window_bytes: float, extra_reserve: float = 0.0) -> None:
-        available, total = self.memory.available()  # type: ignore[union-attr]
+    def _choose(self, window_bytes: float, extra_reserve: float = 0.0) -> int:
+        """Set (and return) the largest batch the available memory fits."""
+        available, total = self.memory.available()
         reserve = RESERVE_FRACTION * total + extra_reserve
         fit = choose_sw_batch_size(1 << 30, window_bytes, available, reserve)  # largest fit, not yet evened
-        self.max_batch = max(1, fit)
-        self.cache[self._size_key] = self.max_batch  # later images of this size take the same batch
-        self.info.update(window_bytes=int(window_bytes), available_bytes=int(available), max_batch=self.max_batch)
+        max_batch = self.max_batch = max(1, fit)
+        self.cache[self._size_key] = max_batch  # later images of this size take the same batch
+        self.info.update(window_bytes=int(window_bytes), available_bytes=int(available), max_batch=max_batch)
+        return max_batch
 
     def before_forward(self, num_windows: int) -> None:
         if self._probing:
             self._batch_windows = num_windows
-            self._peak_before = self.memory.peak()  # type: ignore[union-attr]
-            self._base = self.memory.start_peak()  # type: ignore[union-attr]
+            self._peak_before = self.memory.peak()
+            self._base = self.memory.start_peak()
 
     def after_forward(self) -> None:
         if self._probing:
             # the peak since the user's last reset is max(their earlier peak, the probe's): exact when the probe
             # raised it, else an upper bound of the probe's use (a smaller batch, never too large a one)
-            peak = self.memory.peak()  # type: ignore[union-attr]
+            peak = self.memory.peak()
             self.info["probe_peak"] = "exact" if peak > self._peak_before else "upper bound"
             used = max(peak - self._base, 0)
             self._window_bytes = SAFETY_FACTOR * used / max(self._batch_windows, 1)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
+from monai.inferers.stitcher import WindowOutputs
 from monai.inferers.windows import SlidingWindowPlan, compute_importance_map
 from monai.utils import BlendMode, PytorchPadMode, ensure_tuple
 from monai.utils.profiling import StageTimer, log_timings
@@ -162,7 +163,7 @@ class SlidingWindowInferer(Inferer):
         network: Callable[..., torch.Tensor | Sequence[torch.Tensor] | dict[Any, torch.Tensor]],
         *args: Any,
         **kwargs: Any,
-    ) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
+    ) -> WindowOutputs:
         """Sliding-window prediction of ``network`` on ``inputs`` (timings of the call in ``timings``).
 
         Args:
@@ -177,7 +178,7 @@ class SlidingWindowInferer(Inferer):
         self._report()
         return out
 
-    def _call(self, inputs, network, args, kwargs):
+    def _call(self, inputs: torch.Tensor, network: Callable, args: tuple, kwargs: dict[str, Any]) -> WindowOutputs:
         """Resolve the per-call overrides and run one pass."""
         condition = kwargs.get("condition", None)
         if condition is not None and tuple(condition.shape) != tuple(inputs.shape):
@@ -191,7 +192,16 @@ class SlidingWindowInferer(Inferer):
             device = "cpu"  # large volume: keep the stitched result in host memory
         return self._run(inputs, network, device, buffer_steps, buffer_dim, args, kwargs)
 
-    def _run(self, inputs, network, device, buffer_steps, buffer_dim, args, kwargs):
+    def _run(
+        self,
+        inputs: torch.Tensor,
+        network: Callable,
+        device: torch.device | str | None,
+        buffer_steps: int | None,
+        buffer_dim: int,
+        args: tuple,
+        kwargs: dict[str, Any],
+    ) -> WindowOutputs:
         """One sliding-window pass with this inferer's settings (the hook the adaptive inferer retries)."""
         timer = StageTimer() if self.timing else None
         self.timings = {}
@@ -248,7 +258,7 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
         network: Callable[..., torch.Tensor | Sequence[torch.Tensor] | dict[Any, torch.Tensor]],
         *args: Any,
         **kwargs: Any,
-    ) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
+    ) -> WindowOutputs:
         """Sliding-window prediction with out-of-memory fallbacks; arguments as :class:`SlidingWindowInferer`."""
         self.attempts: list[dict] = []
         clock = StageTimer(sync=False, nvtx=False)  # host time for the adaptation record
@@ -257,7 +267,9 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
         self._finish(stitching, clock.timings["call_total"])
         return out
 
-    def _adapt(self, inputs: torch.Tensor, network: Callable, args: tuple, kwargs: dict, clock: StageTimer) -> tuple:
+    def _adapt(
+        self, inputs: torch.Tensor, network: Callable, args: tuple, kwargs: dict[str, Any], clock: StageTimer
+    ) -> tuple[WindowOutputs, str]:
         """Try the stitching modes from the cheapest that may fit; returns ``(output, stitching mode)``."""
         if self.device is not None:
             return self._call(inputs, network, args, kwargs), "fixed"
@@ -276,8 +288,9 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
 
         for n in range(self.max_attempts):
             stitch_device = inputs.device if gpu_stitching else torch.device("cpu")
-            attempt = {
-                "stitching": "gpu" if gpu_stitching else "buffered" if buffered else "cpu",
+            stitching = "gpu" if gpu_stitching else "buffered" if buffered else "cpu"
+            attempt: dict[str, Any] = {
+                "stitching": stitching,
                 "device": str(stitch_device),
                 "buffer_steps": buffer_steps if buffered else None,
                 "buffer_dim": buffer_dim,
@@ -290,7 +303,7 @@ class SlidingWindowInfererAdapt(SlidingWindowInferer):
                 with clock.stage(f"attempt {n}"):
                     out = self._call(inputs, network, args, call_kwargs)
                 attempt["seconds"] = clock.timings[f"attempt {n}"]
-                return out, attempt["stitching"]
+                return out, stitching
             except RuntimeError as e:
                 attempt["seconds"] = clock.timings[f"attempt {n}"]
                 if not _is_oom(e) or not (gpu_stitching or buffered):

@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, overload
 
 import torch
 import torch.nn.functional as F
 
 from monai.inferers.batch_size import AutoBatchSize, auto_cache_key, check_sw_batch_size
-from monai.inferers.stitcher import StitcherFactory, WindowStitcher
+from monai.inferers.stitcher import ResultT, StitcherFactory, WindowOutputs, WindowStitcher
 from monai.inferers.windows import (
     SlidingWindowPlan,
     compute_importance_map,
@@ -148,7 +147,7 @@ class _TextProgress:
         self.items, self.desc = items, desc
 
     def __iter__(self):
-        n = f"/{len(self.items)}" if hasattr(self.items, "__len__") else ""  # "auto" batches are not known ahead
+        n = f"/{len(self.items)}" if isinstance(self.items, Sized) else ""  # "auto" batches are not known ahead
         for i, item in enumerate(self.items):
             yield item
             sys.stderr.write(f"\r{self.desc}: {i + 1}{n} batches")
@@ -164,6 +163,7 @@ def _progress(items: Iterable, enabled: bool):
     return _TextProgress(items)
 
 
+@overload
 def run_sliding_window(
     inputs: torch.Tensor,
     predictor: Callable,
@@ -172,7 +172,33 @@ def run_sliding_window(
     kwargs: dict[str, Any] | None = None,
     timer: StageTimer | None = None,
     auto_cache: dict | None = None,
-    stitcher: StitcherFactory | None = None,
+    stitcher: None = None,
+) -> WindowOutputs: ...
+
+
+@overload
+def run_sliding_window(
+    inputs: torch.Tensor,
+    predictor: Callable,
+    settings: SlidingWindowSettings,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    timer: StageTimer | None = None,
+    auto_cache: dict | None = None,
+    *,
+    stitcher: StitcherFactory[ResultT],
+) -> ResultT: ...
+
+
+def run_sliding_window(
+    inputs: torch.Tensor,
+    predictor: Callable,
+    settings: SlidingWindowSettings,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    timer: StageTimer | None = None,
+    auto_cache: dict | None = None,
+    stitcher: StitcherFactory[Any] | None = None,
 ) -> Any:
     """One sliding-window pass of ``predictor`` over ``inputs`` with ``settings``.
 
@@ -220,8 +246,8 @@ def _window_loop(
     extra: tuple[tuple, dict],
     timer: StageTimer,
     auto_cache: dict | None,
-    make_stitcher: StitcherFactory,
-) -> Any:
+    make_stitcher: StitcherFactory[ResultT],
+) -> ResultT:
     args, kwargs = extra
     with timer.stage("prepare"):
         if not isinstance(inputs, torch.Tensor):

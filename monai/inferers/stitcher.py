@@ -22,17 +22,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, Union
 
 import torch
 import torch.nn.functional as F
 
+from monai.inferers.window_add import add_window, add_window_supported
+from monai.inferers.windows import Band, SlidingWindowPlan, buffered_bands
 from monai.utils import ensure_tuple
 
-from monai.inferers.windows import Band, SlidingWindowPlan, buffered_bands
-from monai.inferers.window_add import add_window, add_window_supported
+__all__ = ["Stitcher", "StitcherFactory", "WindowOutputs", "WindowStitcher", "flatten_outputs", "pack_outputs"]
 
-__all__ = ["Stitcher", "StitcherFactory", "WindowStitcher", "flatten_outputs", "pack_outputs"]
+# what a stitcher's finish returns (covariant in the protocol, plain for the factories and the window loop)
+ResultT_co = TypeVar("ResultT_co", covariant=True)
+ResultT = TypeVar("ResultT")
+
+# the blended results shaped as the predictor output: a tensor, a tuple or a dict of tensors (what
+# sliding_window_inference returns)
+WindowOutputs = Union[torch.Tensor, tuple[torch.Tensor, ...], dict[Any, torch.Tensor]]
 
 # Nearest-neighbour mode used to resize the importance map to outputs at another scale than the input.
 _NEAREST_MODE = "nearest-exact"
@@ -50,13 +57,13 @@ def flatten_outputs(out: Any) -> tuple[list | None, tuple[torch.Tensor, ...]]:
     raise TypeError(f"the predictor must return a tensor, a tuple/list or a dict of tensors, got {type(out).__name__}.")
 
 
-def pack_outputs(outs: list[torch.Tensor], keys: list | None) -> Any:
+def pack_outputs(outs: list[torch.Tensor], keys: list | None) -> WindowOutputs:
     if keys is not None:
         return dict(zip(keys, outs))
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-class Stitcher(Protocol):
+class Stitcher(Protocol[ResultT_co]):
     """What the window loop needs of a way to stitch window outputs.
 
     Attributes:
@@ -91,14 +98,14 @@ class Stitcher(Protocol):
         """Bytes held on ``device`` so far."""
         ...
 
-    def finish(self) -> Any:
+    def finish(self) -> ResultT_co:
         """The result of the pass."""
         ...
 
 
 # Builds the stitcher of one pass, called with the keywords plan, weight (of one window), device and dtype (of the
 # result).
-StitcherFactory = Callable[..., Stitcher]
+StitcherFactory = Callable[..., Stitcher[ResultT]]
 
 
 class WindowStitcher:
@@ -149,7 +156,8 @@ class WindowStitcher:
         self.counts: list[torch.Tensor] = []
         self.zooms: list[tuple[float, ...]] = []
         self.keys: list | None = None  # the sorted keys of a dict output
-        self._weights: dict = {}  # (output index, device) -> resized weight map
+        # (output index, device) -> resized weight map
+        self._weights: dict[tuple[int, torch.device], torch.Tensor] = {}
         self._buffers: list[torch.Tensor] | None = None
         self._band: Band | None = None
         self.buffer_dim: int | None = None
@@ -220,7 +228,9 @@ class WindowStitcher:
                 count = torch.zeros([1, 1, *size], dtype=self.dtype, device=self.device)
                 w = self._resized_weight(k, self.device)
                 for sl in self.plan.slices:
-                    count[(slice(None), slice(None), *(self._out_slice(k, s, d) for d, s in enumerate(sl)))].add_(w)
+                    # the index as a name: mypy takes a starred tuple inside brackets for 3.11's `x[a, *b]`
+                    index = (slice(None), slice(None), *(self._out_slice(k, s, d) for d, s in enumerate(sl)))
+                    count[index].add_(w)
                 self.counts.append(count)
 
     # -- accumulation --------------------------------------------------------------------------------------------------
@@ -285,11 +295,16 @@ class WindowStitcher:
             kk = len(self._buffers)
             shape = list(self.outputs[kk].shape)
             shape[0] = 1
-            d = self.buffer_dim
-            band = self._out_slice(kk, slice(self._band.start, self._band.end), d)
+            d, band = self._band_extent(kk, self._band)
             shape[2 + d] = band.stop - band.start
             self._buffers.append(torch.zeros(shape, dtype=self.dtype, device=p.device))
         return self._buffers[k], self._buffers[k].device
+
+    def _band_extent(self, k: int, band: Band) -> tuple[int, slice]:
+        """The bands' spatial dimension and the extent of ``band`` along it in output ``k``."""
+        if self.buffer_dim is None:
+            raise ValueError("begin_segment was given a band, but this stitcher was made without buffer_steps.")
+        return self.buffer_dim, self._out_slice(k, slice(band.start, band.end), self.buffer_dim)
 
     def _output_index(self, k: int, c: Sequence[slice]) -> tuple:
         return (c[0], slice(None), *(self._out_slice(k, s, d) for d, s in enumerate(c[2:])))
@@ -297,8 +312,7 @@ class WindowStitcher:
     def _target_index(self, k: int, c: Sequence[slice]) -> tuple:
         idx = list(self._output_index(k, c))
         if self._band is not None:
-            d = self.buffer_dim
-            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
+            d, band = self._band_extent(k, self._band)
             s = idx[2 + d]
             idx[0] = slice(0, 1)
             idx[2 + d] = slice(s.start - band.start, s.stop - band.start)
@@ -309,9 +323,8 @@ class WindowStitcher:
         if self._band is None or self._buffers is None:
             self._band = None
             return
-        d = self.buffer_dim
         for k, buf in enumerate(self._buffers):
-            band = self._out_slice(k, slice(self._band.start, self._band.end), d)
+            d, band = self._band_extent(k, self._band)
             idx = [slice(self._band.image, self._band.image + 1), slice(None)] + [slice(None)] * self.ndim
             idx[2 + d] = band
             self.outputs[k][tuple(idx)] += buf.to(self.device)
@@ -327,7 +340,7 @@ class WindowStitcher:
         return total
 
     # -- finalize -----------------------------------------------------------------------------------------------------
-    def finish(self) -> Any:
+    def finish(self) -> WindowOutputs:
         """The stitched results on ``device`` in ``dtype``, shaped as the predictor output (tensor, tuple or dict)."""
         results = [r.to(device=self.device, dtype=self.dtype) for r in self.finalize()]
         return pack_outputs(results, self.keys)

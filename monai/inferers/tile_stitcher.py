@@ -243,11 +243,12 @@ class TileStitcher:
         if t in self._parts:  # replay the window parts in the plan's order
             parts = sorted(self._parts.pop(t), key=lambda x: x[0])
             self._new_accumulator(t, parts[0][2])
-            for _, dst, part, weight in parts:
-                self._acc[t][dst].addcmul_(part, weight)
-                self._cnt[t][dst].add_(weight)
+            for _, part_dst, part, weight in parts:
+                self._acc[t][part_dst].addcmul_(part, weight)
+                self._cnt[t][part_dst].add_(weight)
         outputs = self._acc.pop(t)[0] / self._cnt.pop(t)[0]
-        src, dst = [], []
+        src: list[slice] = []
+        dst: list[slice] = []
         for d, (a, e) in enumerate(self.tiling.box(t)):
             lo, n = self.plan.pad_before(d), self.plan.image_size[d]
             start, stop = max(a - lo, 0), min(e - lo, n)
@@ -255,7 +256,9 @@ class TileStitcher:
                 return  # the tile lies in the padding
             src.append(slice(start + lo - a, stop + lo - a))
             dst.append(slice(start, stop))
-        self.reduction.add(image, tuple(dst), outputs[(slice(None), *src)])
+        # the index as a name: mypy takes a starred tuple inside brackets for 3.11's `x[a, *b]`
+        index = (slice(None), *src)
+        self.reduction.add(image, tuple(dst), outputs[index])
 
     def finish(self) -> Any:
         """The reduction's result."""

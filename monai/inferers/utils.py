@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from monai.inferers.sliding_window import SlidingWindowSettings, pad_and_weight, run_sliding_window
-from monai.inferers.stitcher import WindowStitcher
+from monai.inferers.stitcher import WindowOutputs, WindowStitcher
 from monai.inferers.windows import (
     SlidingWindowPlan,
     compute_importance_map,
@@ -72,7 +72,7 @@ def sliding_window_inference(
     with_coord: bool = False,
     *args: Any,
     **kwargs: Any,
-) -> torch.Tensor | tuple[torch.Tensor, ...] | dict[Any, torch.Tensor]:
+) -> WindowOutputs:
     """Run ``predictor`` on overlapping windows of ``inputs`` and blend the window outputs.
 
     The predictor may return a tensor, a tuple or a dict of tensors, each ``[n, C_k, *spatial_k]`` for ``n``

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-def get_valid_patch_size(image_size: Sequence[int], patch_size: Sequence[int] | int) -> tuple[int, ...]:
+def get_valid_patch_size(image_size: Sequence[int], patch_size: Sequence[int | None] | int) -> tuple[int, ...]:
     """Clip ``patch_size`` to ``image_size``; ``None`` or 0 entries (or missing trailing ones) take the image size.
 
     Args:
@@ -49,8 +49,9 @@ def get_valid_patch_size(image_size: Sequence[int], patch_size: Sequence[int] | 
         a tuple of ``len(image_size)`` patch sizes, each at most the image size.
     """
     ndim = len(image_size)
+    sizes: list[int | None]
     if isinstance(patch_size, int) or not isinstance(patch_size, Sequence) and not hasattr(patch_size, "__len__"):
-        sizes: list = [patch_size] * ndim
+        sizes = [patch_size] * ndim
     else:
         sizes = list(patch_size)[:ndim]
         sizes += [None] * (ndim - len(sizes))
@@ -236,6 +237,7 @@ def _resolve_roi(roi_size: Sequence[int | None] | int | None, image_size: Sequen
         return tuple(int(s) for s in image_size)
     if isinstance(roi_size, torch.Tensor):
         roi_size = roi_size.tolist()
+    roi: list[int | float | None]
     if isinstance(roi_size, (int, float)):
         roi = [roi_size] * ndim
     else:

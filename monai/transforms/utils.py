@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from monai.utils import point_helpers as _point_helpers
 from monai.utils.module import not_carried_names
-from monai.utils.point_helpers import *  # noqa: F401,F403 - the names of __all__
+from monai.utils.point_helpers import *  # noqa: F403 - the names of __all__
 
 __all__ = list(_point_helpers.__all__)
 __getattr__ = not_carried_names(__name__)  # the rest of upstream's transform utilities

@@ -13,3 +13,9 @@ from .misc import (
 )
 from .module import OptionalImportError, exact_version, min_version, optional_import
 from .profiling import StageTimer, format_timings
+
+__all__ = [
+    "BlendMode", "InterpolateMode", "PytorchPadMode", "StrEnum", "UpsampleMode", "ensure_tuple", "ensure_tuple_rep",
+    "fall_back_tuple", "has_option", "issequenceiterable", "look_up_option", "unsqueeze_left", "unsqueeze_right",
+    "OptionalImportError", "exact_version", "min_version", "optional_import", "StageTimer", "format_timings",
+]

@@ -10,6 +10,8 @@ __all__ = ["StrEnum", "BlendMode", "PytorchPadMode", "UpsampleMode", "Interpolat
 class StrEnum(str, Enum):
     """An ``Enum`` whose members are also plain strings, so ``mode="gaussian"`` and ``BlendMode.GAUSSIAN`` match."""
 
+    _value_: str
+
     def __str__(self) -> str:
         return self.value
 

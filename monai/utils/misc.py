@@ -26,7 +26,7 @@ def issequenceiterable(obj: Any) -> bool:
     if isinstance(obj, torch.Tensor):
         return obj.ndim > 0
     if hasattr(obj, "ndim") and hasattr(obj, "shape"):  # numpy arrays
-        return obj.ndim > 0
+        return bool(obj.ndim > 0)
     return isinstance(obj, Iterable) and not isinstance(obj, (str, bytes))
 
 
@@ -93,16 +93,16 @@ def look_up_option(
     elif isinstance(supported, Mapping):
         if opt_str in supported:
             return supported[opt_str]
-    elif supported is not None and opt_str in supported:  # type: ignore[operator]
+    elif supported is not None and opt_str in supported:
         return opt_str
     if default != "no_default":
         return default
-    choices = [m.value for m in supported] if isinstance(supported, type) else list(supported or ())  # type: ignore
+    choices = [m.value for m in supported] if isinstance(supported, type) else list(supported or ())
     if not choices:
         raise ValueError(f"No options available to look up {opt_str!r} in: {supported!r}.")
     message = f"Unsupported option '{opt_str}'"
     distances = {str(c): edit_distance(str(c), str(opt_str)) for c in choices}
-    closest = min(distances, key=distances.get)  # type: ignore[arg-type]
+    closest = min(distances, key=distances.__getitem__)
     message += f", did you mean '{closest}'?" if distances[closest] <= 3 else "."
     if print_all_options:
         message += f" Available options are {choices}."

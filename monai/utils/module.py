@@ -56,7 +56,7 @@ def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callab
     ``names=None`` takes every public name this module lacks for upstream's."""
     upstream_only = None if names is None else frozenset(names)
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> Any:  # noqa: N807 - a module __getattr__, named as Python looks it up
         if not name.startswith("_") and (upstream_only is None or name in upstream_only):
             raise not_carried_error(f"{module}.{name}")
         raise AttributeError(f"module '{module}' has no attribute '{name}'")
@@ -73,7 +73,7 @@ def names_from_submodules(package: str, path: Iterable[str]) -> Callable[[str], 
     """
     searching: list[str] = []
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> Any:  # noqa: N807 - a module __getattr__, named as Python looks it up
         if name.startswith("__") or name in searching:  # a submodule importing the package while it is searched
             raise AttributeError(f"module '{package}' has no attribute '{name}'")
         searching.append(name)

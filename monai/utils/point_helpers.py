@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -229,6 +229,30 @@ def get_largest_connected_component_mask(img: Any, connectivity: int | None = No
         keep[torch.as_tensor(order.copy(), device=features.device)] = True
         out = keep[features]
     return out.cpu().numpy() if was_numpy else out
+
+
+@overload
+def keep_merge_components_with_points(
+    img_pos: torch.Tensor,
+    img_neg: torch.Tensor | np.ndarray,
+    point_coords: torch.Tensor | np.ndarray,
+    point_labels: torch.Tensor | np.ndarray,
+    pos_val: Sequence[int] = ...,
+    neg_val: Sequence[int] = ...,
+    margins: int = ...,
+) -> torch.Tensor: ...
+
+
+@overload
+def keep_merge_components_with_points(
+    img_pos: np.ndarray,
+    img_neg: torch.Tensor | np.ndarray,
+    point_coords: torch.Tensor | np.ndarray,
+    point_labels: torch.Tensor | np.ndarray,
+    pos_val: Sequence[int] = ...,
+    neg_val: Sequence[int] = ...,
+    margins: int = ...,
+) -> np.ndarray: ...
 
 
 def keep_merge_components_with_points(

@@ -39,7 +39,8 @@ def interpreting() -> bool:
 
 
 def check_kernel_input(x: torch.Tensor, kernel: str) -> None:
-    """Raise ``ValueError`` unless ``x`` is where ``kernel`` can read it: on CUDA, or on the CPU under the interpreter."""
+    """Raise ``ValueError`` unless ``x`` is where ``kernel`` can read it: on CUDA, or on the CPU under the
+    interpreter."""
     if not x.is_cuda and not interpreting():
         raise ValueError(f"{kernel} runs on CUDA tensors, got one on {x.device}.")
 

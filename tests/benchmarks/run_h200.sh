@@ -29,6 +29,8 @@
 #   pytest_clicks         the clicks' fused tests and the session's on the GPU
 #   serve                 vista3d serve over the socket, 1/4/16 concurrent clients, the published-size network
 #                         (issue 36); needs the 'serve' extra's wheels (fastapi, uvicorn, httpx, ...) in .wheels/
+#   slicer_clicks         3D Slicer's MONAI Label clicks over the socket (upload, then 5-click sequences) against the
+#                         in-process Vista3DSession, the published-size network (issue 49); the serve wheels too
 #   class_head            the broadcast class head against upstream's loop (PR 01)
 #   class_memory          peak memory of class-only, point-only and mixed prompts (PR 02)
 #   sw_timing             the sliding-window stage timings (PR 03)
@@ -58,7 +60,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,59p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,61p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -103,6 +105,7 @@ for run in "$@"; do
     [ -f /tmp/trained_vista3d.pt ] || step trained_agreement 400 python3 tests/benchmarks/vista3d_trained_agreement.py $UP --checkpoint /tmp/trained_vista3d.pt --steps 560 --train-seconds 200 --json "$out/trained_agreement.json"
     step click_agreement 500 $CA --checkpoint /tmp/trained_vista3d.pt --point-steps 400 --train-seconds 150 --json "$out/click_agreement.json" ;;
   serve) step serve 570 python3 tests/benchmarks/vista3d_serve.py --device cuda --weights-size published --json "$out/serve.json" ;;
+  slicer_clicks) step slicer_clicks 570 python3 tests/benchmarks/vista3d_slicer_clicks.py --device cuda --weights-size published --json "$out/slicer_clicks.json" ;;
   pytest_clicks) step pytest_clicks 300 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py tests/apps/vista3d/test_session.py tests/networks/kernels/test_graph_cache.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;

@@ -113,6 +113,8 @@ class TestBlocks(unittest.TestCase):
             [dict(mode="deconv", in_channels=8), (1, 8, 8, 8, 8), "deconv"],
             [dict(mode="deconvgroup", in_channels=8, out_channels=4), (1, 4, 8, 8, 8), "deconvgroup"],
             [dict(mode="nontrainable", in_channels=8, out_channels=4, align_corners=False), (1, 4, 8, 8, 8), "preconv"],
+            [dict(mode="nontrainable", in_channels=8, pre_conv=nn.Conv3d(8, 2, 1), align_corners=False), (1, 2, 8, 8, 8),
+             "preconv"],
         ]
     )
     def test_upsample(self, kwargs, shape, module):
@@ -125,6 +127,8 @@ class TestBlocks(unittest.TestCase):
             UpSample(3, mode="deconv")
         with self.assertRaisesRegex(NotImplementedError, "not carried"):
             UpSample(3, 4, 4, mode="pixelshuffle")
+        with self.assertRaisesRegex(TypeError, "pre_conv must be 'default', a module or None, got 'conv'"):
+            UpSample(3, 4, 8, mode="nontrainable", pre_conv="conv")
 
     def test_convolution_adn(self):
         conv = Convolution(3, 2, 4, act="relu", norm="batch", dropout=0.1)

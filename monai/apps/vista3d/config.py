@@ -171,7 +171,7 @@ def check_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, 
         shown = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
         raise SettingError("roi_size", f"must be one or three positive multiples of {multiple}{why}, got "
                                        f"{shown!r}; e.g. 128 (the bundle's) or 64.")
-    return roi  # type: ignore[return-value]
+    return roi[0], roi[1], roi[2]
 
 
 def check_overlap(value: Any) -> float:
@@ -204,7 +204,7 @@ def check_nonfinite(value: Any) -> str:
     """How NaN/Inf voxels are read, one of :data:`NONFINITE`."""
     if value not in NONFINITE:
         raise SettingError("nonfinite", f"must be 'air' or 'error', got {value!r}.")
-    return value
+    return str(value)
 
 
 def check_embed_dim(value: Any) -> int:

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -63,7 +63,7 @@ def _window_starts_stops(p: float, roi: int, size: int, center_only: bool, margi
 def point_based_window_inferer(
     inputs: torch.Tensor,
     roi_size: Sequence[int],
-    predictor: torch.nn.Module,
+    predictor: Callable[..., Any],
     point_coords: torch.Tensor,
     point_labels: torch.Tensor,
     class_vector: torch.Tensor | None = None,
@@ -173,9 +173,10 @@ def _cropped_and_filled(
     """``stitched`` without the padding to ``roi_size``; voxels no window covered are ``prev_mask``, else NaN."""
     size = stitched.shape[-3:]
     crop = tuple(slice(lo, s - hi) for lo, hi, s in zip(pad[4::-2], pad[5::-2], size))
-    stitched, covered = stitched[(slice(None), slice(None), *crop)], covered[crop]
+    batch_crop = (slice(None), slice(None), *crop)  # (a named tuple: mypy reads x[(a, *b)] as 3.11 syntax)
+    stitched, covered = stitched[batch_crop], covered[crop]
     if padded_prev is not None:
-        elsewhere = padded_prev[(slice(None), slice(None), *crop)].to(stitched.device, stitched.dtype)
+        elsewhere = padded_prev[batch_crop].to(stitched.device, stitched.dtype)
     else:
         elsewhere = torch.tensor(float("nan"), device=stitched.device)
     return torch.where(covered, stitched, elsewhere)

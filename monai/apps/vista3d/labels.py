@@ -43,7 +43,8 @@ _DATA = Path(__file__).with_name("vista3d_labels.json")
 def bundle_config() -> dict[str, Any]:
     """The parsed ``vista3d_labels.json``: label names, the "everything" set, subclasses and bundle settings."""
     with open(_DATA, encoding="utf-8") as f:
-        return json.load(f)
+        config: dict[str, Any] = json.load(f)
+    return config
 
 
 def label_names() -> dict[int, str]:

@@ -17,3 +17,8 @@ from .dynunet_block import UnetBasicBlock, UnetResBlock, get_output_padding, get
 from .mlp import MLPBlock
 from .unetr_block import UnetrBasicBlock
 from .upsample import UpSample, Upsample
+
+__all__ = [
+    "ADN", "GEGLU", "Swish", "Convolution", "UnetBasicBlock", "UnetResBlock", "get_output_padding", "get_padding",
+    "MLPBlock", "UnetrBasicBlock", "UpSample", "Upsample",
+]

@@ -24,7 +24,8 @@ __all__ = ["Convolution"]
 
 
 class Convolution(nn.Sequential):
-    """``conv`` (a convolution or transposed convolution) then, unless ``conv_only``, an ``adn`` block (:py:class:`ADN`).
+    """``conv`` (a convolution or transposed convolution) then, unless ``conv_only``, an ``adn`` block
+    (:py:class:`ADN`).
 
     Args:
         spatial_dims: number of spatial dimensions.

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -118,7 +119,7 @@ class UnetBasicBlock(nn.Module):
         dropout: tuple | str | float | None = None,
     ):
         super().__init__()
-        common = dict(dropout=dropout, act=None, norm=None, conv_only=False)
+        common: dict[str, Any] = dict(dropout=dropout, act=None, norm=None, conv_only=False)
         self.conv1 = get_conv_layer(spatial_dims, in_channels, out_channels, kernel_size, stride, **common)
         self.conv2 = get_conv_layer(spatial_dims, out_channels, out_channels, kernel_size, 1, **common)
         self.lrelu = get_act_layer(act_name)
@@ -126,8 +127,9 @@ class UnetBasicBlock(nn.Module):
         self.norm2 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
-        out = self.lrelu(self.norm1(self.conv1(inp)))
-        return self.lrelu(self.norm2(self.conv2(out)))
+        out: torch.Tensor = self.lrelu(self.norm1(self.conv1(inp)))
+        out = self.lrelu(self.norm2(self.conv2(out)))
+        return out
 
 
 
@@ -165,14 +167,16 @@ class UnetResBlock(UnetBasicBlock):
         self.downsample = in_channels != out_channels or any(s != 1 for s in strides)
         if self.downsample:
             self.conv3 = get_conv_layer(
-                spatial_dims, in_channels, out_channels, 1, stride, dropout=dropout, act=None, norm=None, conv_only=False
+                spatial_dims, in_channels, out_channels, 1, stride,
+                dropout=dropout, act=None, norm=None, conv_only=False,
             )
             self.norm3 = get_norm_layer(norm_name, spatial_dims=spatial_dims, channels=out_channels)
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
-        out = self.norm2(self.conv2(self.lrelu(self.norm1(self.conv1(inp)))))
+        out: torch.Tensor = self.norm2(self.conv2(self.lrelu(self.norm1(self.conv1(inp)))))
         residual = inp
         if hasattr(self, "conv3"):  # not `self.downsample`: TorchScript resolves hasattr when it compiles
             residual = self.norm3(self.conv3(inp))
         out += residual
-        return self.lrelu(out)
+        out = self.lrelu(out)
+        return out

@@ -65,4 +65,6 @@ class MLPBlock(nn.Module):
             self.drop1, self.drop2 = nn.Identity(), nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.linear2(self.drop1(self.fn(self.linear1(x)))))
+        x = self.drop1(self.fn(self.linear1(x)))
+        x = self.drop2(self.linear2(x))
+        return x

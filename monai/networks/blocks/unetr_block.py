@@ -59,4 +59,5 @@ class UnetrBasicBlock(nn.Module):
         )
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
-        return self.layer(inp)
+        out: torch.Tensor = self.layer(inp)
+        return out

@@ -65,6 +65,8 @@ class UpSample(nn.Sequential):
         super().__init__()
         scale = ensure_tuple_rep(scale_factor, spatial_dims)
         up_mode = look_up_option(mode, UpsampleMode)
+        padding: tuple[int, ...] | int
+        output_padding: tuple[int, ...] | int
         if kernel_size:
             kernel = ensure_tuple_rep(kernel_size, spatial_dims)
             # for odd kernels this gives exactly `scale * input` outputs
@@ -101,10 +103,14 @@ class UpSample(nn.Sequential):
                         raise ValueError(f"UpSample mode '{mode}' needs in_channels.")
                     self.add_module(
                         "preconv",
-                        Conv[Conv.CONV, spatial_dims](in_channels, out_channels or in_channels, kernel_size=1, bias=bias),
+                        Conv[Conv.CONV, spatial_dims](
+                            in_channels, out_channels or in_channels, kernel_size=1, bias=bias
+                        ),
                     )
+            elif isinstance(pre_conv, nn.Module):
+                self.add_module("preconv", pre_conv)
             elif pre_conv is not None:
-                self.add_module("preconv", pre_conv)  # type: ignore[arg-type]
+                raise TypeError(f"pre_conv must be 'default', a module or None, got {pre_conv!r}.")
             elif out_channels != in_channels:
                 raise ValueError("In 'nontrainable' mode without pre_conv, out_channels must equal in_channels.")
             interp = InterpolateMode(interp_mode)

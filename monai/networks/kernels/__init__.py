@@ -17,8 +17,15 @@ window limit, cuDNN autotuning); :py:func:`conv3x3x3_dispatch` is the one place 
 kernel.
 """
 
+from monai.utils.triton_support import interpreting, unavailable_reason
+
+from .dispatch import FusedConfig, choose_conv3x3x3, conv3x3x3_dispatch
+from .graph_cache import GraphCache, cudnn_autotuning
 from .instance_norm import NormAct, instance_stats, merge_parts, merge_parts_triton, norm_act, norm_act_reference
 from .padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
-from .graph_cache import GraphCache, cudnn_autotuning
-from .dispatch import FusedConfig, choose_conv3x3x3, conv3x3x3_dispatch
-from monai.utils.triton_support import interpreting, unavailable_reason
+
+__all__ = [
+    "interpreting", "unavailable_reason", "FusedConfig", "choose_conv3x3x3", "conv3x3x3_dispatch", "GraphCache",
+    "cudnn_autotuning", "NormAct", "instance_stats", "merge_parts", "merge_parts_triton", "norm_act",
+    "norm_act_reference", "PaddedWeights", "image_channels", "pad_channels", "padded_channels",
+]

@@ -118,26 +118,30 @@ class FusedConfig:
         return dict(self.triton_launches).get(width)
 
 
+def _installed_triton() -> str:
+    """``"Triton 3.5"`` (the installed release) or ``"no Triton"``, for messages."""
+    release = triton_release()
+    return "no Triton" if release is None else f"Triton {'.'.join(map(str, release))}"
+
+
 def check_config(config: FusedConfig) -> None:
     """Raise ``ValueError`` where ``config`` asks the installed Triton for a form it does not build (slab loads
     outside :py:data:`~monai.networks.kernels.conv3d_resident.SLAB_TRITONS`)."""
     if config.kernels == "triton" and config.resident_conv == "slabs" and not slab_loads_supported():
-        release = triton_release()
-        found = "no Triton" if release is None else f"Triton {'.'.join(map(str, release))}"
         raise ValueError(
-            f"resident_conv='slabs' needs a Triton that builds the slab loads (3.6, 3.7), found {found}: "
+            f"resident_conv='slabs' needs a Triton that builds the slab loads (3.6, 3.7), found {_installed_triton()}: "
             "use 'patches' (the default there)."
         )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _say_once(message: str) -> None:
     """Log ``message`` as a warning the first time this process sees it (a fallback is worth one line, not one a
     call)."""
     logger.warning(message)
 
 
-def _plain_3x3x3(conv: nn.Module, x: torch.Tensor) -> bool:
+def _plain_3x3x3(conv: nn.Conv3d, x: torch.Tensor) -> bool:
     """Whether ``conv`` on ``x`` is an fp16 3x3x3 convolution the fused kernels take: stride 1, zero padding 1, no
     bias, dilation or groups."""
     if x.dtype != torch.float16 or not isinstance(conv, nn.Conv3d):
@@ -146,7 +150,7 @@ def _plain_3x3x3(conv: nn.Module, x: torch.Tensor) -> bool:
     return same and conv.dilation == (1, 1, 1) and conv.groups == 1 and conv.bias is None
 
 
-def choose_conv3x3x3(conv: nn.Module, x: torch.Tensor, config: FusedConfig) -> tuple[str, ConvLaunch | None]:
+def choose_conv3x3x3(conv: nn.Conv3d, x: torch.Tensor, config: FusedConfig) -> tuple[str, ConvLaunch | None]:
     """Which kernel runs ``conv(x)`` on the fused path: ``("resident", None)`` (the Gluon kernel, in the form
     ``config.resident_conv`` names), ``("triton", launch)`` or ``("cudnn", None)`` (``F.conv3d``, also every
     convolution the fused kernels do not take and everything under ``kernels="torch"``)."""
@@ -157,8 +161,8 @@ def choose_conv3x3x3(conv: nn.Module, x: torch.Tensor, config: FusedConfig) -> t
         if reason is None:
             if config.resident_conv == "patches" and not slab_loads_supported():
                 _say_once(
-                    "VISTA3D fused path: the 48-channel convolutions load per-shift patches (slower): Triton "
-                    f"{'.'.join(map(str, triton_release()))} does not build the slab loads (3.6 and 3.7 do)."
+                    "VISTA3D fused path: the 48-channel convolutions load per-shift patches (slower): "
+                    f"{_installed_triton()} does not build the slab loads (3.6 and 3.7 do)."
                 )
             return "resident", None
         # the Triton kernel below runs instead: as right, slower
@@ -172,7 +176,7 @@ def choose_conv3x3x3(conv: nn.Module, x: torch.Tensor, config: FusedConfig) -> t
 
 
 def conv3x3x3_dispatch(
-    conv: nn.Module,
+    conv: nn.Conv3d,
     x: torch.Tensor,
     weights: PaddedWeights,
     config: FusedConfig,
@@ -196,7 +200,7 @@ def conv3x3x3_dispatch(
     if kernel == "resident":
         slabs = config.resident_conv == "slabs"
         return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=True, residual=residual, slabs=slabs)
-    if kernel == "triton":
+    if kernel == "triton" and launch is not None:  # (a Triton choice always comes with its launch)
         return conv3x3x3(x, weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
     w, b = weights(conv, x.dtype, x.shape[1])
     y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)

@@ -76,5 +76,7 @@ def ast_source() -> Any:
     """Gluon's AST source class (what ``triton.compile`` takes for a ``gluon.jit`` function without a GPU)."""
     source = getattr(gluon, "GluonASTSource", None)
     if source is None:
-        from triton.experimental.gluon._runtime import GluonASTSource as source
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        source = GluonASTSource
     return source

@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
@@ -41,6 +42,9 @@ __all__ = ["GraphCache", "cudnn_autotuning"]
 # signatures remembered as tuned; past this many the record starts again (re-entering the tuning scope for a shape
 # cuDNN has already planned costs a flag flip, not a new timing)
 _TUNED_LIMIT = 256
+
+# what the captured function returns: one tensor or a tuple of tensors
+OutputT = TypeVar("OutputT", torch.Tensor, tuple[torch.Tensor, ...])
 
 
 @contextmanager
@@ -55,13 +59,13 @@ def cudnn_autotuning(enable: bool = True) -> Iterator[None]:
 
 
 @dataclass
-class _Captured:
+class _Captured(Generic[OutputT]):
     graph: torch.cuda.CUDAGraph
     inputs: tuple[torch.Tensor, ...]
-    output: torch.Tensor | tuple[torch.Tensor, ...]
+    output: OutputT
 
 
-class GraphCache:
+class GraphCache(Generic[OutputT]):
     """Runs ``fn(*inputs)`` through captured CUDA graphs.
 
     Args:
@@ -79,27 +83,27 @@ class GraphCache:
 
     def __init__(
         self,
-        fn: Callable[..., torch.Tensor | tuple[torch.Tensor, ...]],
+        fn: Callable[..., OutputT],
         params: Sequence[torch.Tensor],
         max_graphs: int = 2,
         copy_output: bool = True,
         max_batch: int | None = None,
         autotune: bool = False,
     ):
-        self.fn = fn
+        self.fn: Callable[..., OutputT] = fn
         self.params = list(params)
         self.max_graphs = max_graphs
         self.copy_output = copy_output
         self.max_batch = max_batch
         self.autotune = autotune
-        self._graphs: OrderedDict[tuple, _Captured] = OrderedDict()
+        self._graphs: OrderedDict[tuple, _Captured[OutputT]] = OrderedDict()
         self._fingerprint: tuple = ()
         self._tuned: set[tuple] = set()
 
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured:
+    def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured[OutputT]:
         static = tuple(t.clone() for t in inputs)
         side = torch.cuda.Stream(device=static[0].device)
         side.wait_stream(torch.cuda.current_stream())
@@ -127,7 +131,7 @@ class GraphCache:
             self._tuned.clear()
         self._tuned.add(key)
 
-    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    def __call__(self, *inputs: torch.Tensor) -> OutputT:
         key = self._signature(inputs)
         tune = self.autotune and key not in self._tuned
         if not self.captures(inputs[0]):

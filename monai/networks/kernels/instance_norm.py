@@ -440,8 +440,8 @@ def norm_act(
     if has_affine != (bias is not None):
         raise ValueError("give both the norm's weight and bias, or neither.")
     # without affine parameters the kernel never reads w and b: any float32 tensor stands in, no allocation
-    w = weight.float().contiguous() if has_affine else mean
-    b = bias.float().contiguous() if has_affine else mean
+    w = weight.float().contiguous() if weight is not None else mean
+    b = bias.float().contiguous() if bias is not None else mean
     grid = (triton.cdiv(n_rows, block_s), n_chan // _BLOCK_C, n_batch)
     _apply_kernel[grid](
         rows,

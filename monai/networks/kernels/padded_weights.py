@@ -18,6 +18,7 @@ convolution gives the real channels' values and zeros in the padding, up to the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar, Union
 
 import torch
 import torch.nn as nn
@@ -28,6 +29,11 @@ from monai.networks.kernels.conv3d import conv3x3x3_weights
 __all__ = ["padded_channels", "image_channels", "pad_channels", "PaddedWeights"]
 
 _ALIGN = 64
+
+# a cached value: the conv weights and bias, a GEMM operand, a norm's affine pair
+ValueT = TypeVar("ValueT")
+# the layers whose parameters are padded (the network's convolutions and instance norms)
+PaddedLayer = Union[nn.Conv3d, nn.ConvTranspose3d, nn.InstanceNorm3d]
 
 
 def padded_channels(channels: int) -> int:
@@ -65,21 +71,27 @@ class PaddedWeights:
     write, ``load_state_dict`` included) differs from the copy's, so a cached copy is never stale.
     """
 
-    def __init__(self):
-        self._cache: dict[tuple, tuple[tuple, tuple]] = {}
+    def __init__(self) -> None:
+        # one cache per kind of value: (id(module), *form) -> (the parameters' fingerprint, the value)
+        self._convs: dict[tuple, tuple[tuple, tuple[torch.Tensor, torch.Tensor | None]]] = {}
+        self._gemms: dict[tuple, tuple[tuple, torch.Tensor]] = {}
+        self._affines: dict[tuple, tuple[tuple, tuple[torch.Tensor, torch.Tensor]]] = {}
 
-    def _cached(self, module: nn.Module, form: tuple, make: Callable[[], tuple]) -> tuple:
+    @staticmethod
+    def _cached(
+        cache: dict[tuple, tuple[tuple, ValueT]], module: PaddedLayer, form: tuple, make: Callable[[], ValueT]
+    ) -> ValueT:
         params = (module.weight, module.bias)
         key = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in params if p is not None)
-        hit = self._cache.get((id(module),) + form)
+        hit = cache.get((id(module),) + form)
         if hit is not None and hit[0] == key:
             return hit[1]
         value = make()
-        self._cache[(id(module),) + form] = (key, value)
+        cache[(id(module),) + form] = (key, value)
         return value
 
     def __call__(
-        self, conv: nn.Module, dtype: torch.dtype, in_channels: int
+        self, conv: nn.Conv3d | nn.ConvTranspose3d, dtype: torch.dtype, in_channels: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight, bias)`` of ``conv`` (``nn.Conv3d`` or ``nn.ConvTranspose3d``) in ``dtype``: the input channels
         padded to ``in_channels`` (those of the padded input), the output channels to :py:func:`padded_channels`."""
@@ -97,7 +109,7 @@ class PaddedWeights:
                 b = _pad_to(conv.bias.detach().to(dtype), (padded_channels(conv.out_channels),))
             return w, b
 
-        return self._cached(conv, (dtype, in_channels), make)
+        return self._cached(self._convs, conv, (dtype, in_channels), make)
 
     def gemm(self, conv: nn.Conv3d, planes: int = 1) -> torch.Tensor:
         """The fp16 GEMM operand of a bias-free 3x3x3 ``conv`` for :py:func:`~monai.networks.kernels.conv3d.conv3x3x3`
@@ -105,10 +117,10 @@ class PaddedWeights:
         :py:func:`padded_channels`."""
         n = padded_channels(conv.out_channels)
         return self._cached(
-            conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
+            self._gemms, conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
         )
 
-    def affine(self, norm: nn.Module, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def affine(self, norm: nn.InstanceNorm3d, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 ``(weight, bias)`` of an affine ``norm`` zero-padded to ``channels`` (zeros keep the padding
         channels zero after the norm)."""
 
@@ -116,4 +128,4 @@ class PaddedWeights:
             pad = (0, channels - norm.num_features)
             return F.pad(norm.weight.detach().float(), pad), F.pad(norm.bias.detach().float(), pad)
 
-        return self._cached(norm, ("affine", channels), make)
+        return self._cached(self._affines, norm, ("affine", channels), make)

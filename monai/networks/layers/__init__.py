@@ -10,6 +10,11 @@
 # limitations under the License.
 """Layer factories and helpers used by the VISTA3D networks."""
 
+from .convutils import same_padding, stride_minus_kernel_padding
 from .factories import Act, Conv, Dropout, LayerFactory, Norm, Pool, split_args
 from .utils import get_act_layer, get_dropout_layer, get_norm_layer
-from .convutils import same_padding, stride_minus_kernel_padding
+
+__all__ = [
+    "same_padding", "stride_minus_kernel_padding", "Act", "Conv", "Dropout", "LayerFactory", "Norm", "Pool",
+    "split_args", "get_act_layer", "get_dropout_layer", "get_norm_layer",
+]

@@ -8,7 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Activations not provided by ``torch.nn`` (``Act["geglu"]``, ``Act["swish"]``; upstream exports them from ``monai.networks.blocks``)."""
+"""Activations not provided by ``torch.nn`` (``Act["geglu"]``, ``Act["swish"]``; upstream exports them from
+``monai.networks.blocks``)."""
 
 from __future__ import annotations
 

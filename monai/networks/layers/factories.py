@@ -63,21 +63,19 @@ class LayerFactory:
 
         return _register
 
-    def get_constructor(self, factory_name: str, *args) -> Any:
+    def get_constructor(self, factory_name: str, *args: Any) -> Callable[..., nn.Module]:
         """The layer type registered as ``factory_name``, built with ``args`` (e.g. the spatial dimension)."""
         if not isinstance(factory_name, str):
             raise TypeError(f"factory_name must be a str, got {type(factory_name).__name__}.")
-        return look_up_option(factory_name.upper(), self.factories)(*args)
+        constructor: Callable[..., nn.Module] = look_up_option(factory_name.upper(), self.factories)(*args)
+        return constructor
 
-    def __getitem__(self, args) -> Any:
+    def __getitem__(self, args: Any) -> Callable[..., nn.Module]:
         """``fact[name]``, ``fact[name, dim]`` or ``fact[callable]`` (returned as is)."""
-        if callable(args):
-            return args
-        if isinstance(args, str):
-            return self.get_constructor(args)
-        name, *rest = args
-        if callable(name):
-            return name
+        name, *rest = (args,) if callable(args) or isinstance(args, str) else args
+        if callable(name):  # the caller's own layer type
+            layer_type: Callable[..., nn.Module] = name
+            return layer_type
         return self.get_constructor(name, *rest)
 
     def __getattr__(self, key: str) -> str:

@@ -12,3 +12,5 @@
 
 from .segresnet_ds import SegResEncoder, SegResNetDS, SegResNetDS2
 from .vista3d import VISTA3D, vista3d132
+
+__all__ = ["SegResEncoder", "SegResNetDS", "SegResNetDS2", "VISTA3D", "vista3d132"]

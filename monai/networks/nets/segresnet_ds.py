@@ -111,7 +111,7 @@ class SegResBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # norm1 creates a new tensor, so in-place activations never touch the caller's `x`
-        y = self.conv2(self.act2(self.norm2(self.conv1(self.act1(self.norm1(x))))))
+        y: torch.Tensor = self.conv2(self.act2(self.norm2(self.conv1(self.act1(self.norm1(x))))))
         y += x
         return y
 
@@ -183,10 +183,11 @@ class SegResEncoder(nn.Module):
     def _forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         outputs = []
         x = self.conv_init(x)
+        # (torch types a ModuleList's items as Module, not ModuleDict; TorchScript compiles this loop: no cast)
         for level in self.layers:
-            x = level["blocks"](x)
+            x = level["blocks"](x)  # type: ignore[index]
             outputs.append(x)
-            x = level["downsample"](x)
+            x = level["downsample"](x)  # type: ignore[index]
         if self.head_module is not None:
             outputs = self.head_module(outputs)
         return outputs
@@ -353,10 +354,11 @@ class SegResNetDS(nn.Module):
         """
         # the loop names its ModuleList: TorchScript takes none as an argument (SegResNetDS2 has its own loop)
         outputs: list[torch.Tensor] = []
+        # (torch types a ModuleList's items as Module, not ModuleDict; TorchScript compiles this loop: no cast)
         for i, level in enumerate(self.up_layers):
-            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))
+            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))  # type: ignore[index]
             if len(self.up_layers) - i <= self.dsdepth:
-                outputs.append(level["head"](x))
+                outputs.append(level["head"](x))  # type: ignore[index]
         outputs.reverse()
         return outputs
 
@@ -410,7 +412,7 @@ class SegResNetDS2(SegResNetDS):
         )
         self.up_layers_auto = nn.ModuleList([copy.deepcopy(layer) for layer in self.up_layers])
 
-    def forward(  # type: ignore[override]
+    def forward(  # type: ignore[override]  # upstream's API: both decoders' outputs, not SegResNetDS's one
         self, x: torch.Tensor, with_point: bool = True, with_label: bool = True
     ) -> tuple[torch.Tensor | list[torch.Tensor], torch.Tensor | list[torch.Tensor]]:
         """Encode ``x`` once and run the requested decoders.
@@ -439,10 +441,11 @@ class SegResNetDS2(SegResNetDS):
     def _decode_auto(self, x: torch.Tensor, skips: list[torch.Tensor]) -> list[torch.Tensor]:
         """:py:meth:`SegResNetDS._decode` through the class-head decoder ``up_layers_auto``."""
         outputs: list[torch.Tensor] = []
+        # (torch types a ModuleList's items as Module, not ModuleDict; TorchScript compiles this loop: no cast)
         for i, level in enumerate(self.up_layers_auto):
-            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))
+            x = level["blocks"](_with_skip(level["upsample"](x), x, skips, i))  # type: ignore[index]
             if len(self.up_layers_auto) - i <= self.dsdepth:
-                outputs.append(level["head"](x))
+                outputs.append(level["head"](x))  # type: ignore[index]
         outputs.reverse()
         return outputs
 

@@ -22,7 +22,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -30,10 +30,11 @@ from torch import nn
 
 from monai.networks.blocks import MLPBlock, UnetrBasicBlock
 from monai.networks.nets.segresnet_ds import SegResNetDS2
-from monai.utils import unsqueeze_left, unsqueeze_right
+from monai.utils import point_helpers, unsqueeze_right
 
 if TYPE_CHECKING:
     from monai.networks.kernels.dispatch import FusedConfig
+    from monai.networks.nets.vista3d_fused import FusedClassBranch
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +51,11 @@ __all__ = [
 ]
 
 
-def _point_helpers():
-    """The point utilities of ``monai.utils.point_helpers``, imported on first use (only the point paths need them)."""
-    from monai.utils import point_helpers as tu
+@runtime_checkable
+class _ReleasesCachedMemory(Protocol):
+    """A head with the ``release_cached_memory`` switch (:py:class:`PointMappingSAM`)."""
 
-    return tu
+    release_cached_memory: bool
 
 
 def vista3d132(encoder_embed_dim: int = 48, in_channels: int = 1) -> VISTA3D:
@@ -80,12 +81,13 @@ def vista3d132(encoder_embed_dim: int = 48, in_channels: int = 1) -> VISTA3D:
 def _as_long_tensor(value: Any, device: torch.device, name: str) -> torch.Tensor | None:
     if value is None:
         return None
-    if not isinstance(value, torch.Tensor):
-        try:
-            value = torch.as_tensor(value)
-        except (TypeError, ValueError) as e:
-            raise TypeError(f"{name} must be a tensor or a nested list of numbers, got {type(value).__name__}.") from e
-    return value.to(device)
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    try:
+        tensor = torch.as_tensor(value)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a tensor or a nested list of numbers, got {type(value).__name__}.") from e
+    return tensor.to(device)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,11 @@ class VISTA3D(nn.Module):
     """
 
     def __init__(
-        self, image_encoder: nn.Module, class_head: nn.Module, point_head: nn.Module, release_cached_memory: bool = False
+        self,
+        image_encoder: nn.Module,
+        class_head: nn.Module,
+        point_head: nn.Module,
+        release_cached_memory: bool = False,
     ):
         super().__init__()
         self.image_encoder = image_encoder
@@ -134,7 +140,7 @@ class VISTA3D(nn.Module):
         self.NINF_VALUE = -9999
         self.PINF_VALUE = 9999
         self.release_cached_memory = release_cached_memory
-        self._fused: Any = None  # a FusedClassBranch once fuse() is called; not a submodule, so no state-dict keys
+        self._fused: FusedClassBranch | None = None  # once fuse() is called; not a submodule: no state-dict keys
         self._fused_reasons_logged: set[str] = set()
 
     def fuse(self, config: FusedConfig | bool | None = None) -> VISTA3D:
@@ -215,7 +221,7 @@ class VISTA3D(nn.Module):
     @release_cached_memory.setter
     def release_cached_memory(self, value: bool) -> None:
         self._release_cached_memory = bool(value)
-        if hasattr(self.point_head, "release_cached_memory"):
+        if isinstance(self.point_head, _ReleasesCachedMemory):
             self.point_head.release_cached_memory = bool(value)
 
     # ---------------------------------------------------------------------------------------------------------------
@@ -305,7 +311,7 @@ class VISTA3D(nn.Module):
         Returns:
             ``(point_coords [B, N, 3], point_labels [B, N], prompt_class [B, 1])``.
         """
-        point_coords, point_labels = _point_helpers().sample_points_from_label(
+        point_coords, point_labels = point_helpers.sample_points_from_label(
             labels[patch_coords],
             label_set,
             max_ppoint=max_ppoint,
@@ -385,7 +391,7 @@ class VISTA3D(nn.Module):
         pos_region = point_logits.sigmoid() > thred
         diff_pos = ((auto <= thred) | unsqueeze_right(inside, 5).bool()) & pos_region
         diff_neg = (auto > thred) & ~pos_region
-        cc = _point_helpers().keep_merge_components_with_points(
+        cc = point_helpers.keep_merge_components_with_points(
             diff_pos, diff_neg, point_coords=point_coords, point_labels=point_labels
         )
         cc = cc.to(logits.device)
@@ -418,7 +424,7 @@ class VISTA3D(nn.Module):
         """
         if radius is None:
             radius = min(point_logits.shape[-3:]) // 5
-        discs = _point_helpers().convert_points_to_disc(
+        discs = point_helpers.convert_points_to_disc(
             point_logits.shape[-3:], point_coords, point_labels, radius=radius
         )
         weight = (1 - discs.sum(1, keepdim=True)).clamp_(min=0)
@@ -440,8 +446,9 @@ class VISTA3D(nn.Module):
         """
         if auto_freeze == self.auto_freeze and point_freeze == self.point_freeze:
             return
-        if hasattr(self.image_encoder, "set_auto_grad"):
-            self.image_encoder.set_auto_grad(auto_freeze=auto_freeze, point_freeze=point_freeze)
+        set_auto_grad = getattr(self.image_encoder, "set_auto_grad", None)
+        if set_auto_grad is not None:
+            set_auto_grad(auto_freeze=auto_freeze, point_freeze=point_freeze)
         else:
             for param in self.image_encoder.parameters():
                 param.requires_grad = not (auto_freeze or point_freeze)
@@ -562,13 +569,18 @@ class VISTA3D(nn.Module):
         image_size = input_images.shape[-3:]
         keep_cache = bool(kwargs.get("keep_cache", False))
 
-        if sample_from_labels:
+        if patch_coords is not None and labels is not None and label_set is not None:  # sample_from_labels
             sampler = val_point_sampler if val_point_sampler is not None else self.sample_points_patch_val
             point_coords, point_labels, prompt_class = self._sampled_clicks(sampler, labels, patch_coords, label_set)
             labels, prev_mask = None, None
         # the number of output rows is fixed by the prompts given, before clicks outside the window are dropped
         bs = self.get_foreground_class_count(class_vector, point_coords)
-        if patch_coords is not None and not sample_from_labels and point_coords is not None:
+        if (
+            patch_coords is not None
+            and not sample_from_labels
+            and point_coords is not None
+            and point_labels is not None  # (given with point_coords, as _prompt_tensors checked)
+        ):
             point_coords, point_labels = self.update_point_to_patch(patch_coords[0], point_coords, point_labels)
         clicks = self._prompted_rows(
             point_coords, point_labels, prompt_class, keep_padding=class_vector is None and patch_coords is None
@@ -578,17 +590,22 @@ class VISTA3D(nn.Module):
             logits = self.NINF_VALUE + torch.zeros([bs, 1, *image_size], device=device)
             return logits.transpose(1, 0) if transpose else logits
 
-        if class_vector is not None and clicks is None and self._use_fused(input_images):
-            logits = self._fused(input_images, class_vector)
+        fused = self._fused
+        if class_vector is not None and clicks is None and fused is not None and self._use_fused(input_images):
+            logits = fused(input_images, class_vector)
             return logits.transpose(1, 0) if transpose else logits
 
-        out, logits = self._features(input_images, clicks is not None, class_vector, keep_cache)
-        input_images = None  # type: ignore[assignment]
+        out, class_logits = self._features(input_images, clicks is not None, class_vector, keep_cache)
+        del input_images  # this frame's reference goes before the heads allocate
         if self.release_cached_memory:
             torch.cuda.empty_cache()
         if clicks is not None:
-            logits = self._with_clicks(out, logits, clicks, prompt_class_given=class_vector is not None,
-                                       patch_coords=patch_coords, prev_mask=prev_mask, radius=radius, bs=bs)
+            logits = self._with_clicks(out, class_logits, clicks, patch_coords=patch_coords, prev_mask=prev_mask,
+                                       radius=radius, bs=bs)
+        elif class_logits is not None:
+            logits = class_logits
+        else:  # never: a call without clicks here has class prompts (one without either returned above)
+            raise RuntimeError("VISTA3D.forward: no class logits for a call without clicks.")
         if keep_cache and class_vector is None:
             self.image_embeddings = out.detach()
         return logits.transpose(1, 0) if transpose else logits
@@ -662,10 +679,11 @@ class VISTA3D(nn.Module):
         prompt, the class logits."""
         if self.image_embeddings is not None and keep_cache and class_vector is None:
             return self.image_embeddings, None
-        if self._use_fused(input_images):
+        fused = self._fused
+        if fused is not None and self._use_fused(input_images):
             if class_vector is None:
-                return self._fused.point(input_images), None
-            logits, out = self._fused.class_and_point(input_images, class_vector)
+                return fused.point(input_images), None
+            logits, out = fused.class_and_point(input_images, class_vector)
             return out, logits
         out, out_auto = self.image_encoder(input_images, with_point=with_point, with_label=class_vector is not None)
         return out, None if class_vector is None else self.class_head(out_auto, class_vector)[0]
@@ -673,23 +691,24 @@ class VISTA3D(nn.Module):
     def _with_clicks(
         self,
         out: torch.Tensor,
-        logits: torch.Tensor | None,
+        class_logits: torch.Tensor | None,
         clicks: _Clicks,
-        prompt_class_given: bool,
         patch_coords: list[Sequence[slice]] | None,
         prev_mask: torch.Tensor | None,
         radius: int | None,
         bs: int,
     ) -> torch.Tensor:
-        """The logits once the clicks' point-head result is combined with the class logits (``prompt_class_given``)
+        """The logits once the clicks' point-head result is combined with the class logits (given with class prompts)
         or with ``prev_mask``, else scattered into ``bs`` rows."""
-        point_logits = self.point_head(out, clicks.coords, clicks.labels, class_vector=clicks.prompt_class)
+        point_logits: torch.Tensor = self.point_head(
+            out, clicks.coords, clicks.labels, class_vector=clicks.prompt_class
+        )
         args = (point_logits, clicks.coords, clicks.labels, clicks.mapping_index)
-        if prompt_class_given:
+        if class_logits is not None:
             if patch_coords is None:
-                return self.gaussian_combine(logits, *args, radius)  # type: ignore[arg-type]
+                return self.gaussian_combine(class_logits, *args, radius)
             # sliding-window inference: keep the click regions connected to the clicks
-            return self.connected_components_combine(logits, *args)  # type: ignore[arg-type]
+            return self.connected_components_combine(class_logits, *args)
         point_logits = point_logits.to(out.dtype)
         if prev_mask is not None and patch_coords is not None:
             # the clicks edit the previous result; a copy, because MONAI 1.6.1 edited the caller's prev_mask
@@ -763,7 +782,7 @@ class PointMappingSAM(nn.Module):
             raise ValueError(f"{rule}, got values {torch.unique(point_labels).tolist()}.")
         # +0.5: a click addresses the centre of its voxel
         embedding = self.pe_layer.forward_with_coords(point_coords + 0.5, image_size)
-        neg, pos = self.point_embeddings[0].weight, self.point_embeddings[1].weight
+        neg, pos = _embedding_weight(self.point_embeddings, 0), _embedding_weight(self.point_embeddings, 1)
         special = self.special_class_embed.weight
         # one additive row per label value -1, 0, 1, 2, 3; padding clicks carry no position
         table = torch.cat([self.not_a_point_embed.weight, neg, pos, neg + special, pos + special])
@@ -790,7 +809,7 @@ class PointMappingSAM(nn.Module):
         """
         out_low = self.feat_downsample(out)
         image_size = tuple(out.shape[-3:])
-        out = None  # type: ignore[assignment]
+        del out
         if self.release_cached_memory:
             torch.cuda.empty_cache()
         point_embedding = self._embed_points(point_coords, point_labels, image_size)
@@ -1038,8 +1057,9 @@ class Attention(nn.Module):
         k = self._separate_heads(self.k_proj(k), self.num_heads)
         v = self._separate_heads(self.v_proj(v), self.num_heads)
         attn = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-        out = torch.softmax(attn, dim=-1) @ v
-        return self.out_proj(self._recombine_heads(out))
+        out: torch.Tensor = torch.softmax(attn, dim=-1) @ v
+        out = self.out_proj(self._recombine_heads(out))
+        return out
 
 
 def _embedding(num: int, dim: int) -> nn.Embedding:
@@ -1054,6 +1074,14 @@ def _embedding(num: int, dim: int) -> nn.Embedding:
     return nn.Embedding(num, dim, _weight=weight)
 
 
+def _embedding_weight(embeddings: nn.ModuleList, index: int) -> torch.Tensor:
+    """The weight of the ``nn.Embedding`` at ``index`` of ``embeddings`` (torch types the items as plain modules)."""
+    embedding = embeddings[index]
+    if not isinstance(embedding, nn.Embedding):
+        raise TypeError(f"expected an nn.Embedding at index {index}, found {type(embedding).__name__}.")
+    return embedding.weight
+
+
 class PositionEmbeddingRandom(nn.Module):
     """Fourier positional encoding with random (fixed, saved) frequencies, as in Segment Anything.
 
@@ -1061,6 +1089,8 @@ class PositionEmbeddingRandom(nn.Module):
         num_pos_feats: number of frequencies; the encoding has ``2 * num_pos_feats`` channels (sin and cos).
         scale: standard deviation of the frequencies; ``None`` or non-positive means 1.
     """
+
+    positional_encoding_gaussian_matrix: torch.Tensor  # a buffer, registered in __init__
 
     def __init__(self, num_pos_feats: int = 64, scale: float | None = None) -> None:
         super().__init__()

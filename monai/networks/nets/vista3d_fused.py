@@ -35,6 +35,9 @@ so this module holds data flow only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -43,24 +46,78 @@ from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
 from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch
-from monai.networks.kernels.graph_cache import GraphCache
+from monai.networks.kernels.graph_cache import GraphCache, OutputT
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
-from monai.utils.triton_support import unavailable_reason
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
+from monai.utils.triton_support import unavailable_reason
+
+if TYPE_CHECKING:
+    from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify
 
 __all__ = ["FusedClassBranch", "check_supported"]
 
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
-def _only_child(module: nn.Module, kind: type) -> nn.Module:
+# The network's parts as this path runs them. Each accessor checks the part's type (torch types a ModuleList's or a
+# ModuleDict's items, and a module's unannotated submodules, as plain modules) and raises NotImplementedError,
+# saying what, for a layout the path does not run: check_supported walks them all once, when the path is built.
+
+
+def _only_child(module: nn.Module, kind: type[ModuleT]) -> ModuleT:
     """The single submodule of ``module`` (a ``Convolution`` or ``UpSample`` wrapper), which must be a ``kind``."""
     children = list(module.children())
-    if len(children) != 1 or not isinstance(children[0], kind):
+    child = children[0] if len(children) == 1 else None
+    if not isinstance(child, kind):
         raise NotImplementedError(f"the fused path supports a wrapper of one {kind.__name__} here, found {module}.")
-    return children[0]
+    return child
 
 
-def _res_block(block: nn.Module) -> nn.Module:
+def _of_kind(module: nn.Module, kind: type[ModuleT], what: str) -> ModuleT:
+    """``module``, which must be a ``kind`` (``what`` names it in the error)."""
+    if not isinstance(module, kind):
+        raise NotImplementedError(f"the fused path runs a {kind.__name__} as {what}, found {type(module).__name__}.")
+    return module
+
+
+def _segresnet(net: VISTA3D) -> SegResNetDS2:
+    """The image encoder, a 3D :py:class:`SegResNetDS2`."""
+    encoder = net.image_encoder
+    if not isinstance(encoder, SegResNetDS2) or encoder.spatial_dims != 3:
+        raise NotImplementedError("the fused path runs a 3D SegResNetDS2 image encoder.")
+    return encoder
+
+
+def _class_head(net: VISTA3D) -> ClassMappingClassify:
+    """The class head, a :py:class:`~monai.networks.nets.vista3d.ClassMappingClassify`."""
+    from monai.networks.nets.vista3d import ClassMappingClassify  # vista3d imports this module when fusing
+
+    return _of_kind(net.class_head, ClassMappingClassify, "the class head")
+
+
+def _level(level: nn.Module) -> nn.ModuleDict:
+    """One level of an encoder or decoder (``blocks``, and ``downsample`` or ``upsample`` and ``head``)."""
+    return _of_kind(level, nn.ModuleDict, "an encoder or decoder level")
+
+
+def _blocks(level: nn.ModuleDict) -> list[SegResBlock]:
+    """The residual blocks of a level."""
+    blocks = _of_kind(level["blocks"], nn.Sequential, "a level's blocks")
+    return [_of_kind(block, SegResBlock, "a level's block") for block in blocks]
+
+
+def _head(levels: nn.ModuleList) -> nn.Conv3d:
+    """The output convolution of a decoder (``up_layers`` or ``up_layers_auto``), on its last level."""
+    return _of_kind(_level(levels[-1])["head"], nn.Conv3d, "a decoder's head")
+
+
+def _instance_norm(norm: nn.Module) -> nn.InstanceNorm3d:
+    if not isinstance(norm, nn.InstanceNorm3d) or norm.track_running_stats:
+        raise NotImplementedError(f"the fused path supports InstanceNorm3d without running stats, found {norm}.")
+    return norm
+
+
+def _res_block(block: nn.Module) -> UnetResBlock:
     """The ``UnetResBlock`` of a class-head block (``UnetrBasicBlock`` wraps one as ``layer``)."""
     inner = block.layer if isinstance(block, UnetrBasicBlock) else block
     if not isinstance(inner, UnetResBlock) or inner.downsample:
@@ -69,35 +126,37 @@ def _res_block(block: nn.Module) -> nn.Module:
 
 
 def _norm_spec(norm: nn.Module, act: nn.Module) -> NormAct:
-    if not isinstance(norm, nn.InstanceNorm3d) or norm.track_running_stats:
-        raise NotImplementedError(f"the fused path supports InstanceNorm3d without running stats, found {norm}.")
+    eps = _instance_norm(norm).eps
     if isinstance(act, nn.LeakyReLU):
-        return NormAct(eps=norm.eps, act="leakyrelu", negative_slope=act.negative_slope)
+        return NormAct(eps=eps, act="leakyrelu", negative_slope=act.negative_slope)
     if isinstance(act, nn.ReLU):
-        return NormAct(eps=norm.eps, act="relu")
+        return NormAct(eps=eps, act="relu")
     raise NotImplementedError(f"the fused path supports ReLU and LeakyReLU activations, found {act}.")
 
 
-def check_supported(net: nn.Module) -> None:
+def check_supported(net: VISTA3D) -> None:
     """Raise ``NotImplementedError`` (saying what) unless ``net``'s class branch has the layout this path runs."""
-    encoder = net.image_encoder
-    if not isinstance(encoder, SegResNetDS2) or encoder.spatial_dims != 3:
-        raise NotImplementedError("the fused path runs a 3D SegResNetDS2 image encoder.")
+    encoder = _segresnet(net)
     if encoder.preprocess is not None or encoder.anisotropic_scales is not None or encoder.dsdepth != 1:
         raise NotImplementedError(
             "the fused path runs SegResNetDS2 without preprocess, resolution or deep supervision."
         )
-    for level in [*encoder.encoder.layers, *encoder.up_layers_auto, *encoder.up_layers]:
-        for block in level["blocks"]:
+    _of_kind(encoder.encoder.conv_init, nn.Conv3d, "the first convolution")
+    for level in map(_level, [*encoder.encoder.layers, *encoder.up_layers_auto, *encoder.up_layers]):
+        for block in _blocks(level):
             _norm_spec(block.norm1, block.act1)
             _norm_spec(block.norm2, block.act2)
-    for level in [*encoder.up_layers_auto, *encoder.up_layers]:
+            _of_kind(block.conv1, nn.Conv3d, "a block's convolution")
+            _of_kind(block.conv2, nn.Conv3d, "a block's convolution")
+    for level in map(_level, [*encoder.up_layers_auto, *encoder.up_layers]):
         _only_child(level["upsample"], nn.ConvTranspose3d)
-    for block in map(_res_block, net.class_head.image_post_mapping):
-        _only_child(block.conv1, nn.Conv3d)
-        _only_child(block.conv2, nn.Conv3d)
-        _norm_spec(block.norm1, block.lrelu)
-        _norm_spec(block.norm2, block.lrelu)
+    _head(encoder.up_layers_auto)
+    _head(encoder.up_layers)
+    for res_block in map(_res_block, _class_head(net).image_post_mapping):
+        _only_child(res_block.conv1, nn.Conv3d)
+        _only_child(res_block.conv2, nn.Conv3d)
+        _norm_spec(res_block.norm1, res_block.lrelu)
+        _norm_spec(res_block.norm2, res_block.lrelu)
 
 
 class FusedClassBranch:
@@ -114,7 +173,7 @@ class FusedClassBranch:
             installed Triton now.
     """
 
-    def __init__(self, net: nn.Module, config: FusedConfig | None = None):
+    def __init__(self, net: VISTA3D, config: FusedConfig | None = None):
         config = FusedConfig() if config is None else config
         if not isinstance(config, FusedConfig):
             raise TypeError(f"config must be a FusedConfig, got {type(config).__name__}.")
@@ -123,9 +182,9 @@ class FusedClassBranch:
         self.net = net
         self.config = config
         self.weights = PaddedWeights()
-        encoder = net.image_encoder
-        class_branch = [encoder.encoder, encoder.up_layers_auto, net.class_head.image_post_mapping]
-        point_branch = [encoder.encoder, encoder.up_layers]
+        encoder = _segresnet(net)
+        class_branch: list[nn.Module] = [encoder.encoder, encoder.up_layers_auto, _class_head(net).image_post_mapping]
+        point_branch: list[nn.Module] = [encoder.encoder, encoder.up_layers]
         # the drivers of the features: graphs up to the configured window batch, cuDNN timing on each shape's first
         # call. The graphs end at the features; the class product runs after each replay into a new tensor, so no
         # copy of the graph's logits buffer (0.5 GB per window at 117 classes) is needed to hand them out, and the
@@ -135,7 +194,7 @@ class FusedClassBranch:
         self.run_point = self._driver(self.point_features, point_branch)
         self.run_both = self._driver(self.both_features, [*point_branch, *class_branch[1:]])
 
-    def _driver(self, fn, modules: list[nn.Module]) -> GraphCache:
+    def _driver(self, fn: Callable[[torch.Tensor], OutputT], modules: list[nn.Module]) -> GraphCache[OutputT]:
         params = [p for module in modules for p in module.parameters()]
         return GraphCache(
             fn, params, copy_output=False, max_batch=self.config.graph_max_windows, autotune=self.config.cudnn_autotune
@@ -160,7 +219,7 @@ class FusedClassBranch:
         return None if self.kernels == "torch" else unavailable_reason(image.device)
 
     # ---- the operations ----------------------------------------------------------------------------------------
-    def _conv(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _conv(self, conv: nn.Conv3d | nn.ConvTranspose3d, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weights(conv, x.dtype, x.shape[1])
         pointwise = conv.kernel_size == (1, 1, 1) and conv.stride == (1, 1, 1) and conv.padding == (0, 0, 0)
         if isinstance(conv, nn.Conv3d) and pointwise and conv.groups == 1:
@@ -170,7 +229,9 @@ class FusedClassBranch:
             y = F.linear(rows, w.reshape(w.shape[0], -1), b)
             return y.view(x.shape[0], *x.shape[2:], -1).permute(0, 4, 1, 2, 3)
         if isinstance(conv, nn.ConvTranspose3d):
-            y = F.conv_transpose3d(x, w, b, conv.stride, conv.padding, conv.output_padding, conv.groups, conv.dilation)
+            # (torch types _ConvNd.padding as a tuple or a string; a transposed convolution's is always a tuple)
+            padding: tuple[int, ...] = conv.padding  # type: ignore[assignment]
+            y = F.conv_transpose3d(x, w, b, conv.stride, padding, conv.output_padding, conv.groups, conv.dilation)
         else:
             y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
@@ -180,7 +241,8 @@ class FusedClassBranch:
     ) -> tuple[torch.Tensor, tuple | None]:
         """``conv(x) (+ residual)`` and, where the kernels compute them on the way, its statistics; the kernel is
         :py:func:`~monai.networks.kernels.dispatch.conv3x3x3_dispatch`'s choice."""
-        return conv3x3x3_dispatch(conv, x, self.weights, self.config, residual=residual)
+        conv3d = _of_kind(conv, nn.Conv3d, "a block's convolution")
+        return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual)
 
     def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> torch.Tensor:
         dtype = self.compute_dtype(image)
@@ -201,10 +263,12 @@ class FusedClassBranch:
         stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         spec = _norm_spec(norm, act)
-        weight, bias = self.weights.affine(norm, x.shape[1]) if norm.affine else (None, None)
+        instance_norm = _instance_norm(norm)
+        weight, bias = self.weights.affine(instance_norm, x.shape[1]) if instance_norm.affine else (None, None)
+        real = instance_norm.num_features
         if self.kernels == "torch":
-            return norm_act_reference(x, weight, bias, spec, residual, norm.num_features)
-        return norm_act(x, weight, bias, spec, residual, norm.num_features, out=x if in_place else None, stats=stats)
+            return norm_act_reference(x, weight, bias, spec, residual, real)
+        return norm_act(x, weight, bias, spec, residual, real, out=x if in_place else None, stats=stats)
 
     def _add(self, x: torch.Tensor, addend: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
         """``x += addend``; with the Triton kernels also the statistics of the sum, for the norm that may follow."""
@@ -221,69 +285,71 @@ class FusedClassBranch:
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
         return self._conv_norm_input(block.conv2, y, residual=x)
 
-    def _unet_res_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        block = _res_block(block)
-        y, y_stats = self._conv_norm_input(block.conv1.conv, x)
+    def _unet_res_block(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        block = _res_block(module)
+        y, y_stats = self._conv_norm_input(_only_child(block.conv1, nn.Conv3d), x)
         y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True, stats=y_stats)
-        y, y_stats = self._conv_norm_input(block.conv2.conv, y)
+        y, y_stats = self._conv_norm_input(_only_child(block.conv2, nn.Conv3d), y)
         return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats)
 
     # ---- the branches ----------------------------------------------------------------------------------------
     def _encode(self, image: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The shared encoder: ``(bottleneck, skips finest first)``, channels-last with padded channels."""
-        segresnet = self.net.image_encoder
+        segresnet = _segresnet(self.net)
         if not segresnet.is_valid_shape(image):
             raise ValueError(
                 f"Input spatial dims {tuple(image.shape)} must be divisible by {segresnet.shape_factor()}; "
                 "pad or crop the input."
             )
         encoder = segresnet.encoder
-        x = self._first_conv(encoder.conv_init, image)
+        x = self._first_conv(_of_kind(encoder.conv_init, nn.Conv3d, "the first convolution"), image)
         # the blocks run in this frame's loops: a helper called with a level's input would hold that tensor for all
         # of the level's blocks (measured: a fourth full-resolution tensor at the class head, 1.0 GiB per window)
         skips = []
-        for level in encoder.layers:
+        for level in map(_level, encoder.layers):
             stats = None
-            for block in level["blocks"]:
+            for block in _blocks(level):
                 x, stats = self._segres_block(block, x, stats)
             skips.append(x)
-            if isinstance(level["downsample"], nn.Conv3d):
-                x = self._conv(level["downsample"], x)
+            downsample = level["downsample"]
+            if isinstance(downsample, nn.Conv3d):
+                x = self._conv(downsample, x)
         skips.pop()  # the bottleneck is x itself
         return x, skips
 
     def _decode(self, levels: nn.ModuleList, x: torch.Tensor, skips: list[torch.Tensor]) -> torch.Tensor:
         """One decoder (``up_layers`` or ``up_layers_auto``) and its head from the encoder's output; ``skips`` is
         consumed (coarsest last), the tensors in it are only read, so two decoders can share them."""
-        for level in levels:
+        for level in map(_level, levels):
             x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
             x, stats = self._add(x, skips.pop())
-            for block in level["blocks"]:
+            for block in _blocks(level):
                 x, stats = self._segres_block(block, x, stats)
-        return self._conv(levels[-1]["head"], x)
+        return self._conv(_head(levels), x)
 
     def _post_mapping(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.net.class_head.image_post_mapping:
+        for block in _class_head(self.net).image_post_mapping:
             x = self._unet_res_block(block, x)
         return x
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         """Class features after the class head's post-mapping: ``[W, C_pad, *spatial]`` channels-last."""
         x, skips = self._encode(image)
-        return self._post_mapping(self._decode(self.net.image_encoder.up_layers_auto, x, skips))
+        return self._post_mapping(self._decode(_segresnet(self.net).up_layers_auto, x, skips))
 
     def point_features(self, image: torch.Tensor) -> torch.Tensor:
         """Point-branch features (the point decoder ``up_layers`` and its head): ``[W, C_pad, *spatial]``
         channels-last."""
         x, skips = self._encode(image)
-        return self._decode(self.net.image_encoder.up_layers, x, skips)
+        return self._decode(_segresnet(self.net).up_layers, x, skips)
 
     def both_features(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(point features, class features)`` of one encoder pass, as :py:meth:`point_features` and
         :py:meth:`features` give them."""
         x, skips = self._encode(image)
-        point = self._decode(self.net.image_encoder.up_layers, x, list(skips))
-        return point, self._post_mapping(self._decode(self.net.image_encoder.up_layers_auto, x, skips))
+        encoder = _segresnet(self.net)
+        point = self._decode(encoder.up_layers, x, list(skips))
+        return point, self._post_mapping(self._decode(encoder.up_layers_auto, x, skips))
 
     def class_logits(self, image: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
         """``[W, K, N]`` logits of the windows ``image`` for the padded class embeddings ``embedding``
@@ -301,7 +367,7 @@ class FusedClassBranch:
 
     def _class_embedding(self, class_vector: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The class head's ``[K, C_pad]`` embeddings of ``class_vector`` ``[K, 1]``, zero-padded, in ``dtype``."""
-        head = self.net.class_head
+        head = _class_head(self.net)
         embedding = head.class_embeddings(class_vector)
         if head.use_mlp:
             embedding = head.mlp(embedding)
@@ -311,8 +377,8 @@ class FusedClassBranch:
 
     def _point_output(self, features: torch.Tensor) -> torch.Tensor:
         """The point features as the module path hands them to the point head: a new ``[W, C, *spatial]`` tensor
-        (channels-last) of the real channels, so it outlives the next graph replay."""
-        n_chan = self.net.point_head.feat_downsample[0].in_channels
+        (channels-last) of the real channels (the point decoder head's), so it outlives the next graph replay."""
+        n_chan = _head(_segresnet(self.net).up_layers).out_channels
         return features[:, :n_chan].clone(memory_format=torch.channels_last_3d)
 
     def point(self, image: torch.Tensor) -> torch.Tensor:

@@ -298,14 +298,14 @@ def _prepare(args: argparse.Namespace) -> int:
 
     from ..labels import everything_labels
 
-    if not torch.cuda.is_available():
-        print("vista3d prepare: nothing to prepare (no CUDA GPU here); the fused kernels run on a Hopper GPU with "
-              "Triton")
-        return 0
     sw = 1 if args.sw_batch_size == "auto" else None  # "auto" runs its one-window probe
-    job = job_from_flags(args, **({} if sw is None else {"sw_batch_size": sw}))
+    cuda = torch.cuda.is_available()  # without one the flags are still checked, for the CPU
+    job = job_from_flags(args, device=None if cuda else "cpu", **({} if sw is None else {"sw_batch_size": sw}))
     device = job.resolved_device
-    reason = VISTA3D.fused_unavailable_reason(device) if device.type == "cuda" else "the CPU was asked for"
+    if device.type != "cuda":
+        reason = "no CUDA GPU here" if not cuda else "the CPU was asked for"
+    else:
+        reason = VISTA3D.fused_unavailable_reason(device)
     if reason is None and not args.fuse:
         reason = "--no-fuse was given"
     if reason is not None:

@@ -194,8 +194,9 @@ def os_message(e: OSError) -> str:
 def failure_reason(e: BaseException, path: Path | None = None) -> str:
     """One line for a failed image, without the image's path (the record names it)."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    if friendly_memory_error(e) is not None:
-        return friendly_memory_error(e)
+    friendly = friendly_memory_error(e)
+    if friendly is not None:
+        return friendly
     if isinstance(e, OSError) and not isinstance(e, Vista3DInputError):
         return os_message(e)
     if isinstance(e, MemoryError):

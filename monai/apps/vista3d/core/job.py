@@ -73,8 +73,9 @@ class SegmentJob:
     fuse: bool = True
 
     def __post_init__(self) -> None:
+        device = resolve_device(self.device)
         object.__setattr__(self, "prompt", parse_prompt(self.prompt))
-        object.__setattr__(self, "device", resolve_device(self.device))
+        object.__setattr__(self, "device", device)
         object.__setattr__(self, "network_kwargs", dict(self.network_kwargs or {}))
         if self.weights is not None and not Path(self.weights).is_file():
             raise SettingError("weights", f"{os.fspath(self.weights)!r} is not a file; give the VISTA3D bundle's "
@@ -84,18 +85,20 @@ class SegmentJob:
                                             "clicked object's class, e.g. 'liver'.")
         if self.network is None:  # what vista3d132 cannot run is refused before it is built
             width = embed_dim_of(self.network_kwargs)
-            check_network(width, self.device)
-            check_window(check_roi_size(self.options.roi_size, ROI_MULTIPLE), width, self.device)
+            check_network(width, device)
+            check_window(check_roi_size(self.options.roi_size, ROI_MULTIPLE), width, device)
 
     @property
     def parsed_prompt(self) -> Prompt:
         """The prompt, typed (the field holds the parsed :class:`~monai.apps.vista3d.core.prompts.Prompt`)."""
-        return self.prompt  # type: ignore[return-value]
+        assert isinstance(self.prompt, Prompt)  # parsed when the job was built
+        return self.prompt
 
     @property
     def resolved_device(self) -> torch.device:
         """The device, typed (the field holds the resolved ``torch.device``)."""
-        return self.device  # type: ignore[return-value]
+        assert isinstance(self.device, torch.device)  # resolved when the job was built
+        return self.device
 
     @property
     def nonfinite(self) -> str:

@@ -66,7 +66,7 @@ def on_device(network: torch.nn.Module, device: torch.device, fuse: bool) -> tor
     from monai.networks.nets import VISTA3D
 
     network = network.to(device).eval()
-    if fuse and hasattr(network, "fuse") and VISTA3D.fused_unavailable_reason(device) is None:
+    if fuse and isinstance(network, VISTA3D) and VISTA3D.fused_unavailable_reason(device) is None:
         network.fuse()
     return network
 

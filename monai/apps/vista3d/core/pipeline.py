@@ -112,7 +112,20 @@ class Vista3DPipeline:
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
+        roi_size, overlap, sw_batch_size, amp, progress, timing, output_dtype, streaming, nonfinite, per_class: the
+            resolved :class:`PipelineOptions` (``options`` gives them back as one object).
     """
+
+    roi_size: tuple[int, int, int]
+    overlap: float
+    sw_batch_size: int | str
+    amp: bool
+    progress: bool
+    timing: bool
+    output_dtype: str
+    streaming: bool
+    nonfinite: str
+    per_class: bool
 
     def __init__(
         self,
@@ -402,12 +415,14 @@ class Vista3DPipeline:
                 check_output(path, mask_path, overwrite)
         check_image(path, self.device)
         result = self.segment(path, classes=prompt, volume_index=volume_index)
+        geometry = result.geometry
+        assert geometry is not None  # a file's segmentation carries its geometry
         timer = StageTimer()
         with timer.stage("save"):
-            result.output = Path(save_label_map(result.labels, result.geometry, out_path, dtype=self.output_dtype))
+            result.output = Path(save_label_map(result.labels, geometry, out_path, dtype=self.output_dtype))
             if result.masks is not None:
                 folder = class_mask_dir(path, output_dir)
-                result.mask_outputs = save_class_masks(result.masks, result.geometry, folder)
+                result.mask_outputs = save_class_masks(result.masks, geometry, folder)
         result.timings = {**result.timings, "save": timer.timings["save"]}
         return result
 

@@ -220,7 +220,7 @@ def logits_to_outputs(
     A point-only prompt (no class) first keeps only the connected components that hold a positive point; that edits
     ``logits`` in place.
     """
-    if point_coords is not None and label_ids is None:
+    if point_coords is not None and point_labels is not None and label_ids is None:
         from monai.transforms.utils import keep_components_with_positive_points
 
         logits = keep_components_with_positive_points(

@@ -50,7 +50,7 @@ AFFINE_TOL = 1e-3
 
 
 def _spacing(affine: np.ndarray) -> np.ndarray:
-    sp = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
+    sp: np.ndarray = np.sqrt((affine[:3, :3] ** 2).sum(axis=0))
     sp[sp == 0] = 1.0
     return sp
 
@@ -229,7 +229,8 @@ def foreground_box(
 
 def _crop_or_pad(img: torch.Tensor, start: Sequence[int], end: Sequence[int]) -> torch.Tensor:
     sl = tuple(slice(max(s, 0), min(e, n)) for s, e, n in zip(start, end, img.shape[1:]))
-    out = img[(slice(None), *sl)]
+    every_channel = (slice(None), *sl)  # (named: mypy reads x[(a, *b)] as 3.11 syntax)
+    out = img[every_channel]
     pad = [(max(-s, 0), max(e - n, 0)) for s, e, n in zip(start, end, img.shape[1:])]
     if any(p for pair in pad for p in pair):
         flat = [p for pair in reversed(pad) for p in pair]
@@ -251,7 +252,7 @@ def scale_intensity_range(
 def ras_orientation(affine: np.ndarray, axcodes: str = "RAS") -> np.ndarray:
     """nibabel orientation transform (``[3, 2]``: target axis, flip) from ``affine``'s axes to ``axcodes``."""
     src = nio.io_orientation(np.asarray(affine, dtype=np.float64))
-    return nio.ornt_transform(src, nio.axcodes2ornt(axcodes))
+    return np.asarray(nio.ornt_transform(src, nio.axcodes2ornt(axcodes)))
 
 
 def apply_orientation(img: torch.Tensor, ornt: np.ndarray) -> torch.Tensor:
@@ -430,4 +431,5 @@ def input_to_preprocessed_coords(points: np.ndarray | Sequence, record: Preproce
     """Map voxel coordinates ``[N, 3]`` of the input image to voxel coordinates of the network input."""
     pts = np.asarray(points, dtype=np.float64).reshape(-1, 3)
     hom = np.concatenate([pts, np.ones((len(pts), 1))], axis=1)
-    return (np.linalg.solve(record.final_affine, record.input_affine) @ hom.T).T[:, :3]
+    mapped: np.ndarray = (np.linalg.solve(record.final_affine, record.input_affine) @ hom.T).T[:, :3]
+    return mapped

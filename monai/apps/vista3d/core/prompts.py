@@ -55,7 +55,7 @@ def _is_everything(classes: ClassSpec) -> bool:
     return isinstance(classes, str) and classes.strip().lower() == "everything"
 
 
-def parse_prompt(classes: ClassSpec = "everything", points=None, point_labels=None) -> Prompt:
+def parse_prompt(classes: ClassSpec | Prompt = "everything", points: Any = None, point_labels: Any = None) -> Prompt:
     """Check and parse a prompt once; what the pipeline and the batch driver take.
 
     Args:

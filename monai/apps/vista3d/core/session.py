@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from monai.networks.nets import VISTA3D
 from monai.utils.profiling import StageTimer
 
 from ..errors import PromptError, Vista3DInputError
@@ -63,7 +64,7 @@ class WindowFeatureCache:
             point features of one window (48 channels: 200 MB at 128³ in fp16).
     """
 
-    def __init__(self, network: torch.nn.Module, max_windows: int = 4):
+    def __init__(self, network: VISTA3D, max_windows: int = 4):
         if max_windows < 1:
             raise ValueError(f"max_windows must be >= 1, got {max_windows}.")
         self.network = network
@@ -89,7 +90,8 @@ class WindowFeatureCache:
     def __call__(self, window: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         patch_coords = kwargs.get("patch_coords")
         if kwargs.get("class_vector") is not None or not patch_coords or args:
-            return self.network(window, *args, **kwargs)
+            passed: torch.Tensor = self.network(window, *args, **kwargs)
+            return passed
         fingerprint = tuple((p.data_ptr(), p._version) for p in self.network.parameters())
         if fingerprint != self._fingerprint:
             self._features.clear()
@@ -98,7 +100,7 @@ class WindowFeatureCache:
         cached = self._features.get(key)
         self.network.image_embeddings = cached
         try:
-            out = self.network(window, *args, **{**kwargs, "keep_cache": True})
+            out: torch.Tensor = self.network(window, *args, **{**kwargs, "keep_cache": True})
             features = self.network.image_embeddings
         finally:
             self.network.image_embeddings = None  # no state left in the network for other callers
@@ -151,8 +153,9 @@ class Vista3DSession:
             raise Vista3DInputError(f"the image must be [X, Y, Z] or [1, X, Y, Z], got shape {tuple(image.shape)}")
         self.x, self.record = pipeline.preprocess(image[None] if image.ndim == 3 else image, affine)
         network = pipeline.network
-        cached = cache_windows > 0 and hasattr(network, "image_embeddings")
-        self.feature_cache: Callable | None = WindowFeatureCache(network, cache_windows) if cached else None
+        self.feature_cache: Callable | None = None
+        if cache_windows > 0 and isinstance(network, VISTA3D):
+            self.feature_cache = WindowFeatureCache(network, cache_windows)
         self.timings: dict[str, float] = {}
         self.reset()
 
@@ -222,7 +225,8 @@ class Vista3DSession:
             on_grid = pipe.prompts(Prompt(label_ids, pts, labs), self.record)
             start = self.clicks
             coords, labels = on_grid["point_coords"], on_grid["point_labels"]
-            if self._coords is not None:
+            assert coords is not None and labels is not None  # a click is points
+            if self._coords is not None and self._labels is not None:  # the earlier clicks of this object
                 coords, labels = torch.cat([self._coords, coords], 1), torch.cat([self._labels, labels], 1)
         with timer.stage("inference"):
             logits, _ = pipe.infer(

@@ -104,7 +104,8 @@ def structure_statistics(
         raise ValueError(f"the label map {tuple(labels.shape)} and the image {tuple(image.shape)} are not on one grid; "
                          "give the label map written for this image.")
     totals = gather_totals(image.to(labels.device), labels)
-    return _report(totals, tuple(labels.shape), np.asarray(affine, dtype=np.float64),
+    shape = (labels.shape[0], labels.shape[1], labels.shape[2])
+    return _report(totals, shape, np.asarray(affine, dtype=np.float64),
                    label_names() if names is None else dict(names), exclude_border_structures)
 
 

@@ -112,15 +112,20 @@ class LabelMapReduction:
         """Write the labels (and highest logit, packed masks) of one complete tile of ``[C, *tile]`` logits."""
         if self.labels is None:
             self._allocate(outputs.shape[0], outputs.device)
+        assert self.labels is not None  # allocated on the first tile
         labels = logits_to_labels(outputs, self.ids, dtype=torch.int64)
-        self.labels[(image, 0, *region)] = labels.to(device=self.device, dtype=self.labels.dtype)
+        tile: tuple[int | slice, ...] = (image, 0, *region)  # (named: mypy reads x[(a, *b)] as 3.11 syntax)
+        self.labels[tile] = labels.to(device=self.device, dtype=self.labels.dtype)
         if self.max_prob is not None:
-            self.max_prob[(image, 0, *region)] = outputs.max(0).values.to(self.device)
+            self.max_prob[tile] = outputs.max(0).values.to(self.device)
         if self.masks is not None:
-            self.masks[(image, slice(None), *region)] = pack_masks(outputs).to(self.device)
+            every_class: tuple[int | slice, ...] = (image, slice(None), *region)
+            self.masks[every_class] = pack_masks(outputs).to(self.device)
 
     def finish(self) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """The labels, or a tuple of the labels, then the probabilities and the packed masks where asked for."""
+        if self.labels is None:
+            raise RuntimeError("the label map reduction received no tile")
         if self.max_prob is None and self.masks is None:
             return self.labels
         extra: list[torch.Tensor] = []
@@ -196,4 +201,7 @@ def sliding_window_label_inference(
     )
     reduction = LabelMapReduction(inputs, settings.result_device(inputs), label_ids, return_max_prob, return_masks)
     stitcher = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=reduction)
-    return run_sliding_window(inputs, predictor, settings, args, kwargs, auto_cache=auto_cache, stitcher=stitcher)
+    result: torch.Tensor | tuple[torch.Tensor, ...] = run_sliding_window(
+        inputs, predictor, settings, args, kwargs, auto_cache=auto_cache, stitcher=stitcher
+    )
+    return result

@@ -144,6 +144,8 @@ class WindowPasses:
             if point_coords is None:
                 logits, run = self._class_logits(inp, label_ids, predictor, title)
             else:
+                if point_labels is None:
+                    raise PromptError("points need their labels (1 positive, 0 negative), one per point")
                 logits, run = self._point_logits(inp, label_ids, point_coords, point_labels, prev_mask, point_start,
                                                  predictor)
         return (logits[0] if isinstance(logits, (tuple, list)) else logits), run
@@ -171,7 +173,7 @@ class WindowPasses:
         inp: torch.Tensor,
         label_ids: Sequence[int] | None,
         point_coords: torch.Tensor,
-        point_labels: torch.Tensor | None,
+        point_labels: torch.Tensor,
         prev_mask: torch.Tensor | None,
         point_start: int,
         predictor: CountingPredictor,
@@ -211,7 +213,10 @@ class WindowPasses:
                 )
         finally:
             run = self.counting.finish()
-        labels, packed = (out[0], out[1][0].to(self.device)) if masks else (out, None)
+        if isinstance(out, tuple):  # the labels and, with masks, the packed masks
+            labels, packed = out[0], out[1][0].to(self.device)
+        else:
+            labels, packed = out, None
         class_masks = None if packed is None else ClassMasks(packed, list(label_ids))
         return labels[0, 0].to(device=self.device, dtype=torch.int16), class_masks, run
 

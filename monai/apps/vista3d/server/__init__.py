@@ -14,6 +14,8 @@ Rooms: :mod:`.settings` (what the server runs with, checked once), :mod:`.app` (
 error shape), :mod:`.routes` (the endpoints), :mod:`.schemas` (request bodies and their prompts), :mod:`.worker`
 (one model thread, a bounded queue), :mod:`.jobs` (the library calls it runs), :mod:`.sessions` (click sessions,
 TTL and LRU), :mod:`.fetch` (URLs, server paths, uploads and their rules), :mod:`.images` (NIfTI/NRRD checks and
-answers), :mod:`.cli` (the subcommand). FastAPI and uvicorn (the ``serve`` extra) are imported by :mod:`.app` and
-when the command runs, not by this package, so the core install keeps its command line.
+answers), :mod:`.cli` (the subcommand); for 3D Slicer's MONAI Label module, :mod:`.monailabel` (its endpoints),
+:mod:`.monailabel_jobs` (its requests as jobs, its answers) and :mod:`.monailabel_store` (uploads, click sessions).
+FastAPI and uvicorn (the ``serve`` extra) are imported by :mod:`.app` and when the command runs, not by this package,
+so the core install keeps its command line.
 """

@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..errors import Vista3DInputError
 from .errors import ServeError
+from .monailabel import router as monailabel_router
 from .routes import ServerState, router, sweep_sessions
 from .sessions import SessionStore
 from .settings import ServerSettings
@@ -53,7 +54,8 @@ __all__ = ["create_app"]
 logger = logging.getLogger("monai.apps.vista3d.server")
 
 _MAX_ECHO = 200  # characters of a request's path quoted in an error message
-_OPEN_PATHS = ("/v1/health/",)  # probes answer without the token (as an orchestrator calls them)
+_OPEN_PATHS = ("/v1/health/", "/auth/")  # probes answer without the token (as an orchestrator calls them); MONAI
+# Label clients ask /auth/ whether to log in, and trade the login for the token there
 
 
 async def _send_json(send: Callable, status: int, message: str, headers: dict[str, str] | None = None) -> None:
@@ -205,6 +207,7 @@ def create_app(
                   description="VISTA3D segmentation: the NVIDIA VISTA-3D NIM's API, and click sessions.")
     app.state.vista3d = state
     app.include_router(router)
+    app.include_router(monailabel_router)  # 3D Slicer's MONAI Label module: /info/, /infer/{model}, ...
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     if settings.token is not None:

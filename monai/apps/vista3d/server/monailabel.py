@@ -1,0 +1,456 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The part of MONAI Label's REST API that 3D Slicer's MONAI Label module calls, beside the NIM's.
+
+What the module does, and what answers it: it asks ``GET /auth/`` whether to log in (a 200 with ``enabled``
+true makes it ask for a user and password and trade them at ``POST /auth/token`` for ``{access_token,
+token_type}``, sent as ``Authorization`` from then on; here the password is the server's token), then ``GET /info/``
+for the app's models (grouped by ``type``: ``segmentation`` automatic, ``deepgrow``/``deepedit`` clicks; a
+top-level ``config`` would make it refuse the server) and ``GET /train/?check_if_running=true`` (200 means a
+training runs; here never). It uploads the volume it shows, saved as NIfTI (or the file type of its settings), with
+``PUT /datastore/?image=<volume name>`` (a multipart body it builds by hand: a ``params`` JSON field and the file in
+``file``), or opens a session with ``PUT /session/`` (the file in ``files``) that ``GET``/``DELETE
+/session/{id}`` look after. Then ``POST /infer/{model}?image=<id>[&session_id=<id>]`` with a multipart ``params``
+field: ``result_extension`` ``.nrrd`` and ``result_dtype`` ``uint8`` always, and for a click model the segment's
+name (``label``) with every point placed on it so far (``foreground``, ``background``: voxel indices of the
+uploaded image). It reads a multipart answer: a ``params`` part (JSON; ``label_names`` maps names to the values of
+the file) and a part with a file name, the label map it loads. ``?output=image`` and ``?output=json`` ask for only
+the file or only the JSON.
+
+These endpoints share the server's gates (token, body size), its queue (a request that needs the model or stores an
+image takes a slot first: 429 when full, 503 while loading), its time limit and its click sessions' budget and expiry;
+every error is ``{"detail": one line}`` with a 4xx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote_plus
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from . import monailabel_jobs as mj
+from .errors import ServeError
+from .fetch import FormData, receive_form
+from .images import check_inflated_size, inspect_image, safe_stem
+from .monailabel_store import ClickEntry, ClickSessions, Upload, UploadStore
+from .routes import ServerState, sweep_every
+
+__all__ = ["router", "MonaiLabelState"]
+
+_MAX_SMALL_BODY = 64 << 10  # bytes of a url-encoded form (a login, or params sent that way)
+_CHUNK = 1 << 20
+_OUTPUTS = ("image", "json", "all")
+_NOT_TRAINED = "training is not offered by this server (VISTA3D inference only): there is nothing to train or stop"
+
+
+@dataclass
+class MonaiLabelState:
+    """What the protocol's endpoints keep: the uploaded images and the click sessions on them."""
+
+    uploads: UploadStore
+    clicks: ClickSessions
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: ServerState = app.state.vista3d  # the app's own lifespan has made its work folder
+    clicks = ClickSessions(state.sessions)
+    folder = Path(tempfile.mkdtemp(prefix="monailabel-", dir=state.work_dir))
+    uploads = UploadStore(folder, state.settings.limits.max_sessions, state.settings.limits.session_ttl,
+                          state.sessions.clock, on_end=lambda upload: clicks.drop_upload(upload.token))
+    app.state.monailabel = MonaiLabelState(uploads, clicks)
+
+    async def sweep() -> None:  # an idle server deletes expired uploads too
+        while True:
+            await asyncio.sleep(sweep_every(state.sessions))
+            uploads.sweep()
+
+    sweeper = asyncio.ensure_future(sweep())
+    try:
+        yield
+    finally:
+        sweeper.cancel()
+        uploads.close()
+
+
+router = APIRouter(tags=["MONAI Label (3D Slicer)"], lifespan=_lifespan)
+
+
+def _states(request: Request) -> tuple[ServerState, MonaiLabelState]:
+    return request.app.state.vista3d, request.app.state.monailabel
+
+
+def _owner(request: Request, params: dict[str, Any]) -> tuple[str, str]:
+    """Whose datastore an image id names: the client's address and its ``client_id``."""
+    return (request.client.host if request.client else "", str(params.get("client_id", "")))
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _Call:
+    """One request's scratch folder, deadline and disconnect watch (the folder goes once it is answered)."""
+
+    def __init__(self, state: ServerState, request: Request):
+        self.request = request
+        self.folder = state.scratch()
+        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
+        self._gone: asyncio.Task | None = None
+
+    def gone(self) -> asyncio.Task:
+        if self._gone is None:
+            self._gone = asyncio.ensure_future(_disconnected(self.request))
+        return self._gone
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self, keep: bool) -> None:
+        if self._gone is not None:
+            self._gone.cancel()
+        if not keep:
+            self.cleanup()
+
+
+async def _small_body(request: Request) -> bytes:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > _MAX_SMALL_BODY:
+            raise ServeError(413, f"this request's body may be at most {_MAX_SMALL_BODY} bytes")
+    return bytes(body)
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def _form(request: Request, call: _Call, file_field: str, text_fields: tuple[str, ...],
+                required: bool) -> FormData:
+    """The request's form: multipart (the file streamed to the scratch folder), url-encoded, or none."""
+    ctype = _content_type(request)
+    if ctype == "multipart/form-data":
+        return await receive_form(request, call.folder / "upload", file_field, text_fields)
+    if required:
+        raise ServeError(415, f"send the image as multipart/form-data (its file in the field {file_field!r})")
+    body = await _small_body(request)
+    if ctype == "application/x-www-form-urlencoded":
+        fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        unknown = set(fields) - set(text_fields)
+        if unknown:
+            raise ServeError(422, f"unknown form field {min(unknown)!r}: the fields are "
+                                  f"{', '.join(text_fields)}")
+        return FormData({k: v[-1] for k, v in fields.items()})
+    if body.strip():
+        raise ServeError(415, "send the parameters as multipart/form-data (a field 'params' holding a JSON object)")
+    return FormData()
+
+
+async def _checked_format(request: Request, path: Path) -> str:
+    """The uploaded file's format once its header and its compressed size pass the server's checks."""
+    limits = _states(request)[0].settings.limits
+    info = await run_in_threadpool(inspect_image, path, limits.max_voxels)
+    await run_in_threadpool(check_inflated_size, path, info)
+    return info.format
+
+
+def _image_id(text: str) -> str:
+    if not text or len(text) > 256 or any(ord(c) < 32 for c in text):
+        raise ServeError(422, "the image id must be 1 to 256 printable characters")
+    return text
+
+
+def _session_info(upload: Upload, store: UploadStore) -> dict[str, Any]:
+    return {"name": upload.image_id, "image": upload.name, "format": upload.format,
+            "create_ts": int(upload.created), "expiry": round(max(0.0, store.ttl - (store.clock() - upload.last_used)))}
+
+
+# ------------------------------------------------------------------------------------------ login, app
+@router.get("/auth/")
+async def auth(request: Request) -> dict:
+    """Whether a login is needed (the server has a token)."""
+    return {"enabled": _states(request)[0].settings.token is not None}
+
+
+@router.post("/auth/token")
+async def auth_token(request: Request) -> dict:
+    """Trade the login form (any user name; the server's token as the password) for the bearer token."""
+    token = _states(request)[0].settings.token
+    if token is None:
+        raise ServeError(404, "this server has no token (authentication is off): connect without logging in")
+    fields = parse_qs((await _small_body(request)).decode("utf-8", "replace"))
+    password = (fields.get("password") or [""])[-1]
+    if not hmac.compare_digest(password.encode(), token.encode()):
+        raise ServeError(401, "wrong password: log in with the server's token (--token or VISTA3D_SERVE_TOKEN) as "
+                              "the password", {"WWW-Authenticate": "Bearer"})
+    return {"access_token": token, "token_type": "Bearer"}
+
+
+@router.get("/auth/token/valid")
+async def auth_token_valid(request: Request) -> dict:
+    """200 when the request's ``Authorization`` carries the server's token (or the server has none), else 401."""
+    token = _states(request)[0].settings.token
+    given = request.headers.get("authorization", "").encode()
+    if token is not None and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+        raise ServeError(401, "the bearer token is missing or wrong: log in again", {"WWW-Authenticate": "Bearer"})
+    return {}
+
+
+@router.get("/info/")
+async def info(request: Request) -> dict:
+    """The app: its label names and two models (``vista3d`` automatic, ``vista3d_clicks`` 3D clicks)."""
+    from monai import __version__
+
+    return mj.app_info(__version__, len(_states(request)[1].uploads))
+
+
+@router.get("/train/")
+@router.post("/train/")
+@router.delete("/train/")
+@router.post("/train/{model}")
+async def train(request: Request) -> Response:
+    """Training is not offered (404: also ``check_if_running``, which reads only 200 as "running")."""
+    raise ServeError(404, _NOT_TRAINED)
+
+
+@router.put("/datastore/label")
+async def save_label(request: Request) -> Response:
+    raise ServeError(404, "saving labels on the server is not offered: save the segmentation in 3D Slicer itself")
+
+
+# ----------------------------------------------------------------------------------------------- images
+_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file"],
+    "properties": {"file": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
+                   "params": {"type": "string", "description": 'JSON object: {"client_id": "..."}'}}}}}}}
+
+
+@router.put("/datastore/", openapi_extra=_UPLOAD_BODY)
+@router.put("/datastore/image", openapi_extra=_UPLOAD_BODY)
+async def upload_image(request: Request, image: str | None = None) -> dict:
+    """Store an image under ``image`` (default: the file's name) for this client's later ``/infer/`` requests."""
+    state, ml = _states(request)
+    async with state.worker.reserve():
+        call = _Call(state, request)
+        try:
+            form = await _form(request, call, "file", ("params",), required=True)
+            if form.file is None:
+                raise ServeError(422, "the form has no complete 'file' part: send the image in the field 'file'")
+            params = mj.parse_params(form.fields.get("params"))
+            image_id = _image_id(image or safe_stem(form.filename or ""))
+            fmt = await _checked_format(request, form.file)
+            ml.uploads.put((_owner(request, params), image_id), form.file, fmt, safe_stem(form.filename or image_id),
+                           image_id)
+        finally:
+            call.close(False)
+    return {"image": image_id}
+
+
+_SESSION_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["files"],
+    "properties": {"files": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
+                   "client_id": {"type": "string"}}}}}}}
+
+
+@router.put("/session/", openapi_extra=_SESSION_BODY)
+async def create_session(request: Request) -> dict:
+    """Store an image under a new session id (``/infer/...&session_id=<id>`` segments it)."""
+    state, ml = _states(request)
+    async with state.worker.reserve():
+        call = _Call(state, request)
+        try:
+            form = await _form(request, call, "files", ("client_id",), required=True)
+            if form.file is None:
+                raise ServeError(422, "the form has no complete 'files' part: send one image in the field 'files'")
+            fmt = await _checked_format(request, form.file)
+            sid = secrets.token_urlsafe(16)
+            upload = ml.uploads.put(("session", sid), form.file, fmt, safe_stem(form.filename or "image"), sid)
+        finally:
+            call.close(False)
+    return {"session_id": sid, "session_info": _session_info(upload, ml.uploads)}
+
+
+def _session_key(session_id: str) -> tuple[tuple[str, str], str, str]:
+    return ("session", session_id), f"session {session_id[:64]!r}", "create a new one with PUT /session/"
+
+
+@router.get("/session/{session_id}")
+async def session_info(session_id: str, request: Request, image: bool = False) -> dict:
+    """The session's image and its time left (404 for an id never issued, 410 for one that ended)."""
+    if image:
+        raise ServeError(422, "a session's image is not sent back (the client has it); leave out image=true")
+    uploads = _states(request)[1].uploads
+    return _session_info(uploads.get(*_session_key(session_id)), uploads)
+
+
+@router.delete("/session/{session_id}")
+async def delete_session(session_id: str, request: Request) -> dict:
+    """End the session: its image and its click sessions are gone."""
+    uploads = _states(request)[1].uploads
+    return _session_info(uploads.remove(*_session_key(session_id)), uploads)
+
+
+# ------------------------------------------------------------------------------------------------ infer
+def _upload_key(owner: tuple[str, str], image: str, session_id: str) -> tuple[Any, str, str]:
+    """``(key, what, how)`` of the image a request names, for :meth:`UploadStore.use`."""
+    if session_id:
+        return _session_key(session_id)
+    if image:
+        how = f"upload it first with PUT /datastore/?image={quote_plus(image)}"
+        return (owner, image), f"image {image[:64]!r}", how
+    raise ServeError(422, "name the image: ?image=<id> of an image uploaded with PUT /datastore/?image=<id>, or "
+                          "?session_id=<id> of PUT /session/")
+
+
+def _multipart(params: dict, path: Path, filename: str, call: _Call) -> Response:
+    """The answer MONAI Label clients read by default: a ``params`` JSON part, then the file's part."""
+    boundary = secrets.token_hex(16)
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"params\"\r\nContent-Type: application/json\r\n"
+            f"\r\n{json.dumps(params)}\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; "
+            f"filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+
+    def body():
+        yield head
+        with open(path, "rb") as f:
+            while chunk := f.read(_CHUNK):
+                yield chunk
+        yield tail
+
+    length = len(head) + path.stat().st_size + len(tail)
+    return StreamingResponse(body(), media_type=f"multipart/form-data; boundary={boundary}",
+                             headers={"Content-Length": str(length)}, background=BackgroundTask(call.cleanup))
+
+
+def _answer(call: _Call, output: str | None, params: dict, path: Path, filename: str) -> tuple[Response, bool]:
+    """The answer ``output`` asks for, and whether the scratch folder stays until it is sent."""
+    if output == "json":
+        return JSONResponse(params), False
+    if output == "image":
+        media = "application/gzip" if filename.endswith(".gz") else "application/octet-stream"
+        return FileResponse(path, media_type=media, filename=filename, background=BackgroundTask(call.cleanup)), True
+    return _multipart(params, path, filename, call), True
+
+
+_INFER_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object", "properties": {
+    "params": {"type": "string", "description": 'JSON object; vista3d: {"classes": "everything"}; vista3d_clicks: '
+                                                '{"label": "liver", "foreground": [[i, j, k]], "background": []}; '
+                                                'both: result_extension (.nrrd, .nii.gz, .nii), result_dtype'},
+    "file": {"type": "string", "format": "binary", "description": "vista3d only: the image itself"}}}}}}}
+
+
+@router.post("/infer/{model}", openapi_extra=_INFER_BODY)
+async def infer(model: str, request: Request, image: str = "", session_id: str = "", output: str | None = None
+                ) -> Response:
+    """Segment an uploaded image: automatically (``vista3d``) or from the points on one segment
+    (``vista3d_clicks``, successive requests continuing one click session)."""
+    mj.check_model(model)
+    if output is not None and output not in _OUTPUTS:
+        raise ServeError(422, f"output={output!r} is not offered; leave it out (multipart), or use image or json")
+    state = _states(request)[0]
+    async with state.worker.reserve() as slot:
+        call, keep = _Call(state, request), False
+        try:
+            form = await _form(request, call, "file", ("params",), required=False)
+            params = mj.parse_params(form.fields.get("params"), model)
+            if model == mj.AUTO_MODEL:
+                answer, path, name = await _automatic(request, call, slot, params, form, image, session_id)
+            else:
+                if form.file is not None:
+                    raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
+                                          "/datastore/?image=<id>, then send ?image=<id> without a file")
+                answer, path, name = await _clicks(request, call, slot, params, image, session_id)
+            response, keep = _answer(call, output, answer, path, name)
+            return response
+        finally:
+            call.close(keep)
+
+
+async def _automatic(request: Request, call: _Call, slot: Any, params: dict, form: FormData, image: str,
+                     session_id: str) -> tuple[dict, Path, str]:
+    ml = _states(request)[1]
+    req = mj.auto_request(params)
+    if form.file is not None:  # the image itself, for this request only
+        fmt = await _checked_format(request, form.file)
+        source = Upload("file", "file", form.file, fmt, safe_stem(form.filename or "image"))
+        job = mj.segment(source.path, source.format, source.name, req.prompt)
+        labels, grid, timings = await slot.run(job, call.deadline, call.gone())
+    else:
+        with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
+            job = mj.segment(source.path, source.format, source.name, req.prompt)
+            labels, grid, timings = await slot.run(job, call.deadline, call.gone())
+    fmt = mj.result_format(params, source.format)
+    values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
+    name = f"{source.name}_vista3d{fmt.suffix}"
+    path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, fmt)
+    return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
+
+
+async def _clicks(request: Request, call: _Call, slot: Any, params: dict, image: str, session_id: str
+                  ) -> tuple[dict, Path, str]:
+    ml = _states(request)[1]
+    req = mj.click_request(params)
+    with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
+        fmt = mj.result_format(params, source.format)
+        key = (_owner(request, params), source.token, req.label)
+        async with ml.clicks.serialized(key):
+            entry = await _click(call, slot, ml.clicks, key, req, source)
+    name = f"{source.name}_{safe_stem(req.label)}{fmt.suffix}"
+    path = await run_in_threadpool(mj.write_result, entry.answer, entry.grid, call.folder / name, fmt)
+    answer = {"label_names": {req.label: 1}, "clicks": len(entry.foreground) + len(entry.background),
+              "latencies": {k: round(v, 4) for k, v in entry.latencies.items()}}
+    return answer, path, name
+
+
+async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
+                 ) -> ClickEntry:
+    """Continue (or start) the key's click session with the request's new points; the entry with its answer."""
+    entry = clicks.find(key)
+    step = None if entry is None or req.reset else mj.new_clicks(entry.foreground, entry.background, req)
+    if step == ([], []):
+        entry.latencies = {}
+        return entry  # no new point: the last answer again
+    points, labels = step or ([list(p) for p in req.foreground + req.background],
+                              [1] * len(req.foreground) + [0] * len(req.background))
+    if not points:
+        raise ServeError(422, f"no points on segment {req.label!r}: place a foreground point on the object")
+    try:
+        if entry is None:
+            job = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
+            session, grid, label_map = await slot.run(job, call.deadline, call.gone())
+            entry = ClickEntry(session=session, image=grid.image, grid=grid)
+            clicks.add(key, entry)
+        else:
+            job = mj.click(entry.session, points, labels, req.class_id, reset=step is None)
+            label_map = await slot.run(job, call.deadline, call.gone())
+        entry.latencies = dict(entry.session.timings)  # the click's stages, read before the key's next turn
+        entry.answer = entry.previous = await run_in_threadpool(mj.object_mask, label_map)
+    except BaseException:
+        clicks.drop(key)  # the session may hold clicks its bookkeeping does not: the next request starts again
+        raise
+    entry.foreground, entry.background = list(req.foreground), list(req.background)
+    return entry
