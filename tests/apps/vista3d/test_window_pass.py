@@ -20,6 +20,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.core.postprocess import logits_to_outputs
 from monai.apps.vista3d.core.preprocess import preprocess_like_bundle
+from monai.apps.vista3d.core.progress import stop_between_windows
 from monai.apps.vista3d.core.window_pass import PassSettings, WindowPasses
 from monai.apps.vista3d.errors import PromptError
 from tests.apps.vista3d.stub_vista import HU, StubVista, phantom
@@ -75,6 +76,32 @@ class TestWindowPasses(unittest.TestCase):
         with self.assertRaisesRegex(PromptError, "no classes"):
             passes.stream(_image(), [], masks=False)
         self.assertEqual(net.calls, 0)
+
+    @parameterized.expand([("stream",), ("logits",), ("clicks",)])
+    def test_a_check_stops_the_pass_between_windows(self, kind):
+        # the caller's check runs before every window batch of every kind of pass: raising there stops the pass
+        # with the windows run so far, and once the block ends the thread has no check left
+        passes, net = _passes(1)
+        x = _image()
+        seen = []
+
+        class Stop(Exception):
+            pass
+
+        def check():
+            seen.append(net.calls)
+            if len(seen) == 3:
+                raise Stop()
+
+        coords = torch.tensor([[[4.0, 4.0, 4.0], [12.0, 12.0, 12.0], [18.0, 16.0, 14.0], [8.0, 8.0, 8.0]]])
+        run = {"stream": lambda: passes.stream(x, [1, 3], masks=False), "logits": lambda: passes.logits(x, [1]),
+               "clicks": lambda: passes.logits(x, None, coords, torch.ones((1, 4), dtype=torch.long))}[kind]
+        with stop_between_windows(check), self.assertRaises(Stop):
+            run()
+        self.assertEqual(seen, [0, 1, 2])  # checked before each window; the third check stopped the pass
+        self.assertEqual(net.calls, 2)
+        run()  # no check left on this thread: the whole pass runs
+        self.assertGreater(net.calls, 4)
 
     def test_no_autocast_on_the_cpu(self):
         passes, _ = _passes()

@@ -132,12 +132,12 @@ def _list_classes() -> int:
     return 0
 
 
-def _seed_and_warn(args: argparse.Namespace) -> None:
+def _seed_and_warn(args: argparse.Namespace, warn: bool = True) -> None:
     """The process's seed (random weights are drawn from it) and the random-weights warning, printed once."""
     from ..core.network_ready import RANDOM_WEIGHTS_WARNING
 
     torch.manual_seed(getattr(args, "seed", 0))
-    if args.weights is None:
+    if warn and args.weights is None:
         print(_flagged(RANDOM_WEIGHTS_WARNING), file=sys.stderr)
 
 
@@ -332,7 +332,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise  # named as segment names it
     except ValueError as e:  # the server's own flags name themselves
         raise UsageError(str(e)) from None
-    _seed_and_warn(args)
+    _seed_and_warn(args, warn=False)  # the server logs the warning itself, in the same words, as it starts
     return serve(settings, args.log_level)
 
 

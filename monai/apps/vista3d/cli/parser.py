@@ -294,12 +294,32 @@ def _add_serve(sub: Any, prog: str) -> None:
     p.add_argument("--max-download-mb", type=float, default=1024, help="largest image fetched from a URL (1024)")
     p.add_argument("--max-voxels", type=int, default=1 << 30, help="largest image in voxels, read from its header "
                                                                    "before it is inflated (2^30)")
+    p.add_argument("--max-points", type=int, default=64, help="point prompts in one request, and on one click "
+                                                               "session's object; more get 413 (64)")
+    p.add_argument("--max-classes", type=int, default=132, help="entries of one request's class list (132)")
     p.add_argument("--queue-size", type=int, default=8,
                    help="requests that may wait behind the running one; more get 429 with Retry-After (8)")
-    p.add_argument("--request-timeout", type=float, default=600, help="seconds a request may take (600)")
+    p.add_argument("--request-timeout", type=float, default=600,
+                   help="seconds a request may take once its body has arrived (600)")
+    p.add_argument("--body-timeout", type=float, default=5,
+                   help="seconds a request's headers may take, and its body per MiB (at least this long): a body "
+                        "arrives before its request takes a queue place; slower ones get 408 (5)")
+    p.add_argument("--keep-alive", type=float, default=5, help="seconds an idle connection is kept open (5)")
+    p.add_argument("--shutdown-timeout", type=float, default=10,
+                   help="on SIGTERM: seconds the running job may take to finish before it is cancelled; waiting "
+                        "requests are answered 503 at once (10)")
+    p.add_argument("--max-connections", type=int, default=100,
+                   help="connections open at once; more get 503 (100)")
+    p.add_argument("--max-connections-per-client", type=int, default=None,
+                   help="connections open at once from one address (a quarter of --max-connections)")
     p.add_argument("--session-ttl", type=float, default=1800, help="seconds a click session lives unused (1800)")
     p.add_argument("--max-sessions", type=int, default=8, help="click sessions held at once; the least recently "
                                                               "used is evicted for a new one (8)")
+    p.add_argument("--max-queue-per-client", type=int, default=None,
+                   help="queue places one client (address) may hold at once (half of --queue-size + 1)")
+    p.add_argument("--max-sessions-per-client", type=int, default=None,
+                   help="click sessions one client (address) may hold; its own least recently used is evicted for "
+                        "a new one (half of --max-sessions)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     _add_network(p)
 

@@ -37,8 +37,14 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     model = job_from_flags(args, progress=False)
 
     limits = Limits(max_body_bytes=int(args.max_body_mb * _MIB), max_download_bytes=int(args.max_download_mb * _MIB),
-                    max_voxels=args.max_voxels, queue_size=args.queue_size, request_timeout=args.request_timeout,
-                    session_ttl=args.session_ttl, max_sessions=args.max_sessions)
+                    max_voxels=args.max_voxels, max_points=args.max_points, max_classes=args.max_classes,
+                    queue_size=args.queue_size, request_timeout=args.request_timeout,
+                    session_ttl=args.session_ttl, max_sessions=args.max_sessions, body_timeout=args.body_timeout,
+                    shutdown_timeout=args.shutdown_timeout,
+                    keep_alive=args.keep_alive, max_connections=args.max_connections,
+                    max_connections_per_client=args.max_connections_per_client,
+                    max_queue_per_client=args.max_queue_per_client,
+                    max_sessions_per_client=args.max_sessions_per_client)
     return ServerSettings.create(
         host=args.host, port=args.port, token=args.token, insecure=args.insecure,
         data_dir=Path(args.data_dir) if args.data_dir else None,

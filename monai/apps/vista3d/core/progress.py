@@ -8,14 +8,40 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Progress on a terminal: a text bar, and the window counter of one image's inference."""
+"""Progress on a terminal: a text bar, and the window counter of one image's inference; and the check a caller may
+run between windows (:func:`stop_between_windows`), the seam through which a server stops a job it gave up on."""
 
 from __future__ import annotations
 
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["text_bar", "WindowProgress"]
+__all__ = ["text_bar", "WindowProgress", "stop_between_windows", "between_windows"]
+
+_CHECKS = threading.local()  # per thread: a server's model thread runs one job at a time
+
+
+@contextmanager
+def stop_between_windows(check: Callable[[], None]) -> Iterator[None]:
+    """Run the block with ``check`` called before each batch of windows this thread gives the network; ``check``
+    stops the pass by raising. The inferers know nothing of it: the pipeline's window wrapper calls
+    :func:`between_windows` (a job is cancelled between windows, not only between images)."""
+    previous = getattr(_CHECKS, "check", None)
+    _CHECKS.check = check
+    try:
+        yield
+    finally:
+        _CHECKS.check = previous
+
+
+def between_windows() -> None:
+    """Run this thread's check of :func:`stop_between_windows`, if any (called before each window batch)."""
+    check = getattr(_CHECKS, "check", None)
+    if check is not None:
+        check()
 
 
 def text_bar(done: int, total: int, width: int = 20) -> str:

@@ -113,7 +113,7 @@ def parse_points(points, point_labels) -> tuple[np.ndarray | None, np.ndarray | 
             labs = np.array([int(v) for v in point_labels.split(",") if v.strip()], dtype=np.int64)
         else:
             labs = _as_array(point_labels, np.int64).reshape(-1)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, OverflowError) as e:  # OverflowError: an integer no int64 holds
         raise PromptError(f"cannot parse the points/labels ({e}): use points='x,y,z;x,y,z' point_labels='1,0'")
     pts = pts.reshape(-1, pts.shape[-1]) if pts.size else pts.reshape(0, 3)
     if pts.ndim != 2 or pts.shape[1] != 3:

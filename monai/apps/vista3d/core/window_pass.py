@@ -25,7 +25,7 @@ from monai.utils.profiling import WINDOW_STAGES
 
 from ..errors import PromptError
 from .postprocess import ClassMasks
-from .progress import WindowProgress
+from .progress import WindowProgress, between_windows
 
 __all__ = ["WindowPass", "CountingPredictor", "PassSettings", "WindowPasses"]
 
@@ -46,7 +46,8 @@ class WindowPass:
 
 
 class CountingPredictor:
-    """Wraps the network: advances a progress counter and records the windows of each call."""
+    """Wraps the network: runs the caller's check between windows (:func:`~.progress.stop_between_windows`),
+    advances a progress counter and records the windows of each call."""
 
     def __init__(self, network: Callable):
         self.network = network
@@ -58,6 +59,7 @@ class CountingPredictor:
         self.progress, self.batches = progress, []
 
     def __call__(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        between_windows()  # a cancelled job stops here, before its next window
         out = self.network(x, *args, **kwargs)
         self.batches.append(int(x.shape[0]))
         if self.progress is not None:

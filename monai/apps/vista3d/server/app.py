@@ -27,6 +27,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -40,7 +41,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from ..core.network_ready import RANDOM_WEIGHTS_WARNING
 from ..errors import Vista3DInputError
 from .errors import ServeError
 from .monailabel import router as monailabel_router
@@ -49,11 +52,16 @@ from .sessions import SessionStore
 from .settings import ServerSettings
 from .worker import ClientGone, JobCancelled, ModelWorker
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "begin_shutdown"]
 
 logger = logging.getLogger("monai.apps.vista3d.server")
 
 _MAX_ECHO = 200  # characters of a request's path quoted in an error message
+_STOPPING = "the server is stopping (SIGTERM); the request was not finished: send it again later"
+_STOPPING_RETRY = 10  # seconds: what Retry-After says while the server stops
+# seconds the model's thread is waited for at exit: its job was cancelled and ends with the window in flight; the
+# process must not end inside a forward (torch aborts a process that exits while a thread runs in it)
+_STOP_JOIN = 60.0
 _OPEN_PATHS = ("/v1/health/", "/auth/")  # probes answer without the token (as an orchestrator calls them); MONAI
 # Label clients ask /auth/ whether to log in, and trade the login for the token there
 
@@ -68,15 +76,20 @@ async def _send_json(send: Callable, status: int, message: str, headers: dict[st
 
 
 class BearerAuth:
-    """Refuse (401) every request but the health checks that lacks ``Authorization: Bearer <token>``."""
+    """Refuse (401) every request but the health checks that lacks ``Authorization: Bearer <token>`` (the scheme's
+    name in any case, as RFC 7235 has it)."""
 
     def __init__(self, app: Any, token: str):
-        self.app, self._token = app, f"Bearer {token}".encode()
+        self.app, self._token = app, token.encode()
+
+    def _holds_token(self, given: bytes) -> bool:
+        scheme, _, credentials = given.strip().partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(_OPEN_PATHS):
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._token):
+            if not self._holds_token(given):
                 why = "a bearer token is required" if not given else "the bearer token is wrong"
                 await _send_json(send, 401, f"{why}: send 'Authorization: Bearer <token>' (the server's --token)",
                                  {"WWW-Authenticate": "Bearer"})
@@ -115,24 +128,130 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
+class BodyDeadline:
+    """Hold a request's body to a deadline (408 and the connection closed past it): ``seconds`` for any body, and
+    ``seconds`` per MiB received, from the request's headers on. The endpoints read the whole body before they
+    take a place in the queue, so a client that sends slowly holds a connection for that long, never a place."""
+
+    def __init__(self, app: Any, seconds: float):
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        loop = asyncio.get_running_loop()
+        start, received, complete = loop.time(), 0, False
+
+        async def timed() -> dict:
+            nonlocal received, complete
+            if complete:  # past the body: a disconnect watch waits as long as it likes
+                return await receive()
+            due = start + self.seconds * max(1.0, received / (1 << 20))
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, due - loop.time()))
+            except asyncio.TimeoutError:
+                raise ServeError(408, f"the request body did not arrive in time ({received} bytes in "
+                                      f"{loop.time() - start:.0f} s; this server waits {self.seconds:g} s per MiB, "
+                                      "--body-timeout)", {"Connection": "close"}) from None
+            received += len(message.get("body", b""))
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        await self.app(scope, timed, send)
+
+
+#: what the server logs at start without weights: the command line's warning, in the command line's words
+RANDOM_WEIGHTS_LOG = RANDOM_WEIGHTS_WARNING.replace("no weights given", "no --weights given").replace(
+    "weights=PATH", "--weights PATH")
+
+
+class AnswerHeaders:
+    """Add ``headers`` to every answer of the app (its errors included)."""
+
+    def __init__(self, app: Any, headers: dict[str, str]):
+        self.app, self._headers = app, [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        async def with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self._headers]}
+            await send(message)
+
+        await self.app(scope, receive, with_headers if scope["type"] == "http" else send)
+
+
+class CatchAll:
+    """Answer an error no handler knows with one JSON line (500) and keep the connection: the client's next request
+    on it is served (an exception left to the server would close it under the client). A request cut short while
+    the server stops (uvicorn cancels what is left once its graceful shutdown has run out) gets 503, not 500."""
+
+    def __init__(self, app: Any, stopping: Callable[[], bool] = lambda: False):
+        self.app, self._stopping = app, stopping
+
+    @staticmethod
+    async def _answer(send: Callable, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                *headers]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except asyncio.CancelledError:
+            if not self._stopping():
+                raise
+            if not started:  # the task ends here, answered: uvicorn would otherwise send a plain 500
+                await self._answer(send, 503, _STOPPING, [(b"retry-after", str(_STOPPING_RETRY).encode()),
+                                                          (b"connection", b"close")])
+        except Exception as e:  # noqa: BLE001 - the last line of defence: logged here, one line to the client
+            logger.exception("internal error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await self._answer(send, 500, f"internal server error ({type(e).__name__}); the server logged it", [])
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def _detail(request: Request, text: Any) -> str:
+    """One line, without the server's own paths: its scratch files (an upload, a download) are "the image", and the
+    folder of --data-dir is named by the flag (the client gave the path under it)."""
+    state = request.app.state.vista3d
+    text = _one_line(text)
+    if state.work_dir is not None:
+        text = re.sub(re.escape(str(state.work_dir)) + r"[^\s'\",;:]*", "the image", text)
+    if state.settings.data_dir is not None:
+        text = text.replace(str(state.settings.data_dir), "--data-dir")
+    return text
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, e: ServeError) -> Response:
-        return JSONResponse({"detail": e.message}, status_code=e.status, headers=e.headers)
+        return JSONResponse({"detail": _detail(request, e.message)}, status_code=e.status, headers=e.headers)
 
     @app.exception_handler(Vista3DInputError)
     async def _input_error(request: Request, e: Vista3DInputError) -> Response:
-        return JSONResponse({"detail": _one_line(e)}, status_code=422)
+        return JSONResponse({"detail": _detail(request, e)}, status_code=422)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError) -> Response:
         first = e.errors()[0] if e.errors() else {"loc": (), "msg": "invalid request"}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, status_code=422)
+        return JSONResponse({"detail": _detail(request, f"{where}: {first.get('msg')}")}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:
@@ -147,23 +266,25 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": message}, status_code=e.status_code, headers=getattr(e, "headers", None))
 
     @app.exception_handler(ClientGone)
-    async def _gone(request: Request, e: ClientGone) -> Response:
+    @app.exception_handler(ClientDisconnect)  # gone while its body was being read
+    async def _gone(request: Request, e: Exception) -> Response:
         return Response(status_code=499)  # nobody reads it: the client has gone
 
     @app.exception_handler(JobCancelled)
     async def _cancelled(request: Request, e: JobCancelled) -> Response:
-        return JSONResponse({"detail": "the request was cancelled (the server is stopping)"}, status_code=503)
+        return JSONResponse({"detail": _STOPPING}, status_code=503, headers={"Retry-After": str(_STOPPING_RETRY)})
 
     @app.exception_handler(torch.cuda.OutOfMemoryError)
     async def _oom(request: Request, e: Exception) -> Response:
         return JSONResponse({"detail": "out of GPU memory for this image; retry later, or start the server with a "
                                        "smaller --sw-batch-size"}, status_code=503, headers={"Retry-After": "10"})
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, e: Exception) -> Response:
-        logger.exception("internal error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": f"internal server error ({type(e).__name__}); the server logged it"},
-                            status_code=500)
+
+def begin_shutdown(app: FastAPI) -> None:
+    """The server is stopping (uvicorn has stopped accepting): waiting requests are answered 503 now, the running
+    job has --shutdown-timeout seconds to finish before it is cancelled (503 too)."""
+    state: ServerState = app.state.vista3d
+    state.worker.drain(state.settings.limits.shutdown_timeout)
 
 
 def create_app(
@@ -184,20 +305,24 @@ def create_app(
         warm_up: one forward on blank windows before the server turns ready.
     """
     limits = settings.limits
-    worker = ModelWorker(pipeline_factory or settings.model.build, limits.queue_size, warm_up, on_failure)
-    state = ServerState(settings, worker, SessionStore(limits.max_sessions, limits.session_ttl, clock))
+    worker = ModelWorker(pipeline_factory or settings.model.build, limits.queue_size, warm_up, on_failure,
+                         per_client=limits.max_queue_per_client)
+    sessions = SessionStore(limits.max_sessions, limits.session_ttl, clock, per_client=limits.max_sessions_per_client)
+    state = ServerState(settings, worker, sessions)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         made = settings.work_dir is None
         state.work_dir = Path(tempfile.mkdtemp(prefix="vista3d-serve-")) if made else settings.work_dir
+        if settings.random_weights:
+            logger.warning(RANDOM_WEIGHTS_LOG)
         worker.start()
         sweeper = asyncio.ensure_future(sweep_sessions(state.sessions))
         try:
             yield
         finally:
             sweeper.cancel()
-            await asyncio.get_running_loop().run_in_executor(None, worker.stop)
+            await asyncio.get_running_loop().run_in_executor(None, worker.stop, _STOP_JOIN)
             if made:
                 shutil.rmtree(state.work_dir, ignore_errors=True)
 
@@ -209,7 +334,11 @@ def create_app(
     app.include_router(router)
     app.include_router(monailabel_router)  # 3D Slicer's MONAI Label module: /info/, /infer/{model}, ...
     _install_error_handlers(app)
+    app.add_middleware(CatchAll, stopping=lambda: worker.stopping)  # added first: the innermost
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(BodyDeadline, seconds=limits.body_timeout)
     if settings.token is not None:
-        app.add_middleware(BearerAuth, token=settings.token)  # added last: it runs first
+        app.add_middleware(BearerAuth, token=settings.token)
+    if settings.random_weights:  # outermost: the refusals above carry it too
+        app.add_middleware(AnswerHeaders, headers={"X-Vista3D-Weights": "random"})
     return app

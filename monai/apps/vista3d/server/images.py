@@ -15,7 +15,8 @@ archive of one DICOM series where the ``dicom`` extra is (checked by :mod:`~.dic
 voxels its header claims (refused over ``--max-voxels`` before anything is inflated) and, for compressed data,
 how many bytes its stream should inflate to; :func:`check_inflated_size` counts them, stopping one MiB past that,
 so a gzip bomb costs at most that (the server counts what a client sends). :func:`load_nrrd` reads an NRRD volume
-and its RAS affine, :func:`write_label_map` writes a label map (or a box of it) in the input's format and geometry.
+and its RAS affine, :func:`write_label_map` writes a label map (or a box of it) in the input's geometry, in its
+format or the one the request's ``output`` asks for (:class:`AnswerFormat`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ from ..io.nifti_write import save_label_map
 from .dicom_zip import inspect_dicom_zip
 from .errors import ServeError
 
-__all__ = ["ImageInfo", "LoadedImage", "inspect_image", "check_inflated_size", "load_nrrd", "write_label_map",
-           "zip_one", "safe_stem", "nrrd_available"]
+__all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
+           "write_label_map", "zip_one", "safe_stem", "nrrd_available"]
 
 _CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
 _SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
@@ -306,36 +307,83 @@ def load_nrrd(path: Path) -> tuple[torch.Tensor, np.ndarray, dict[str, Any]]:
 
 
 # ---------------------------------------------------------------------------------------------- answers
+@dataclass(frozen=True)
+class AnswerFormat:
+    """What a request's ``output`` options ask of the answer's file.
+
+    Attributes:
+        suffix: ``.nii.gz``, ``.nii`` or ``.nrrd``; None: the input's own format.
+        dtype: the voxel type (label ids fit uint8, the default).
+        ignored: the ``output`` keys this server does not use (named back to the client).
+    """
+
+    suffix: str | None = None
+    dtype: str = "uint8"
+    ignored: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, output: Any) -> AnswerFormat:
+        """The format of an ``OutputOptions`` (None: the defaults); 415 for NRRD without ``pynrrd``."""
+        if output is None:
+            return cls()
+        if output.extension == ".nrrd" and not nrrd_available():
+            raise ServeError(415, "NRRD answers need pynrrd on the server (pip install 'monai[nrrd]'); ask for "
+                                  "\".nii.gz\"")
+        return cls(output.extension, output.dtype or "uint8", tuple(output.ignored()))
+
+    def note(self) -> dict[str, str]:
+        """The ``X-Vista3D-Note`` header naming the ignored ``output`` keys (none: no header)."""
+        return {"X-Vista3D-Note": f"ignored: {', '.join(self.ignored)}"} if self.ignored else {}
+
+
+def _nrrd_placement(geometry: ImageGeometry) -> dict[str, Any]:
+    """NRRD placement fields of a NIfTI grid: RAS space, one direction per voxel axis, the first voxel's origin."""
+    return {"space": "right-anterior-superior", "space directions": geometry.affine[:3, :3].T.copy(),
+            "space origin": geometry.affine[:3, 3].copy()}
+
+
+def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, ...]) -> ImageGeometry:
+    """The NIfTI geometry of an NRRD grid (RAS affine from its space, directions and origin; a fresh header)."""
+    to_ras = _to_ras(placement["space"])
+    affine = np.eye(4)
+    affine[:3, :3] = to_ras @ np.asarray(placement["space directions"], dtype=np.float64).T
+    affine[:3, 3] = to_ras @ np.asarray(placement["space origin"], dtype=np.float64)
+    return ImageGeometry(affine=affine, spatial_shape=tuple(shape), header=None, filename=None,
+                         dtype=np.dtype(np.uint8))
+
+
 def _write_nrrd(labels: np.ndarray, placement: dict[str, Any], origin: np.ndarray, path: Path) -> None:
     import nrrd
 
-    header = {"type": "uint8", "dimension": 3, "space": placement["space"],
+    header = {"dimension": 3, "space": placement["space"],  # the voxel type: pynrrd's, from the array's
               "space directions": placement["space directions"], "space origin": origin,
               "kinds": ["domain"] * 3, "encoding": "gzip"}
     nrrd.write(str(path), np.asfortranarray(labels), header, index_order="F", compression_level=1)
 
 
 def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
-                    box: tuple[slice, slice, slice] | None = None) -> Path:
-    """Write ``labels`` (``[X, Y, Z]`` on the input grid), or its ``box``, as uint8 in the image's format and
-    geometry (a box keeps its place in the world: the origin moves to its first voxel), atomically."""
+                    box: tuple[slice, slice, slice] | None = None, dtype: str = "uint8") -> Path:
+    """Write ``labels`` (``[X, Y, Z]`` on the input grid), or its ``box``, as ``dtype`` in the format ``path``'s
+    suffix names (NIfTI or NRRD, from either input format) and the image's geometry (a box keeps its place in the
+    world: the origin moves to its first voxel), atomically."""
     box = box or (slice(None),) * 3
     part = labels[box]
     start = np.array([s.start or 0 for s in box], dtype=np.float64)
-    if image.format == "nifti":
-        geom: ImageGeometry = image.geometry
+    if not path.name.endswith(".nrrd"):
+        geom: ImageGeometry = (image.geometry if image.format == "nifti"
+                               else _nifti_geometry(image.geometry, image.shape))
         affine = geom.affine.copy()
         affine[:3, 3] += affine[:3, :3] @ start
         sub = ImageGeometry(affine=affine, spatial_shape=tuple(part.shape), header=geom.header, filename=None,
                             dtype=geom.dtype)
-        return Path(save_label_map(part, sub, path, dtype="uint8"))
-    placement = image.geometry
+        return Path(save_label_map(part, sub, path, dtype=dtype))
+    placement = image.geometry if image.format == "nrrd" else _nrrd_placement(image.geometry)
     origin = placement["space origin"] + np.asarray(placement["space directions"]).T @ start
     fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
     os.close(fd)
     try:
         values = part.to(torch.uint8).cpu().numpy() if isinstance(part, torch.Tensor) else part.astype(np.uint8)
-        _write_nrrd(values, placement, origin, Path(tmp))
+        _write_nrrd(values.astype(dtype), placement, origin, Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -12,15 +12,17 @@
 
 The NIM's: ``GET /v1/health/live``, ``GET /v1/health/ready``, ``GET /v1/license``, ``GET /v1/vista3d/info``,
 ``POST /v1/vista3d/inference``. This server's: ``POST /v1/vista3d/sessions``, ``GET|DELETE
-/v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model takes a
-slot first (429 when the queue is full), then reads or fetches its image into its own scratch folder, checks it,
-and waits for its job; the answer file is written off the model's thread and the folder is removed once sent.
+/v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model reads its
+whole body first (an upload into its own scratch folder; :class:`~.app.BodyDeadline` bounds how long that may take)
+and checks it; only then does it take a place in the queue (429 when full), fetch a URL's image, check the image
+and wait for its job; the answer file is written off the model's thread and the folder is removed once sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -42,6 +44,7 @@ from . import jobs
 from .errors import ServeError
 from .fetch import confined_path, download, has_scheme, receive_form
 from .images import (
+    AnswerFormat,
     LoadedImage,
     check_inflated_size,
     inspect_image,
@@ -50,18 +53,22 @@ from .images import (
     write_label_map,
     zip_one,
 )
+from .outputs import publish
 from .schemas import (
     ClickRequest,
     InferenceRequest,
     SessionRequest,
+    load_json,
     nim_prompt,
+    openapi_body,
     parse_body,
+    prompt_sizes,
 )
 from .sessions import SessionEntry, SessionStore
-from .settings import ServerSettings
+from .settings import Limits, ServerSettings
 from .worker import ModelWorker
 
-__all__ = ["router", "ServerState"]
+__all__ = ["router", "ServerState", "client_of"]
 
 router = APIRouter()
 
@@ -88,6 +95,12 @@ def _state(request: Request) -> ServerState:
     return request.app.state.vista3d
 
 
+def client_of(request: Request) -> str:
+    """Who sent a request, for the per-client shares and the sessions' owners: its address (as uvicorn reads it,
+    from a trusted proxy's ``X-Forwarded-For`` where one forwards it)."""
+    return request.client.host if request.client is not None else ""
+
+
 async def read_json(request: Request) -> Any:
     """The request's JSON body (at most 1 MiB; 400 when it is not JSON, 415 for another content type)."""
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -102,10 +115,7 @@ async def read_json(request: Request) -> Any:
                                   "multipart/form-data")
     if not body:
         raise ServeError(400, "the request has no body: send a JSON object (see the API reference)")
-    try:
-        return json.loads(body)
-    except ValueError as e:
-        raise ServeError(400, f"the request body is not valid JSON ({e})") from None
+    return load_json(body)
 
 
 def _is_form(request: Request) -> bool:
@@ -126,8 +136,12 @@ class _Request:
     def __init__(self, state: ServerState, request: Request):
         self.state, self.request = state, request
         self.folder = state.scratch()
-        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
+        self.deadline = math.inf
         self._gone: asyncio.Task | None = None
+
+    def body_received(self) -> None:
+        """Start the request's clock (--request-timeout): its body is in, its work begins."""
+        self.deadline = asyncio.get_running_loop().time() + self.state.settings.limits.request_timeout
 
     def gone(self) -> asyncio.Task:
         if self._gone is None:
@@ -167,17 +181,25 @@ async def _image_of(ctx: _Request, model: type, text_fields: tuple[str, ...]) ->
         if form.file is None:
             raise ServeError(422, "the form has no complete 'image' file part: upload the image as 'image'")
         fields: dict[str, Any] = dict(form.fields)
-        if "prompts" in fields:
-            try:
-                fields["prompts"] = json.loads(fields["prompts"])
-            except ValueError as e:
-                raise ServeError(400, f"form field 'prompts' is not valid JSON ({e})") from None
+        for key in ("prompts", "output", "statistics"):  # JSON in a text field (statistics: true or false)
+            if key in fields:
+                fields[key] = load_json(fields[key], f"form field {key!r}")
         return parse_body(model, fields), form.file, safe_stem(form.filename or "image")
     body = parse_body(model, await read_json(ctx.request))
     if not body.image:
         raise ServeError(422, "field 'image' is required: an http(s) URL, a path under --data-dir, or upload the "
                               "file as multipart/form-data")
     return body, None, ""
+
+
+def check_sizes(limits: Limits, points: int, classes: int) -> None:
+    """Refuse (413) more points or classes than the server's limits allow, before anything else is done."""
+    if points > limits.max_points:
+        raise ServeError(413, f"the request has {points} points, more than this server takes (--max-points "
+                              f"{limits.max_points}); send fewer points")
+    if classes > limits.max_classes:
+        raise ServeError(413, f"the request lists {classes} classes, more than this server takes (--max-classes "
+                              f"{limits.max_classes}); send fewer, or 'everything' by leaving the classes out")
 
 
 def _timing_header(timings: dict[str, float]) -> str:
@@ -236,7 +258,8 @@ async def ready(request: Request) -> Response:
         worker.check_ready()
     except ServeError as e:
         return JSONResponse({"status": worker.state, "detail": e.message}, status_code=e.status, headers=e.headers)
-    return JSONResponse({"status": "ready"})
+    return JSONResponse({"status": "ready", "weights": "random" if _state(request).settings.random_weights
+                         else "loaded"})
 
 
 @router.get("/v1/license")
@@ -244,6 +267,13 @@ async def license_info() -> dict:
     return {"license": "Apache-2.0", "url": "https://www.apache.org/licenses/LICENSE-2.0",
             "note": "this server's code; the VISTA3D checkpoint it serves carries the license of the MONAI model zoo's "
                     "vista3d bundle"}
+
+
+def _weights(settings: ServerSettings) -> str | None:
+    """The checkpoint's file name, ``"random"`` without one, None for a network the caller built."""
+    if settings.random_weights:
+        return "random"
+    return Path(settings.model.weights).name if settings.model.weights else None
 
 
 @router.get("/v1/vista3d/info")
@@ -258,30 +288,44 @@ async def info(request: Request) -> dict:
         "version": __version__,
         "model": {"network": "vista3d132", "embed_dim": embed_dim_of(model.network_kwargs),
                   "roi_size": list(model.options.roi_size),
-                  "weights": Path(model.weights).name if model.weights else None, "state": state.worker.state},
+                  "weights": _weights(state.settings), "state": state.worker.state},
         "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
         "everything": everything_labels(),
         "formats": ["nifti"] + (["nrrd"] if nrrd_available() else []),
-        "limits": {"max_voxels": limits.max_voxels, "queue_size": limits.queue_size,
+        "limits": {"max_voxels": limits.max_voxels, "max_points": limits.max_points,
+                   "max_classes": limits.max_classes, "queue_size": limits.queue_size,
                    "request_timeout_s": limits.request_timeout, "session_ttl_s": limits.session_ttl,
-                   "max_sessions": limits.max_sessions},
+                   "max_sessions": limits.max_sessions, "body_timeout_s_per_mib": limits.body_timeout,
+                   "max_queue_per_client": limits.max_queue_per_client,
+                   "max_sessions_per_client": limits.max_sessions_per_client},
     }
 
 
-@router.post("/v1/vista3d/inference")
+_JSON_FIELD = "JSON, as the JSON body's field of this name"
+
+
+@router.post("/v1/vista3d/inference", openapi_extra=openapi_body(InferenceRequest, {
+    "prompts": _JSON_FIELD, "output": _JSON_FIELD, "local_working_dir": "a folder under --data-dir",
+    "statistics": "true: statistics.json in the zip answer (JSON: true or false)"}))
 async def inference(request: Request) -> Response:
     state = _state(request)
-    async with state.worker.reserve() as slot:  # 503/429 before anything is read
-        ctx, keep = _Request(state, request), False
-        try:
-            body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "statistics"))
-            prompt = nim_prompt(body.prompts)
-            out_dir = None
-            if body.local_working_dir:
-                out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
-            if body.statistics and out_dir is None and _wants(request, "zip") != "zip":
-                raise ServeError(406, "statistics come as statistics.json in the zip answer: accept application/zip "
-                                      "(the default), or leave statistics out")
+    state.worker.check_ready()  # 503 before the body is read
+    ctx, keep = _Request(state, request), False
+    try:
+        # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
+        body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output",
+                                                                   "statistics"))
+        ctx.body_received()
+        check_sizes(state.settings.limits, *prompt_sizes(body.prompts))
+        prompt = nim_prompt(body.prompts)
+        answer = AnswerFormat.of(body.output)
+        out_dir = None
+        if body.local_working_dir:
+            out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+        if body.statistics and out_dir is None and _wants(request, "zip") != "zip":
+            raise ServeError(406, "statistics come as statistics.json in the zip answer: accept application/zip "
+                                  "(the default), or leave statistics out")
+        async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             start = time.perf_counter()
@@ -289,42 +333,51 @@ async def inference(request: Request) -> Response:
             check = time.perf_counter() - start
             labels, loaded, timings, stats = await slot.run(jobs.segment(path, fmt, name, prompt, body.statistics),
                                                             ctx.deadline, ctx.gone())
-            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{loaded.suffix}"
+            suffix = answer.suffix or loaded.suffix
+            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{suffix}"
             start = time.perf_counter()
-            out = await run_in_threadpool(write_label_map, labels, loaded, (out_dir or ctx.folder) / fname)
+            out = await run_in_threadpool(write_label_map, labels, loaded, ctx.folder / fname, None, answer.dtype)
+            if out_dir is not None:  # its own name there: never over another file, another client's answer
+                out = await run_in_threadpool(publish, out, out_dir, fname)
             more: tuple[tuple[Path, str], ...] = ()
-            if stats is not None:
-                stats_file = (out_dir or ctx.folder) / f"{loaded.name}_statistics.json"
-                more = ((await run_in_threadpool(_write_statistics, stats, loaded.name, fname, stats_file),
-                         "statistics.json"),)
+            if stats is not None:  # named after the label map it describes (in local_working_dir, as published)
+                stats_file = await run_in_threadpool(_write_statistics, stats, loaded.name, out.name,
+                                                     ctx.folder / f"{out.name[:-len(suffix)]}_statistics.json")
+                if out_dir is not None:
+                    stats_file = await run_in_threadpool(publish, stats_file, out_dir, stats_file.name)
+                more = ((stats_file, "statistics.json"),)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
             spent = {"check": check, **timings, "write": time.perf_counter() - start}
-            headers = {"Server-Timing": _timing_header(spent)}
+            headers = {"Server-Timing": _timing_header(spent), **answer.note()}
             if out_dir is not None:
                 return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
-                                     **({"statistics": str(more[0][0])} if more else {})}, headers=headers)
+                                     **({"statistics": str(more[0][0])} if more else {}),
+                                     **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
             keep = True
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
-        finally:
-            ctx.close(keep)
+    finally:
+        ctx.close(keep)
 
 
 # ------------------------------------------------------------------------------------------ click sessions
-@router.post("/v1/vista3d/sessions", status_code=201)
+@router.post("/v1/vista3d/sessions", status_code=201, openapi_extra=openapi_body(SessionRequest, {}))
 async def create_session(request: Request) -> Response:
     state = _state(request)
-    async with state.worker.reserve() as slot:
-        ctx = _Request(state, request)
-        try:
-            body, path, name = await _image_of(ctx, SessionRequest, ())
+    state.worker.check_ready()
+    ctx = _Request(state, request)
+    try:
+        body, path, name = await _image_of(ctx, SessionRequest, ())  # the body before the place, as inference
+        ctx.body_received()
+        async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
                 path, name = await _obtain(ctx, body.image)
             fmt = await _checked(ctx, path)
             session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
-            sid = state.sessions.add(SessionEntry(session, loaded))
-        finally:
-            ctx.close(False)
-    return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid)), status_code=201)
+            sid = state.sessions.add(SessionEntry(session, loaded, owner=client_of(request)))
+    finally:
+        ctx.close(False)
+    return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid, client_of(request))),
+                        status_code=201)
 
 
 def _session_info(store: SessionStore, sid: str, entry: SessionEntry) -> dict:
@@ -337,12 +390,12 @@ def _session_info(store: SessionStore, sid: str, entry: SessionEntry) -> dict:
 @router.get("/v1/vista3d/sessions/{session_id}")
 async def session_info(session_id: str, request: Request) -> dict:
     store = _state(request).sessions
-    return _session_info(store, session_id, store.get(session_id))
+    return _session_info(store, session_id, store.get(session_id, client_of(request)))
 
 
 @router.delete("/v1/vista3d/sessions/{session_id}", status_code=204)
 async def delete_session(session_id: str, request: Request) -> Response:
-    _state(request).sessions.remove(session_id)
+    _state(request).sessions.remove(session_id, client_of(request))
     return Response(status_code=204)
 
 
@@ -359,15 +412,22 @@ def changed_box(before: torch.Tensor | None, after: torch.Tensor) -> tuple[slice
     return tuple(box)
 
 
-@router.post("/v1/vista3d/sessions/{session_id}/clicks")
+@router.post("/v1/vista3d/sessions/{session_id}/clicks", openapi_extra=openapi_body(ClickRequest))
 async def clicks(session_id: str, request: Request) -> Response:
     state = _state(request)
-    entry = state.sessions.get(session_id)
+    entry = state.sessions.get(session_id, client_of(request))
     body: ClickRequest = parse_body(ClickRequest, await read_json(request))
+    limits = state.settings.limits
+    check_sizes(limits, len(body.points), 0)
+    object_points = len(body.points) + (0 if body.reset else entry.session.clicks)
+    if object_points > limits.max_points:  # every click of the object goes to the network again
+        raise ServeError(413, f"the session's object would have {object_points} points, more than this server "
+                              f"takes (--max-points {limits.max_points}); start a new object with \"reset\": true")
     labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
-    async with state.worker.reserve() as slot, entry.lock:
+    async with state.worker.reserve(client_of(request)) as slot, entry.lock:
         ctx, keep = _Request(state, request), False
+        ctx.body_received()
         try:
             job = jobs.click(entry.session, body.points, labels, body.object_class, body.reset)
             label_map = await slot.run(job, ctx.deadline, ctx.gone())

@@ -11,9 +11,11 @@
 """The click sessions a server holds: a bounded number, each living ``ttl`` seconds after its last use.
 
 A session is one :class:`~monai.apps.vista3d.core.session.Vista3DSession` (the image preprocessed once, the clicks and
-previous logits of the current object) with what the server needs to answer in the image's own format. When the
-store is full a new session evicts the least recently used one; a request for a session that was evicted, has
-expired or was deleted gets 410 with the reason, an id never issued gets 404.
+previous logits of the current object) with what the server needs to answer in the image's own format. A session
+belongs to the client that opened it: another client's requests for it get 404, as for an id never issued. A client
+holds at most ``per_client`` sessions (a new one past that evicts its own least recently used); when the store is
+full a new session evicts the least recently used one of all. A request for a session that was evicted, has
+expired or was deleted gets 410 with the reason.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ class SessionEntry:
         previous: the label map of the last click (uint8, input grid) for the changed-box answers; None
             before the first click (every voxel unknown).
         last_used: clock time of the last request.
+        owner: the client that opened it (its address).
     """
 
     session: Any
     image: Any
     previous: Any = None
     last_used: float = 0.0
+    owner: str = ""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one click of a session at a time
 
 
@@ -61,25 +65,27 @@ class SessionStore:
         ttl: seconds a session lives after its last use.
         clock: seconds, monotonic (``time.monotonic``; tests pass their own).
         remembered: how many ended sessions are remembered to say why they are gone.
+        per_client: sessions one client may hold (None: all of them).
     """
 
     def __init__(self, max_sessions: int, ttl: float, clock: Callable[[], float] = time.monotonic,
-                 remembered: int = 4096) -> None:
+                 remembered: int = 4096, per_client: int | None = None) -> None:
         self.max_sessions = max_sessions
         self.ttl = ttl
         self.clock = clock
+        self.per_client = per_client or max_sessions
         self._remembered = remembered
         self._lock = threading.Lock()
         self._live: OrderedDict[str, SessionEntry] = OrderedDict()
-        self._ended: OrderedDict[str, str] = OrderedDict()  # id -> why it is gone
+        self._ended: OrderedDict[str, tuple[str, str]] = OrderedDict()  # id -> (owner, why it is gone)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._live)
 
     def _end(self, session_id: str, why: str) -> None:
-        self._live.pop(session_id, None)
-        self._ended[session_id] = why
+        entry = self._live.pop(session_id, None)
+        self._ended[session_id] = (entry.owner if entry is not None else "", why)
         while len(self._ended) > self._remembered:
             self._ended.popitem(last=False)
 
@@ -98,9 +104,14 @@ class SessionStore:
             return self._sweep_locked()
 
     def add(self, entry: SessionEntry) -> str:
-        """Hold ``entry`` under a new id, evicting the least recently used session when full."""
+        """Hold ``entry`` under a new id: past its owner's share the owner's least recently used session is evicted,
+        and when the store is full the least recently used of all."""
         with self._lock:
             self._sweep_locked()
+            own = [sid for sid, e in self._live.items() if e.owner == entry.owner]
+            if len(own) >= self.per_client:
+                self._end(own[0], f"evicted: one client holds at most {self.per_client} sessions "
+                                  "(--max-sessions-per-client) and it was that client's least recently used")
             while len(self._live) >= self.max_sessions:
                 oldest = next(iter(self._live))
                 self._end(oldest, f"evicted: the server holds at most {self.max_sessions} sessions "
@@ -110,23 +121,26 @@ class SessionStore:
             self._live[sid] = entry
             return sid
 
-    def get(self, session_id: str) -> SessionEntry:
-        """The session (now the most recently used); 404 for an unknown id, 410 for one that ended."""
+    def get(self, session_id: str, owner: str = "") -> SessionEntry:
+        """``owner``'s session (now the most recently used); 404 for an id never issued or another client's, 410
+        for one that ended."""
         with self._lock:
             self._sweep_locked()
             entry = self._live.get(session_id)
             if entry is None:
-                why = self._ended.get(session_id)
-                if why is None:
+                ended = self._ended.get(session_id)
+                if ended is None or ended[0] != owner:
                     raise ServeError(404, f"no session {session_id!r}: {_CREATE}")
-                raise ServeError(410, f"session {session_id!r} was {why}; {_CREATE}")
+                raise ServeError(410, f"session {session_id!r} was {ended[1]}; {_CREATE}")
+            if entry.owner != owner:  # the same answer as an unknown id: nothing is said of another client's
+                raise ServeError(404, f"no session {session_id!r}: {_CREATE}")
             entry.last_used = self.clock()
             self._live.move_to_end(session_id)
             return entry
 
-    def remove(self, session_id: str) -> None:
-        """End a session (404/410 as :meth:`get`)."""
-        self.get(session_id)
+    def remove(self, session_id: str, owner: str = "") -> None:
+        """End ``owner``'s session (404/410 as :meth:`get`)."""
+        self.get(session_id, owner)
         with self._lock:
             self._end(session_id, "deleted")
 

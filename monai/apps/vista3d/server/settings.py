@@ -52,8 +52,25 @@ class Limits:
         max_body_bytes: request body (an upload included).
         max_download_bytes: an image fetched from a URL.
         max_voxels: voxels of an image, read from its header before anything is inflated.
+        max_points: point prompts of one request, and of one click session's object (each point is a window and
+            every window sees every point: the cost grows with the square).
+        max_classes: entries of one request's class list.
         queue_size: requests that may wait behind the one the model is running (more get 429).
-        request_timeout: seconds from a request's arrival to its answer (more: 504, and its work is dropped).
+        request_timeout: seconds from a request's body having arrived to its answer (more: 504, and its work is
+            dropped).
+        body_timeout: seconds a request's headers may take, and its body per MiB (at least this long for any
+            body): a body must arrive before the request takes a place in the queue; a slower one gets 408.
+        keep_alive: seconds an idle connection is kept after an answer.
+        shutdown_timeout: seconds the running job may take to finish once the server is told to stop (SIGTERM);
+            then it is cancelled. Waiting requests are answered 503 at once, and every request by this time plus
+            two seconds.
+        max_connections: connections open at once (more: 503 and closed).
+        max_connections_per_client: connections from one address at once (default a quarter of
+            ``max_connections``).
+        max_queue_per_client: queue places (running or waiting) one client may hold at once (default half of
+            ``queue_size + 1``, rounded up); a client is its address.
+        max_sessions_per_client: click sessions one client may hold (default half of ``max_sessions``, rounded
+            up); a new one past it evicts that client's least recently used, never another's.
         session_ttl: seconds a click session lives after its last use.
         max_sessions: sessions held at once (the least recently used is evicted for a new one).
     """
@@ -61,19 +78,41 @@ class Limits:
     max_body_bytes: int = 1024 * _MIB
     max_download_bytes: int = 1024 * _MIB
     max_voxels: int = 1 << 30
+    max_points: int = 64
+    max_classes: int = 132
     queue_size: int = 8
     request_timeout: float = 600.0
     session_ttl: float = 1800.0
     max_sessions: int = 8
+    shutdown_timeout: float = 10.0
+    body_timeout: float = 5.0
+    keep_alive: float = 5.0
+    max_connections: int = 100
+    max_connections_per_client: int | None = None
+    max_queue_per_client: int | None = None
+    max_sessions_per_client: int | None = None
 
     def __post_init__(self) -> None:
+        derived = {"max_connections_per_client": max(1, self.max_connections // 4),
+                   "max_queue_per_client": max(1, -(-(self.queue_size + 1) // 2)),
+                   "max_sessions_per_client": max(1, -(-self.max_sessions // 2))}
+        for name, value in derived.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
         for name, flag in (("max_body_bytes", "--max-body-mb"), ("max_download_bytes", "--max-download-mb"),
-                           ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions")):
+                           ("max_voxels", "--max-voxels"), ("max_sessions", "--max-sessions"),
+                           ("max_points", "--max-points"), ("max_classes", "--max-classes"),
+                           ("max_connections", "--max-connections"),
+                           ("max_connections_per_client", "--max-connections-per-client"),
+                           ("max_queue_per_client", "--max-queue-per-client"),
+                           ("max_sessions_per_client", "--max-sessions-per-client")):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag} must be positive, got {getattr(self, name)}")
         if self.queue_size < 0:
             raise ValueError(f"--queue-size must be >= 0, got {self.queue_size}")
-        for name, flag in (("request_timeout", "--request-timeout"), ("session_ttl", "--session-ttl")):
+        for name, flag in (("request_timeout", "--request-timeout"), ("session_ttl", "--session-ttl"),
+                           ("body_timeout", "--body-timeout"), ("keep_alive", "--keep-alive"),
+                           ("shutdown_timeout", "--shutdown-timeout")):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag} must be a positive number of seconds, got {getattr(self, name)}")
 
@@ -136,6 +175,11 @@ class ServerSettings:
                 raise ValueError(f"{flag} {folder}: no such folder")
             # symlinks resolved once: every confinement check compares real paths
             object.__setattr__(self, name, Path(os.path.realpath(folder)))
+
+    @property
+    def random_weights(self) -> bool:
+        """True when the network is built here without weights: every answer is a meaningless label map."""
+        return self.model.weights is None and self.model.network is None
 
     @classmethod
     def create(cls, allow_url_hosts: Sequence[str] = (), **kwargs: Any) -> ServerSettings:

@@ -14,8 +14,9 @@
 the server already answers ``/v1/health/live``), then runs jobs one at a time in the order they were submitted.
 A request first takes a :class:`Slot` (at most ``queue_size + 1`` are held: one running, the rest waiting; one
 more is refused with 429 before its image is even fetched), then runs its job through it. A request that times
-out or whose client disconnects cancels its job: a queued job is dropped, a running one stops at its next network
-call (a forward pre-hook checks the flag), and the slot is free at once.
+out or whose client disconnects cancels its job: a queued job is dropped, a running one stops before its next
+window (the pipeline's window loop runs the job's check: :func:`~..core.progress.stop_between_windows`), and the
+slot is free at once.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ import logging
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
-import torch
-
+from ..core.progress import stop_between_windows
 from .errors import ServeError
 
 __all__ = ["ModelWorker", "Slot", "JobCancelled", "ClientGone"]
@@ -43,7 +43,7 @@ LOADING_RETRY_AFTER = 5
 
 
 class JobCancelled(Exception):
-    """Raised inside a running job at its next network call once its request has given up."""
+    """Raised inside a running job before its next window once its request has given up."""
 
 
 class ClientGone(Exception):
@@ -55,6 +55,11 @@ class _Job:
         self.fn = fn
         self.future: Future = Future()
         self.cancel = threading.Event()
+
+    def check(self) -> None:
+        """Stop the job (between two windows) once its request has given up."""
+        if self.cancel.is_set():
+            raise JobCancelled("the request was cancelled")
 
 
 def _one_line(e: BaseException) -> str:
@@ -70,6 +75,7 @@ class ModelWorker:
         queue_size: jobs that may wait behind the running one.
         warm_up: run one network call on blank windows before turning ready (kernels chosen and compiled).
         on_failure: called with the exception when the pipeline cannot be built (the CLI stops the server).
+        per_client: slots one client may hold at once (None: all of them).
     """
 
     def __init__(
@@ -78,9 +84,12 @@ class ModelWorker:
         queue_size: int,
         warm_up: bool = True,
         on_failure: Callable[[BaseException], None] | None = None,
+        per_client: int | None = None,
     ) -> None:
         self._factory = factory
         self.capacity = queue_size + 1
+        self.per_client = per_client or self.capacity
+        self._held_by: Counter[str] = Counter()
         self._warm_up = warm_up
         self._on_failure = on_failure
         self._cond = threading.Condition()
@@ -99,19 +108,48 @@ class ModelWorker:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self, timeout: float | None = 30.0) -> None:
-        """Drop the queued jobs, let the running one stop at its next network call, and end the thread."""
+    def drain(self, timeout: float) -> None:
+        """Stop taking work: new reservations get 503, waiting jobs end at once with :class:`JobCancelled` (their
+        requests answer 503), and the running job has ``timeout`` seconds to finish before it is cancelled (it
+        stops before its next window). The thread ends after it."""
         with self._cond:
             self._stopping = True
-            for job in self._jobs:
-                job.cancel.set()
-                job.future.cancel()
-            self._jobs.clear()
+            self._drop_waiting()
+            current = self._current
+            self._cond.notify_all()
+        if current is not None:
+            timer = threading.Timer(timeout, current.cancel.set)
+            timer.daemon = True
+            timer.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        """Drop the queued jobs, let the running one stop before its next window, and end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._drop_waiting()
             if self._current is not None:
                 self._current.cancel.set()
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        """True while the model's thread runs (loading, serving, or finishing a window after a stop)."""
+        return self._thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`drain` or :meth:`stop` was called."""
+        return self._stopping
+
+    def _drop_waiting(self) -> None:
+        for job in self._jobs:  # an exception, not a cancelled future: the request answers 503, never 500
+            job.cancel.set()
+            if not job.future.done():
+                job.future.set_exception(JobCancelled("the server is stopping"))
+            self.counts["cancelled"] += 1
+        self._jobs.clear()
 
     def wait_for(self, predicate: Callable[[ModelWorker], bool], timeout: float | None = None) -> bool:
         """Block until ``predicate(worker)`` holds (checked whenever the queue or the state changes)."""
@@ -145,8 +183,9 @@ class ModelWorker:
         if self.state != "ready":
             raise ServeError(503, f"the model failed to load: {self.error}; fix it and restart the server")
 
-    def reserve(self) -> Slot:
-        """A slot for one request; 503 when not ready, 429 with ``Retry-After`` when every slot is held."""
+    def reserve(self, client: str = "") -> Slot:
+        """A slot for one request of ``client``; 503 when not ready, 429 with ``Retry-After`` when every slot is
+        held, or when this client holds its share of them."""
         with self._cond:
             self.check_ready()
             if self._stopping:
@@ -159,12 +198,24 @@ class ModelWorker:
                     f"--queue-size {self.capacity - 1}); retry in {wait} s",
                     {"Retry-After": str(wait)},
                 )
+            if self._held_by[client] >= self.per_client:
+                wait = self.retry_after()
+                raise ServeError(
+                    429,
+                    f"this client already has {self._held_by[client]} requests running or queued, its most "
+                    f"(--max-queue-per-client {self.per_client}); wait for their answers, or retry in {wait} s",
+                    {"Retry-After": str(wait)},
+                )
             self._held += 1
-            return Slot(self)
+            self._held_by[client] += 1
+            return Slot(self, client)
 
-    def _release(self) -> None:
+    def _release(self, client: str) -> None:
         with self._cond:
             self._held -= 1
+            self._held_by[client] -= 1
+            if self._held_by[client] <= 0:
+                del self._held_by[client]
             self._cond.notify_all()
 
     def _submit(self, fn: Callable[[Any], Any]) -> _Job:
@@ -185,18 +236,10 @@ class ModelWorker:
             self._cond.notify_all()
 
     # ------------------------------------------------------------------------------------------- thread
-    def _check_cancel(self, module: Any, args: Any) -> None:
-        job = self._current
-        if job is not None and job.cancel.is_set():
-            raise JobCancelled("the request was cancelled")
-
     def _load(self) -> Any:
         from ..labels import everything_labels
 
         pipeline = self._factory()
-        network = getattr(pipeline, "network", None)
-        if isinstance(network, torch.nn.Module):
-            network.register_forward_pre_hook(self._check_cancel)
         if self._warm_up:
             batch = pipeline.sw_batch_size if isinstance(pipeline.sw_batch_size, int) else 1
             pipeline.warm_up(batch, everything_labels())
@@ -230,7 +273,8 @@ class ModelWorker:
             try:
                 if job.future.set_running_or_notify_cancel():
                     try:
-                        job.future.set_result(job.fn(pipeline))
+                        with stop_between_windows(job.check):
+                            job.future.set_result(job.fn(pipeline))
                     except BaseException as e:  # the request's handler turns it into its answer
                         outcome = "cancelled" if isinstance(e, JobCancelled) else "failed"
                         job.future.set_exception(e)
@@ -247,14 +291,14 @@ class ModelWorker:
 class Slot:
     """One request's place in the queue; release it (``async with``) when the request is answered."""
 
-    def __init__(self, worker: ModelWorker):
-        self._worker = worker
+    def __init__(self, worker: ModelWorker, client: str = ""):
+        self._worker, self._client = worker, client
         self._released = False
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._worker._release()
+            self._worker._release(self._client)
 
     async def __aenter__(self) -> Slot:
         return self
@@ -282,7 +326,7 @@ class Slot:
             return result.result()
         self._worker._cancel(job)
         result.cancel()  # nothing will read it (a running job still finishes or stops on its own)
-        self.release()  # the slot is free now; a running job stops at its next network call
+        self.release()  # the slot is free now; a running job stops before its next window
         if gone is not None and gone in done:
             raise ClientGone()
         raise ServeError(504, "the request ran out of time (--request-timeout); it was cancelled")

@@ -29,8 +29,8 @@ import uvicorn
 
 from monai.apps.vista3d import PipelineOptions, SegmentJob
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
-from monai.apps.vista3d.server.app import create_app
-from monai.apps.vista3d.server.protocol import uvicorn_config
+from monai.apps.vista3d.server.app import begin_shutdown, create_app
+from monai.apps.vista3d.server.protocol import DrainingServer, uvicorn_config
 from monai.apps.vista3d.server.settings import Limits, ServerSettings
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
@@ -86,9 +86,9 @@ class Gate:
         self._handle.remove()
 
 
-class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config):
-        super().__init__(config)
+class _Server(DrainingServer):
+    def __init__(self, config: uvicorn.Config, on_shutdown: Callable[[], None]):
+        super().__init__(config, on_shutdown)
         self.up = threading.Event()
 
     async def startup(self, sockets: list | None = None) -> None:
@@ -113,7 +113,9 @@ class LiveServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self._server = _Server(uvicorn_config(self.app, log_level="warning", lifespan="on"))
+        limits = self.state.settings.limits
+        self._server = _Server(uvicorn_config(self.app, limits, log_level="warning", lifespan="on"),
+                               lambda: begin_shutdown(self.app))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property

@@ -143,12 +143,14 @@ class TestDicomZip(unittest.TestCase):
         response = self.client.inference("ct.zip", local_working_dir="results")
         self.assertEqual(response.status_code, 200, response.text)
         self.assertNotIn("statistics", response.json())
+        self.assertEqual(Path(response.json()["output"]), self.data / "results" / "ct_trans.nii.gz")
         response = self.client.http.post("/v1/vista3d/inference", json={
             "image": "ct.zip", "local_working_dir": "results", "statistics": True})
         self.assertEqual(response.status_code, 200, response.text)
-        answer = response.json()
-        self.assertEqual(Path(answer["output"]), self.data / "results" / "ct_trans.nii.gz")
-        self.assertEqual(Path(answer["statistics"]), self.data / "results" / "ct_statistics.json")
+        answer = response.json()  # a second answer there takes a name of its own
+        self.assertEqual(Path(answer["output"]), self.data / "results" / "ct_trans-2.nii.gz")
+        self.assertEqual(Path(answer["statistics"]), self.data / "results" / "ct_trans-2_statistics.json")
+        self.assertEqual(json.loads(Path(answer["statistics"]).read_text())["label_map"], "ct_trans-2.nii.gz")
         img = nib.load(answer["output"])
         labels = np.asarray(img.dataobj).astype(np.int64)
         want, _ = _label_map(NimClient.unzip(self.expected), "ct_trans.nii.gz")
@@ -164,6 +166,10 @@ class TestDicomZip(unittest.TestCase):
         info = response.json()
         self.assertEqual((info["name"], info["format"], info["shape"]), ("ct", "nifti", list(SHAPE)))
         self.assertEqual(self.client.http.delete(f"/v1/vista3d/sessions/{info['session_id']}").status_code, 204)
+
+    @parameterized.expand([("not_json", "yes", 400), ("not_a_bool", "1", 422)])
+    def test_statistics_field_is_a_json_bool(self, _, value, status):
+        self.refused(lambda: self._upload(self.nifti, "ct.nii.gz", statistics=value), status, "statistics")
 
     def test_statistics_need_the_zip_answer(self):
         self.refused(lambda: self.client.http.post("/v1/vista3d/inference", json={

@@ -18,6 +18,7 @@ import json
 import tempfile
 import threading
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -70,7 +71,8 @@ class TestNimApi(unittest.TestCase):
 
     def test_health(self):
         self.assertEqual((self.client.live().status_code, self.client.live().json()), (200, {"status": "live"}))
-        self.assertEqual((self.client.ready().status_code, self.client.ready().json()), (200, {"status": "ready"}))
+        self.assertEqual((self.client.ready().status_code, self.client.ready().json()),
+                         (200, {"status": "ready", "weights": "loaded"}))
 
     def test_info_and_license(self):
         info = self.client.info()
@@ -79,6 +81,7 @@ class TestNimApi(unittest.TestCase):
         self.assertEqual(len(info["labels"]), len(label_names()) - 1)
         self.assertEqual(info["everything"], everything_labels())
         self.assertIn("nrrd", info["formats"])
+        self.assertEqual((info["limits"]["max_points"], info["limits"]["max_queue_per_client"]), (64, 5))
         lic = self.client.http.get("/v1/license")
         self.assertEqual((lic.status_code, lic.json()["license"]), (200, "Apache-2.0"))
 
@@ -114,6 +117,33 @@ class TestNimApi(unittest.TestCase):
         # an absolute path inside --data-dir is the same file
         again = self.client.inference(str(self.data / "local.nii.gz"), classes=["liver"])
         self.assertEqual(again.status_code, 200, again.text)
+
+    def test_same_named_uploads_get_their_own_outputs(self):
+        # two clients upload different images both named scan.nii.gz into one local_working_dir at the same time:
+        # each answer names its own file, holding its own image's label map; a rerun adds a file, overwriting none
+        (self.data / "shared").mkdir()
+        images = {"a": write_phantom(Path(self._data.name) / "a.nii.gz"),
+                  "b": write_phantom(Path(self._data.name) / "b.nii.gz", spacing=(1.3, 1.3, 1.3))}
+
+        def upload(key: str) -> httpx.Response:
+            files = {"image": ("scan.nii.gz", images[key].read_bytes(), "application/gzip")}
+            form = {"prompts": json.dumps({"classes": ["liver"]}), "local_working_dir": "shared"}
+            with NimClient(self.server.url) as client:
+                return client.http.post("/v1/vista3d/inference", files=files, data=form)
+
+        with ThreadPoolExecutor(2) as pool:
+            answers = dict(zip("ab", pool.map(upload, "ab")))
+        outputs = {k: Path(r.json()["output"]) for k, r in answers.items()}
+        self.assertEqual(sorted(p.name for p in outputs.values()), ["scan_trans-2.nii.gz", "scan_trans.nii.gz"])
+        for key, path in outputs.items():
+            np.testing.assert_array_equal(np.asarray(nib.load(str(path)).dataobj),
+                                          _expected(images[key], classes=["liver"]))
+        before = {p: p.read_bytes() for p in outputs.values()}
+        rerun = Path(upload("a").json()["output"])
+        self.assertEqual(rerun.name, "scan_trans-3.nii.gz")
+        self.assertEqual({p: p.read_bytes() for p in outputs.values()}, before)
+        self.assertEqual(sorted(p.name for p in (self.data / "shared").iterdir()),
+                         ["scan_trans-2.nii.gz", "scan_trans-3.nii.gz", "scan_trans.nii.gz"])  # no temporary left
 
     def test_upload_and_raw_answer(self):
         files = {"image": ("upload.nii.gz", self.ct.read_bytes(), "application/gzip")}
@@ -151,6 +181,42 @@ class TestNimApi(unittest.TestCase):
         np.testing.assert_allclose(out_header["space origin"], header["space origin"])
 
 
+    def test_output_options_of_nim_clients(self):
+        # NIM clients send "output": its extension and dtype are honoured, keys this server does not use are
+        # accepted and named back in X-Vista3D-Note
+        body = {"image": self.host.url("ct.nii.gz"), "prompts": {"classes": ["liver"]},
+                "output": {"extension": ".nrrd", "dtype": "int16", "colormap": "x"}}
+        response = self.client.http.post("/v1/vista3d/inference", json=body)
+        self.assertEqual(response.status_code, 200, response.text)
+        self.assertEqual(response.headers["x-vista3d-note"], "ignored: output.colormap")
+        files = NimClient.unzip(response)
+        self.assertEqual(list(files), ["ct_trans.nrrd"])
+        with tempfile.NamedTemporaryFile(suffix=".nrrd") as f:
+            f.write(files["ct_trans.nrrd"])
+            f.flush()
+            labels, header = nrrd.read(f.name, index_order="F")
+        self.assertEqual(labels.dtype, np.int16)
+        np.testing.assert_array_equal(labels, _expected(self.ct, classes=["liver"]))
+        affine = nib.load(str(self.ct)).affine  # the NIfTI grid as RAS space directions and origin
+        self.assertEqual(header["space"], "right-anterior-superior")
+        np.testing.assert_allclose(header["space directions"], affine[:3, :3].T)
+        np.testing.assert_allclose(header["space origin"], affine[:3, 3])
+        # and the other way: NRRD in, NIfTI out, in the same place in the world
+        img = nib.load(str(self.ct))
+        lps = np.diag([-1.0, -1.0, 1.0])
+        nrrd.write(str(self.host.folder / "lps.nrrd"), np.asarray(img.dataobj), {
+            "space": "left-posterior-superior", "space directions": (lps @ img.affine[:3, :3]).T,
+            "space origin": lps @ img.affine[:3, 3], "kinds": ["domain"] * 3}, index_order="F")
+        body = {"image": self.host.url("lps.nrrd"), "prompts": {"classes": ["liver"]},
+                "output": {"extension": ".nii.gz"}}
+        response = self.client.http.post("/v1/vista3d/inference", json=body)
+        self.assertEqual(response.status_code, 200, response.text)
+        self.assertNotIn("x-vista3d-note", response.headers)
+        labels, affine = _nifti_labels(NimClient.unzip(response)["lps_trans.nii.gz"])
+        np.testing.assert_array_equal(labels, _expected(self.ct, classes=["liver"]))
+        np.testing.assert_allclose(affine, img.affine)
+
+
 class TestReadiness(unittest.TestCase):
     def test_not_ready_until_loaded_and_warmed(self):
         release, warmed = threading.Event(), []
@@ -174,7 +240,7 @@ class TestReadiness(unittest.TestCase):
             release.set()
             server.wait_ready()
             self.assertEqual(len(warmed), 1)  # ready only after the warm-up forward
-            self.assertEqual(client.ready().json(), {"status": "ready"})
+            self.assertEqual(client.ready().json()["status"], "ready")
 
     def test_failed_load_is_reported(self):
         def factory():

@@ -58,7 +58,7 @@ class TestQueue(unittest.TestCase):
         self._tmp.cleanup()
 
     def _server(self, **limits) -> LiveServer:
-        limits = Limits(**{"queue_size": 1, "request_timeout": 120.0, **limits})
+        limits = Limits(**{"queue_size": 1, "request_timeout": 120.0, "max_queue_per_client": 2, **limits})
         server = LiveServer(settings(data_dir=self.data, limits=limits), factory=lambda: self.pipe)
         server.__enter__()
         self.addCleanup(server.__exit__, None, None, None)
@@ -68,8 +68,10 @@ class TestQueue(unittest.TestCase):
         self.addCleanup(gate.remove)
         return server, gate
 
-    def _post(self, server: LiveServer, spacing: float) -> httpx.Response:
-        with httpx.Client(base_url=server.url, timeout=120) as client:
+    def _post(self, server: LiveServer, spacing: float, source: str = "127.0.0.1") -> httpx.Response:
+        """One request from the client at address ``source`` (a loopback address of this host)."""
+        transport = httpx.HTTPTransport(local_address=source)
+        with httpx.Client(base_url=server.url, timeout=120, transport=transport) as client:
             return client.post("/v1/vista3d/inference", json={"image": f"ct{spacing}.nii.gz",
                                                               "prompts": {"classes": ["liver"]}})
 
@@ -98,6 +100,25 @@ class TestQueue(unittest.TestCase):
         self.assertEqual(self.pipe.order, [1.0, 1.1])  # in the order they arrived; the refused one never ran
         self.assertTrue(server.worker.wait_for(lambda w: w.held == 0, WAIT))
         self.assertEqual(self._post(server, 1.3).status_code, 200)  # and the server keeps serving
+
+    def test_one_client_holds_only_its_share(self):
+        # four places, two per client: a third request of one client is refused (429 naming the flag) while a
+        # request of another client still gets a place, and all that were admitted are served in order
+        server, gate = self._server(queue_size=3)
+        with ThreadPoolExecutor(3) as pool:
+            first = pool.submit(self._post, server, 1.0)
+            self.assertTrue(gate.entered.wait(WAIT))
+            second = pool.submit(self._post, server, 1.1)
+            self.assertTrue(server.worker.wait_for(lambda w: w.pending == 1, WAIT))
+            refused = self._post(server, 1.2)
+            self.assertEqual(refused.status_code, 429)
+            self.assertIn("--max-queue-per-client 2", refused.json()["detail"])
+            self.assertGreaterEqual(int(refused.headers["retry-after"]), 1)
+            other = pool.submit(self._post, server, 1.3, "127.0.0.2")
+            self.assertTrue(server.worker.wait_for(lambda w: w.pending == 2, WAIT))
+            gate.open()
+            self.assertEqual([f.result().status_code for f in (first, second, other)], [200, 200, 200])
+        self.assertEqual(self.pipe.order, [1.0, 1.1, 1.3])
 
     def test_disconnect_while_queued_frees_the_slot(self):
         server, gate = self._server()

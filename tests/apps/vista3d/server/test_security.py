@@ -14,6 +14,7 @@ confinement (.., symlinks out), the size limits (body, download, voxels, gzip bo
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -82,6 +83,16 @@ def _files(folder: Path, outside: Path) -> None:
 LIVER = {"prompts": {"classes": ["liver"]}}
 
 
+def _read_response(reader) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length from a socket's reader: ``(status, headers, body)``."""
+    status = int(reader.readline().split()[1])
+    headers = {}
+    while (line := reader.readline().strip()):
+        name, _, value = line.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, reader.read(int(headers["content-length"]))
+
+
 def _post(body) -> dict:
     return {"json": body}
 
@@ -130,6 +141,23 @@ BAD_REQUESTS = [
     ("nrrd_detached_data", _post({"image": "detached.nrrd"}), 415),
     ("nrrd_ascii", _post({"image": "ascii.nrrd"}), 415),
     ("nrrd_2d", _post({"image": "flat.nrrd"}), 422),
+    ("huge_point_label", _post({"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[20, 20, 18]]},
+                                                                   "point_labels": {"spleen": [10**30]}}}), 422),
+    ("huge_coordinate", _post({"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[10**400, 20, 18]]}}}), 422),
+    ("nan_coordinate", {"content": b'{"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[NaN, 20, 18]]}}}',
+                        "headers": {"Content-Type": "application/json"}}, 400),
+    ("deep_nesting", {"content": b'{"image": "ct.nii.gz", "prompts": ' + b"[" * 1000 + b"]" * 1000 + b"}",
+                      "headers": {"Content-Type": "application/json"}}, 422),
+    ("true_as_class", _post({"image": "ct.nii.gz", "prompts": {"classes": [True]}}), 422),
+    ("true_as_point_label", _post({"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[20, 20, 18]]},
+                                                                      "point_labels": {"spleen": [True]}}}), 422),
+    ("string_as_coordinate", _post({"image": "ct.nii.gz", "prompts": {"points": {"spleen": [["20", 20, 18]]}}}), 422),
+    ("too_many_points", _post({"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[20, 20, 18]] * 5}}}), 413),
+    ("too_many_classes", _post({"image": "ct.nii.gz", "prompts": {"classes": [1, 3, 4, 5, 6, 7]}}), 413),
+    ("unknown_output_format", _post({"image": "ct.nii.gz", "output": {"extension": ".png"}}), 422),
+    ("form_deep_prompts", {"files": {"image": ("ct.nii.gz", b"x")}, "data": {"prompts": "[" * 100 + "]" * 100}},
+     422),
+    ("upload_truncated", {"files": {"image": ("t.nii", _nifti_header((40, 40, 36)) + b"\x00" * 1000)}}, 422),
     ("form_without_image", {"data": {"prompts": "{}"}, "files": {"other": ("x", b"x")}}, 422),
     ("form_unknown_field", {"files": {"image": ("ct.nii.gz", b"x")}, "data": {"colour": "red"}}, 422),
     ("form_bad_prompts", {"files": {"image": ("ct.nii.gz", b"x")}, "data": {"prompts": "{classes"}}, 400),
@@ -155,7 +183,7 @@ class TestBadRequests(unittest.TestCase):
         (cls.host.folder / "large.bin").write_bytes(b"\x00" * (3 << 20))
         (cls.host.folder / "bomb.nii.gz").write_bytes(_bomb(64 << 20))
         limits = Limits(max_body_bytes=1 << 20, max_download_bytes=2 << 20, max_voxels=100_000,
-                        request_timeout=120.0)
+                        request_timeout=120.0, max_points=4, max_classes=5)
         cls.server = start_for_class(cls, settings(data_dir=cls.data, allow_url_hosts=("127.0.0.1",),
                                                    allow_private_urls=True, limits=limits))
         cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
@@ -186,6 +214,8 @@ class TestBadRequests(unittest.TestCase):
         detail = response.json()["detail"]
         self.assertIsInstance(detail, str)
         self.assertTrue(detail and "\n" not in detail and "Traceback" not in detail, detail)
+        for path in (str(self.data), str(self.server.state.work_dir)):  # the server's own folders are not named
+            self.assertNotIn(path, detail)
 
     @parameterized.expand(BAD_REQUESTS)
     def test_bad_request_then_good(self, _, how, status):
@@ -196,6 +226,46 @@ class TestBadRequests(unittest.TestCase):
             response = self.http.post("/v1/vista3d/inference", **self._fill(how))
         self.assert_one_line_error(response, status)
         self._good()
+
+    def test_points_and_classes_at_the_limit_and_past_it(self):
+        at = {"image": "ct.nii.gz", "prompts": {"points": {"spleen": [[20, 20, 18], [21, 20, 18], [22, 20, 18],
+                                                                     [20, 21, 18]]}}}
+        self.assertEqual(self.http.post("/v1/vista3d/inference", json=at).status_code, 200)
+        at["prompts"]["points"]["spleen"].append([20, 22, 18])
+        past = self.http.post("/v1/vista3d/inference", json=at)
+        self.assert_one_line_error(past, 413)
+        self.assertIn("5 points", past.json()["detail"])
+        self.assertIn("--max-points 4", past.json()["detail"])
+        classes = {"image": "ct.nii.gz", "prompts": {"classes": [1, 3, 4, 5, 6]}}
+        self.assertEqual(self.http.post("/v1/vista3d/inference", json=classes).status_code, 200)
+        classes["prompts"]["classes"].append(7)
+        past = self.http.post("/v1/vista3d/inference", json=classes)
+        self.assert_one_line_error(past, 413)
+        self.assertIn("--max-classes 5", past.json()["detail"])
+
+    @parameterized.expand([
+        ("huge_int", b'{"image": "ct.nii.gz", "prompts": {"point_labels": {"liver": [100000000000000000000000]}}}'),
+        ("deep", b'{"image": ' + b"[" * 2000 + b"]" * 2000 + b"}"),
+        ("true_class", b'{"image": "ct.nii.gz", "prompts": {"classes": [true]}}'),
+        ("internal_error", b'{"image": "ct.nii.gz"}'),
+    ])
+    def test_connection_stays_usable_after_an_error(self, name, body):
+        # the error and then a good request on the same connection: the server answers both, closing nothing
+        from monai.apps.vista3d.server import routes
+
+        boom = mock.patch.object(routes, "nim_prompt", side_effect=RuntimeError("a bug"))
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock, \
+                (boom if name == "internal_error" else contextlib.nullcontext()):
+            reader = sock.makefile("rb")
+            sock.sendall(b"POST /v1/vista3d/inference HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+            status, headers, answer = _read_response(reader)
+            self.assertEqual(status, 500 if name == "internal_error" else 422, answer)
+            self.assertNotEqual(headers.get("connection"), "close")
+            self.assertNotIn(b"a bug", answer)  # an internal error says only its type
+            sock.sendall(b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, answer = _read_response(reader)
+            self.assertEqual((status, json.loads(answer)), (200, {"status": "live"}))
 
     def test_body_over_the_limit_by_its_length(self):
         with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
@@ -324,6 +394,9 @@ class TestToken(unittest.TestCase):
             with httpx.Client(base_url=server.url) as http:
                 self.assertEqual(http.get("/v1/health/ready").status_code, 200)  # probes need no token
                 self.assertEqual(http.get("/v1/health/live").status_code, 200)
+                for scheme in ("Bearer", "bearer", "BEARER"):  # the scheme's name in any case (RFC 7235)
+                    ok = http.get("/v1/vista3d/info", headers={"Authorization": f"{scheme} {token}"})
+                    self.assertEqual(ok.status_code, 200, scheme)
                 for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": token}):
                     response = http.get("/v1/vista3d/info", headers=headers)
                     self.assertEqual(response.status_code, 401)

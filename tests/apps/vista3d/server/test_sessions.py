@@ -27,6 +27,7 @@ from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.server.routes import changed_box
 from monai.apps.vista3d.server.settings import Limits
 from tests.apps.vista3d.server.harness import (
+    LiveServer,
     settings,
     start_for_class,
     tiny_pipeline,
@@ -57,7 +58,8 @@ class TestSessions(unittest.TestCase):
         cls.data = Path(cls._tmp.name)
         cls.ct = write_phantom(cls.data / "ct.nii.gz")
         cls.clock = _Clock()
-        limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0)
+        limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0, max_points=6,
+                        max_sessions_per_client=2)
         cls.server = start_for_class(cls, settings(data_dir=cls.data, limits=limits), clock=cls.clock)
         cls.http = httpx.Client(base_url=cls.server.url, timeout=120)
 
@@ -66,10 +68,30 @@ class TestSessions(unittest.TestCase):
         cls.http.close()
         cls._tmp.cleanup()
 
-    def _session(self) -> str:
-        response = self.http.post("/v1/vista3d/sessions", json={"image": "ct.nii.gz"})
+    def _session(self, http: httpx.Client | None = None) -> str:
+        response = (http or self.http).post("/v1/vista3d/sessions", json={"image": "ct.nii.gz"})
         self.assertEqual(response.status_code, 201, response.text)
         return response.json()["session_id"]
+
+    def _client(self, address: str) -> httpx.Client:
+        """An HTTP client at another loopback address of this host: another client for the server."""
+        http = httpx.Client(base_url=self.server.url, timeout=120,
+                            transport=httpx.HTTPTransport(local_address=address))
+        self.addCleanup(http.close)
+        return http
+
+    def test_sessions_belong_to_their_client(self):
+        # another client's session id is a 404 for every use (as an id never issued), never a takeover
+        sid = self._session()
+        other = self._client("127.0.0.2")
+        for method, path, body in (("GET", "", None), ("POST", "/clicks", {"points": CLICKS[0][0]}),
+                                   ("DELETE", "", None)):
+            response = other.request(method, f"/v1/vista3d/sessions/{sid}{path}", json=body)
+            self.assertEqual(response.status_code, 404, response.text)
+            self.assertIn(f"no session {sid!r}", response.json()["detail"])
+        self.assertEqual(self._click(sid, *CLICKS[0]).status_code, 200)  # still the owner's, untouched
+        self.assertEqual(self.http.delete(f"/v1/vista3d/sessions/{sid}").status_code, 204)
+        self.assertEqual(other.get(f"/v1/vista3d/sessions/{sid}").status_code, 404)  # nor why it ended
 
     def _click(self, sid: str, points, labels, **extra) -> httpx.Response:
         return self.http.post(f"/v1/vista3d/sessions/{sid}/clicks",
@@ -120,6 +142,21 @@ class TestSessions(unittest.TestCase):
                                            point_labels=CLICKS[1][1]).labels
         np.testing.assert_array_equal(np.asarray(_image(response.content).dataobj), expected.numpy().astype(np.uint8))
 
+    def test_points_bound_per_object(self):
+        # an object's clicks all go to the network again on each click: --max-points bounds them all (here 6,
+        # which CLICKS reach exactly); one more point is refused until the object is reset
+        sid = self._session()
+        for points, labels in CLICKS:
+            self.assertEqual(self._click(sid, points, labels).status_code, 200)
+        refused = self._click(sid, *CLICKS[0])
+        self.assertEqual(refused.status_code, 413)
+        self.assertIn("would have 7 points", refused.json()["detail"])
+        self.assertIn('"reset": true', refused.json()["detail"])
+        self.assertEqual(self._click(sid, *CLICKS[0], reset=True).status_code, 200)
+        too_many = self._click(sid, [[20, 20, 18]] * 7, [1] * 7, reset=True)
+        self.assertEqual(too_many.status_code, 413)
+        self.assertIn("--max-points 6", too_many.json()["detail"])
+
     def test_delete_expire_evict(self):
         a = self._session()
         self.assertEqual(self.http.delete(f"/v1/vista3d/sessions/{a}").status_code, 204)
@@ -149,6 +186,32 @@ class TestSessions(unittest.TestCase):
         response = self.http.post("/v1/vista3d/sessions", files=files)
         self.assertEqual(response.status_code, 201, response.text)
         self.assertEqual((response.json()["name"], response.json()["shape"]), ("mine", [40, 40, 36]))
+
+
+class TestSessionShares(unittest.TestCase):
+    def test_a_client_opening_many_evicts_only_its_own(self):
+        # four sessions, two per client: client A opening session after session (issue 47 measured 56-68 a
+        # second evicting everyone's) only ever evicts its own; client B's stay
+        with tempfile.TemporaryDirectory() as tmp:
+            write_phantom(Path(tmp) / "ct.nii.gz", shape=(24, 24, 24))
+            limits = Limits(max_sessions=4, max_sessions_per_client=2, request_timeout=120.0)
+            with LiveServer(settings(data_dir=Path(tmp), limits=limits)) as server:
+                server.wait_ready()
+                a, b = (httpx.Client(base_url=server.url, timeout=120, transport=httpx.HTTPTransport(local_address=ip))
+                        for ip in ("127.0.0.1", "127.0.0.2"))
+                with a, b:
+                    def open_session(http):
+                        response = http.post("/v1/vista3d/sessions", json={"image": "ct.nii.gz"})
+                        self.assertEqual(response.status_code, 201, response.text)
+                        return response.json()["session_id"]
+
+                    bs = [open_session(b), open_session(b)]
+                    as_ = [open_session(a) for _ in range(5)]
+                    self.assertEqual([b.get(f"/v1/vista3d/sessions/{s}").status_code for s in bs], [200, 200])
+                    self.assertEqual([a.get(f"/v1/vista3d/sessions/{s}").status_code for s in as_],
+                                     [410, 410, 410, 200, 200])
+                    evicted = a.get(f"/v1/vista3d/sessions/{as_[0]}").json()["detail"]
+                    self.assertIn("--max-sessions-per-client", evicted)
 
 
 class TestChangedBox(unittest.TestCase):

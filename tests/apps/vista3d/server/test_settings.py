@@ -45,6 +45,15 @@ class TestServeSettings(unittest.TestCase):
         self.assertEqual((s.host, s.port, s.token, s.insecure), ("127.0.0.1", 8000, None, False))
         self.assertEqual((s.allow_url_hosts, s.allow_private_urls, s.data_dir), ((), False, None))
 
+    def test_client_shares_default_to_fractions(self):
+        limits = _settings().limits
+        self.assertEqual((limits.max_queue_per_client, limits.max_sessions_per_client,
+                          limits.max_connections_per_client), (5, 4, 25))
+        limits = _settings("--queue-size", "0", "--max-sessions", "1", "--max-connections", "2").limits
+        self.assertEqual((limits.max_queue_per_client, limits.max_sessions_per_client,
+                          limits.max_connections_per_client), (1, 1, 1))
+        self.assertEqual(_settings("--max-queue-per-client", "3").limits.max_queue_per_client, 3)
+
     @parameterized.expand([("localhost", True), ("127.0.0.1", True), ("127.8.9.1", True), ("::1", True),
                            ("[::1]", True), ("0.0.0.0", False), ("::", False), ("10.0.0.5", False),
                            ("myhost.example", False)])
@@ -70,6 +79,14 @@ class TestServeSettings(unittest.TestCase):
         ("queue", ("--queue-size", "-1"), "--queue-size"),
         ("ttl", ("--session-ttl", "0"), "--session-ttl"),
         ("body", ("--max-body-mb", "0"), "--max-body-mb"),
+        ("points", ("--max-points", "0"), "--max-points"),
+        ("classes", ("--max-classes", "0"), "--max-classes"),
+        ("body_timeout", ("--body-timeout", "0"), "--body-timeout"),
+        ("keep_alive", ("--keep-alive", "-1"), "--keep-alive"),
+        ("connections", ("--max-connections", "0"), "--max-connections"),
+        ("shutdown", ("--shutdown-timeout", "0"), "--shutdown-timeout"),
+        ("queue_share", ("--max-queue-per-client", "0"), "--max-queue-per-client"),
+        ("session_share", ("--max-sessions-per-client", "0"), "--max-sessions-per-client"),
         ("batch", ("--sw-batch-size", "many"), "--sw-batch-size"),
         ("embed", ("--embed-dim", "12"), "--embed-dim"),
         ("overlap", ("--overlap", "1"), "--overlap"),
