@@ -21,7 +21,9 @@ line each, before the request waits for the model:
 - no DICOM member (a file with the DICM marker; 422);
 - more voxels than ``--max-voxels``, counted from the members' headers (rows x columns x frames; 413);
 - a DICOM member stated to inflate past what its header describes (its pixel data, plus room for the header
-  itself: :data:`HEADER_ALLOWANCE`, and per frame :data:`FRAME_HEADER_ALLOWANCE`): a zip bomb (413).
+  itself: :data:`HEADER_ALLOWANCE`, and per frame :data:`FRAME_HEADER_ALLOWANCE`): a zip bomb (413); DICOM members
+  without an image (a DICOMDIR, a report), which the load reads and sets aside, at most :data:`NON_IMAGE_BYTES`
+  together (413).
 
 Only the first :data:`HEADER_PREFIX` bytes of a member are inflated for this (the image attributes come early in a
 DICOM header); the headers are read with pydicom, so a zip needs the ``dicom`` extra on the server (415 without).
@@ -41,7 +43,7 @@ from typing import Any
 from .errors import ServeError
 
 __all__ = ["ZipSeries", "inspect_dicom_zip", "MAX_ZIP_MEMBERS", "HEADER_ALLOWANCE", "FRAME_HEADER_ALLOWANCE",
-           "HEADER_PREFIX"]
+           "HEADER_PREFIX", "NON_IMAGE_BYTES"]
 
 #: members a zip may hold (a thin-sliced whole-body CT has a few thousand slices)
 MAX_ZIP_MEMBERS = 20_000
@@ -51,6 +53,8 @@ HEADER_ALLOWANCE = 1 << 20
 FRAME_HEADER_ALLOWANCE = 16 << 10
 #: bytes of each member inflated to read its header
 HEADER_PREFIX = 64 << 10
+#: bytes the DICOM members without an image may inflate to together (a DICOMDIR of a large study is a few MB)
+NON_IMAGE_BYTES = 64 << 20
 
 _UNSAFE_NAME = re.compile(r"^([\\/]|[A-Za-z]:)|(^|[\\/])\.\.([\\/]|$)")
 
@@ -117,7 +121,7 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
     """
     pydicom = _pydicom()
     members: list[str] = []
-    voxels = inflated = frames = 0
+    voxels = inflated = frames = other = 0
     first: tuple[int, int] | None = None
     try:
         with zipfile.ZipFile(path) as z:
@@ -134,6 +138,12 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
                     raise ServeError(422, f"the zip archive's member {info.filename[:80]!r} has the DICOM marker but "
                                           f"no readable header ({_first_line(e)}); zip the series again") from None
                 pixels = columns * rows * n
+                if not pixels:
+                    other += info.file_size
+                    if other > NON_IMAGE_BYTES:
+                        raise ServeError(413, f"the zip archive's DICOM files without an image (a DICOMDIR, reports) "
+                                              f"inflate to more than {NON_IMAGE_BYTES} bytes; leave them out")
+                    continue
                 allowed = pixels * per_voxel + HEADER_ALLOWANCE + FRAME_HEADER_ALLOWANCE * n
                 if info.file_size > allowed:
                     raise ServeError(413, f"the zip archive's member {info.filename[:80]!r} inflates to "
@@ -151,8 +161,8 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
         raise ServeError(422, f"not a readable zip archive ({_first_line(e)}); zip the series again (unencrypted, "
                               "deflated or stored)") from None
     if not members:
-        raise ServeError(422, "the zip archive holds no DICOM file (no member has the DICM marker); zip the folder "
-                              "of one CT series")
+        raise ServeError(422, "the zip archive holds no DICOM image (no member with the DICM marker has one); zip "
+                              "the folder of one CT series")
     return ZipSeries(tuple(members), voxels, (*(first or (0, 0)), frames), inflated)
 
 

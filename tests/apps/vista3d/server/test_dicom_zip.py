@@ -45,6 +45,27 @@ def _label_map(files: dict[str, bytes], name: str) -> tuple[np.ndarray, np.ndarr
     return np.asarray(img.dataobj), img.affine
 
 
+def _document(size: int) -> bytes:
+    """A DICOM file without an image (an encapsulated PDF of ``size`` bytes), as a PACS export may zip beside a
+    series."""
+    from pydicom.dataset import Dataset, FileMetaDataset
+    from pydicom.filebase import DicomBytesIO
+    from pydicom.uid import ExplicitVRLittleEndian, generate_uid
+
+    meta = FileMetaDataset()
+    meta.MediaStorageSOPClassUID = "1.2.840.10008.5.1.4.1.1.104.1"
+    meta.MediaStorageSOPInstanceUID = generate_uid()
+    meta.TransferSyntaxUID = ExplicitVRLittleEndian
+    ds = Dataset()
+    ds.file_meta = meta
+    ds.SOPClassUID, ds.SOPInstanceUID = meta.MediaStorageSOPClassUID, meta.MediaStorageSOPInstanceUID
+    ds.Modality, ds.SeriesInstanceUID = "DOC", generate_uid()
+    ds.EncapsulatedDocument = bytes(size)
+    buf = DicomBytesIO()
+    ds.save_as(buf, enforce_file_format=True)
+    return buf.getvalue()
+
+
 def _zip(dest: Path, members: dict[str, bytes]) -> Path:
     with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name, data in members.items():
@@ -159,6 +180,18 @@ class TestDicomZip(unittest.TestCase):
         reference = structure_statistics(torch.from_numpy(self.values), torch.from_numpy(labels), expected_affine(SPEC))
         self.assertEqual(stats["structures"], reference["structures"])
 
+    def test_a_document_beside_the_series(self):
+        """A DICOM file without an image in the zip (a report, a DICOMDIR) is read past, up to its bound."""
+        members = {f"s/{f.name}": f.read_bytes() for f in (self.tmp / "series").iterdir()}
+        members["s/REPORT"] = _document(2 << 20)
+        response = self._upload(_zip(self.tmp / "with_report.zip", members), "ct.zip")
+        self.assertEqual(response.status_code, 200, response.text)
+        want, _ = _label_map(NimClient.unzip(self.expected), "ct_trans.nii.gz")
+        np.testing.assert_array_equal(_label_map(NimClient.unzip(response), "ct_trans.nii.gz")[0], want)
+        members["s/REPORT"] = _document(65 << 20)
+        big = _zip(self.tmp / "with_big_report.zip", members)
+        self.refused(lambda: self._upload(big, "ct.zip"), 413, "without an image", "leave them out")
+
     def test_click_session_on_a_zip(self):
         files = {"image": ("ct.zip", self.zip.read_bytes(), "application/zip")}
         response = self.client.http.post("/v1/vista3d/sessions", files=files)
@@ -209,7 +242,7 @@ class TestDicomZip(unittest.TestCase):
         ("too_many_voxels", 413, f"more than {MAX_VOXELS} voxels", "--max-voxels"),
         ("two_series", 422, "holds 2 series", "abdomen", "lung", "send a zip of one series"),
         ("path_escape", 422, "../../etc/evil.dcm", "outside the archive's folder"),
-        ("no_dicom", 422, "holds no DICOM file"),
+        ("no_dicom", 422, "holds no DICOM image"),
         ("not_ct", 422, "modality is MR, not CT", "send a CT series"),
     ])
     def test_refused(self, case, status, *words):
