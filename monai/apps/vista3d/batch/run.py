@@ -341,7 +341,8 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
-                timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
+                # on CUDA it synchronises at the end, so the time includes the GPU work; a CPU job touches no GPU
+                timer = StageTimer(device=work.what.device)
                 try:
                     if err is not None:
                         raise err

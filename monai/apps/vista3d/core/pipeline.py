@@ -319,7 +319,7 @@ class Vista3DPipeline:
         """
         prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
-        timer = StageTimer()
+        timer = StageTimer(device=self.device)
         geometry = None
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
@@ -402,7 +402,7 @@ class Vista3DPipeline:
                 check_output(path, mask_path, overwrite)
         check_image(path, self.device)
         result = self.segment(path, classes=prompt, volume_index=volume_index)
-        timer = StageTimer()
+        timer = StageTimer(device=self.device)
         with timer.stage("save"):
             result.output = Path(save_label_map(result.labels, result.geometry, out_path, dtype=self.output_dtype))
             if result.masks is not None:

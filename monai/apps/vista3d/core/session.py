@@ -217,7 +217,7 @@ class Vista3DSession:
             raise PromptError("a click needs points: give points='x,y,z' (voxel indices) and point_labels='1'")
         pts, labs = parse_points(points, point_labels)
         label_ids = self._object_class(classes)
-        timer = StageTimer()
+        timer = StageTimer(device=pipe.device)
         with timer.stage("prompts"):
             on_grid = pipe.prompts(Prompt(label_ids, pts, labs), self.record)
             start = self.clicks
