@@ -38,7 +38,7 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
-from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
+from .nifti_read import read_gzip_nifti, read_plain_nifti
 
 __all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
 
@@ -149,14 +149,9 @@ def load_image(
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     try:
         with open(p, "rb") as f:
-            start = f.read(540)
-        if start[:2] == GZIP_MAGIC:
-            hdr, (image, spatial, affine, disk_dtype) = read_gzip_nifti(p, volume_index, contiguous, dtype is None, dev)
-        else:
-            hdr = header_from_bytes(start, p)
-            image, spatial, affine, disk_dtype = read_voxels(
-                p, hdr, volume_index, contiguous, None, None, dtype is None, dev
-            )
+            gz = f.read(2) == GZIP_MAGIC
+        read = read_gzip_nifti if gz else read_plain_nifti
+        hdr, (image, spatial, affine, disk_dtype) = read(p, volume_index, contiguous, dtype is None, dev)
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
     if dtype is not None and image.dtype != dtype:

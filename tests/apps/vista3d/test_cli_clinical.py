@@ -1,0 +1,55 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The command line on the files a clinic has: cut while read, odd headers, other formats, other tools' label maps."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import unittest
+from pathlib import Path
+
+from monai.apps.vista3d.io.paths import lock_path
+from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main
+from tests.apps.vista3d.test_nifti_read import cut_while_read
+
+
+def _left_behind(folder: Path) -> list[str]:
+    """Lock and temporary files under ``folder``."""
+    return sorted(str(p) for p in folder.rglob(".*") if p.is_file())
+
+
+class TestFilesCutWhileRead(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+        self.cts = [_write_ct(self.tmp / "in" / f"ct{i}.nii", seed=i) for i in range(3)]
+
+    def test_one_image_fails_the_batch_goes_on(self):
+        out = self.tmp / "out"
+        with cut_while_read(self.cts[1], 352 + 2 * 30 * 30 * 5):
+            code, _, err = run_main(["-i", self.tmp / "in", "-o", out, *TINY])
+        self.assertEqual(code, 1, err)
+        lines = _one_line_errors(self, err)
+        self.assertEqual(len(lines), 2, err)  # the image's line and the count
+        self.assertIn("ct1.nii: truncated", lines[0])
+        summary = json.loads((out / "summary.json").read_text())
+        self.assertEqual([r["status"] for r in summary["per_image"]], ["done", "failed", "done"])
+        self.assertTrue((out / "ct0" / "ct0_trans.nii.gz").is_file())
+        self.assertTrue((out / "ct2" / "ct2_trans.nii.gz").is_file())
+        self.assertFalse((out / "ct1").exists())
+        self.assertEqual(_left_behind(out), [])
+        self.assertFalse(any(lock_path(o).exists() for o in out.rglob("*.nii.gz")))
+
+
+if __name__ == "__main__":
+    unittest.main()
