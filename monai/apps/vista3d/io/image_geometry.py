@@ -30,6 +30,10 @@ class ImageGeometry:
         header: a copy of the input's NIfTI header (qform/sform and their codes kept).
         filename: the input path, or ``None`` for an in-memory image.
         dtype: the on-disk voxel dtype (before scl_slope/scl_inter scaling), byte order included.
+        stored_header: the input's header block as its file stores it (348 or 540 bytes), or None. ``header`` holds
+            nibabel's reading of it, which makes a negative pixdim positive; a result is written with the stored
+            geometry fields (pixdim, qform, sform and their codes), so that every reader (ITK reads the sign as a
+            flip) places it where it places the input.
     """
 
     affine: np.ndarray
@@ -37,6 +41,7 @@ class ImageGeometry:
     header: Any
     filename: str | None
     dtype: np.dtype
+    stored_header: bytes | None = None
 
     @property
     def spacing(self) -> tuple[float, float, float]:

@@ -38,7 +38,7 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
-from .nifti_read import read_gzip_nifti, read_plain_nifti
+from .nifti_read import header_from_bytes, header_start, read_gzip_nifti, read_plain_nifti
 
 __all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
 
@@ -89,10 +89,8 @@ class ImageHeader:
 def read_header(path: str | os.PathLike) -> ImageHeader | None:
     """The :class:`ImageHeader` of a NIfTI file, or None where it cannot be read (the image then fails at its
     load, which says what is wrong with it)."""
-    import nibabel as nib
-
     try:
-        header = nib.load(os.fspath(path)).header
+        header = header_from_bytes(header_start(pathlib.Path(path)), pathlib.Path(path))
         shape = [int(s) for s in header.get_data_shape()]
         zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
         itemsize = np.dtype(header.get_data_dtype()).itemsize
@@ -151,7 +149,7 @@ def load_image(
         with open(p, "rb") as f:
             gz = f.read(2) == GZIP_MAGIC
         read = read_gzip_nifti if gz else read_plain_nifti
-        hdr, (image, spatial, affine, disk_dtype) = read(p, volume_index, contiguous, dtype is None, dev)
+        hdr, block, (image, spatial, affine, disk_dtype) = read(p, volume_index, contiguous, dtype is None, dev)
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
     if dtype is not None and image.dtype != dtype:
@@ -161,7 +159,8 @@ def load_image(
     if disk_dtype.kind == "f":  # integers times nibabel's (finite) slope cannot be NaN/Inf
         _handle_nonfinite(image, p, nonfinite)
     geometry = ImageGeometry(
-        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype)
+        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype),
+        stored_header=block,
     )
     return image[None], geometry
 

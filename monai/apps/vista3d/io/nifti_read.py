@@ -19,9 +19,11 @@ short and the image fails with one line.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pathlib
 import struct
+import zlib
 from typing import Any
 
 import nibabel as nib
@@ -29,12 +31,13 @@ import numpy as np
 import torch
 
 from ..errors import Vista3DInputError
-from .gzip_codec import Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
+from .gzip_codec import GZIP_MAGIC, Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
 __all__ = [
     "COPY_TILE",
     "convert_slab",
     "header_from_bytes",
+    "header_start",
     "read_gzip_nifti",
     "read_plain_nifti",
     "read_voxels",
@@ -89,9 +92,42 @@ def header_from_bytes(buf: bytes | memoryview, path: pathlib.Path) -> Any:
             "set pixdim/qform/sform to the real voxel size in mm."
         )
     try:
-        return klass.from_fileobj(io.BytesIO(buf))  # with nibabel's checks and fixes, as nibabel.load does
+        hdr = klass.from_fileobj(io.BytesIO(buf), check=False)
+        hdr.check_fix(logger=_FIXES)  # nibabel's checks and fixes, as nibabel.load does, without its log lines
+        return hdr
     except Exception as e:
         raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
+
+
+class _FixLog:
+    """Where nibabel reports the header values it fixes (a negative pixdim made positive, ...): the debug log. The
+    fixes only serve the computing; a result is written with the input's stored geometry (see
+    :class:`~.image_geometry.ImageGeometry`), so a warning that they were 'set' would mislead."""
+
+    @staticmethod
+    def log(level: int, message: str) -> None:
+        _LOG.debug("nibabel: %s", message)
+
+
+_LOG = logging.getLogger(__name__)
+_FIXES = _FixLog()
+
+
+def header_start(path: pathlib.Path) -> bytes:
+    """The first bytes of a ``.nii`` or ``.nii.gz`` (inflated): its header and extensions, for
+    :func:`header_from_bytes`."""
+    with open(path, "rb") as f:
+        raw = f.read(540)
+        if raw[:2] != GZIP_MAGIC:
+            return raw + f.read(max(0, vox_offset(raw) - len(raw)))
+        inflate, head, pending = zlib.decompressobj(31), b"", raw
+        while (need := max(540, vox_offset(head)) - len(head)) > 0 and not inflate.eof:
+            pending = pending or f.read(1 << 16)
+            if not pending:
+                break
+            head += inflate.decompress(pending, need)
+            pending = inflate.unconsumed_tail
+        return head
 
 
 def _sizes(values: Any) -> str:
@@ -413,11 +449,16 @@ class _PlainReader:
             self.f.seek(n, os.SEEK_CUR)
 
 
+def _stored_block(head: bytes, hdr: Any) -> bytes:
+    """The header as the file stores it (348 or 540 bytes), before nibabel's fixes of its values."""
+    return bytes(head[: type(hdr).sizeof_hdr])
+
+
 def read_plain_nifti(
     p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
 ) -> tuple:
-    """``(header, read_voxels(...))`` of an uncompressed ``.nii``, read with plain reads (header extensions of any
-    length included).
+    """``(header, stored header block, read_voxels(...))`` of an uncompressed ``.nii``, read with plain reads (header
+    extensions of any length included).
 
     Raises:
         Vista3DInputError: as :func:`read_voxels`; also when the file was cut or rewritten while it was read.
@@ -433,7 +474,7 @@ def read_plain_nifti(
     if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
         raise Vista3DInputError(f"{p}: the file changed while it was read (another program is writing it); "
                                 "segment it once it is complete.")
-    return hdr, voxels
+    return hdr, _stored_block(head, hdr), voxels
 
 
 def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, stored, device) -> tuple:
@@ -442,7 +483,7 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
         head = stream.read(540)  # the header, then its extensions
         head += stream.read(max(0, vox_offset(head) - len(head)))
         hdr = header_from_bytes(head, p)
-        return hdr, read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        return hdr, _stored_block(head, hdr), read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
     finally:
         stream.close()
 
@@ -450,7 +491,7 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
 def read_gzip_nifti(
     p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
 ) -> tuple:
-    """``(header, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip` (see
+    """``(header, stored header block, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip` (see
     :func:`~monai.apps.vista3d.io.gzip_codec.use_rapidgzip`).
 
     A file that rapidgzip refuses is read again by :class:`Gunzip`: it then loads when rapidgzip only disliked

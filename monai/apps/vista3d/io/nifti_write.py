@@ -71,6 +71,8 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
         # the caller changed the geometry: write its affine like nibabel does (codes kept when set)
         hdr.set_sform(geometry.affine, code=int(hdr["sform_code"]) or 2)
         hdr.set_qform(geometry.affine, code=int(hdr["qform_code"]) or 2)
+    elif geometry.stored_header is not None:
+        _keep_stored_geometry(hdr, geometry.stored_header)
     hdr.set_data_shape(shape)
     hdr.set_data_dtype(dtype)
     hdr["scl_slope"], hdr["scl_inter"] = 1.0, 0.0  # values are label ids: no scaling
@@ -78,6 +80,22 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
     hdr["vox_offset"] = 0  # recomputed by write_to from the extensions
     mark_output_header(hdr)
     return hdr
+
+
+#: the header fields that place the voxels in the world
+_GEOMETRY_FIELDS = ("pixdim", "qform_code", "sform_code", "quatern_b", "quatern_c", "quatern_d", "qoffset_x",
+                    "qoffset_y", "qoffset_z", "srow_x", "srow_y", "srow_z")
+
+
+def _keep_stored_geometry(hdr: Any, block: bytes) -> None:
+    """Give ``hdr`` the geometry fields exactly as the input's file stores them (``block``): nibabel's reading makes a
+    negative pixdim positive and resets odd codes, which moves the result against the input in other readers."""
+    try:
+        stored = type(hdr)(binaryblock=block, check=False)  # byte order from its sizeof_hdr
+    except Exception:  # noqa: BLE001 - a block this header class cannot take: keep nibabel's reading
+        return
+    for name in _GEOMETRY_FIELDS:
+        hdr[name] = stored[name]
 
 
 #: the NIfTI intent of every file this program writes (NIFTI_INTENT_LABEL) and the name beside it
