@@ -483,7 +483,8 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
         head = stream.read(540)  # the header, then its extensions
         head += stream.read(max(0, vox_offset(head) - len(head)))
         hdr = header_from_bytes(head, p)
-        return hdr, _stored_block(head, hdr), read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        voxels = read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        return hdr, _stored_block(head, hdr), voxels
     finally:
         stream.close()
 
@@ -491,8 +492,8 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
 def read_gzip_nifti(
     p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
 ) -> tuple:
-    """``(header, stored header block, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip` (see
-    :func:`~monai.apps.vista3d.io.gzip_codec.use_rapidgzip`).
+    """``(header, stored header block, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip`
+    (see :func:`~monai.apps.vista3d.io.gzip_codec.use_rapidgzip`).
 
     A file that rapidgzip refuses is read again by :class:`Gunzip`: it then loads when rapidgzip only disliked
     its form (several members, zero padding after the last one), and otherwise raises the streaming reader's
