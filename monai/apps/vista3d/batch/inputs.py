@@ -18,17 +18,15 @@ from pathlib import Path
 
 from ..config import OUTPUT_POSTFIX
 from ..errors import OutputCollisionError, Vista3DInputError
+from ..io.input_kind import NIFTI_SUFFIXES
 from ..io.nifti_write import is_vista3d_output
 from ..io.paths import output_path
 
 __all__ = ["read_input_list", "collect_inputs", "plan_outputs"]
 
 
-_NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
 def _is_nifti(path: Path) -> bool:
-    return path.name.lower().endswith(_NIFTI_SUFFIXES)
+    return path.name.lower().endswith(NIFTI_SUFFIXES)
 
 
 def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> list[Path]:

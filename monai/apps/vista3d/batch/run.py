@@ -47,6 +47,7 @@ from ..config import BatchOptions
 from ..core.feasibility import check_environment, check_image, failure_reason
 from ..core.job import SegmentJob
 from ..errors import Vista3DInputError
+from ..io.input_kind import input_problem
 from ..io.nifti import read_header
 from ..io.paths import (
     check_output,
@@ -223,7 +224,8 @@ def _triage(
     claims: OutputClaims,
     report: Callable[[ImageRecord], None] | None,
 ) -> list[int]:
-    """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
+    """Mark the images that cannot be read (missing, not NIfTI) or whose output is refused ("failed"), or whose output
+    exists ("skipped"), before the pipeline is built; returns those left to segment."""
     todo: list[int] = []
     for i, rec in records.items():
         image, out = Path(rec.image), Path(rec.output)
@@ -231,6 +233,9 @@ def _triage(
         if mask_ids:
             rec.masks = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
+            problem = input_problem(image)
+            if problem is not None:
+                raise Vista3DInputError(problem)
             for f in files:
                 check_output(image, f, overwrite=True)
         except Vista3DInputError as e:

@@ -178,6 +178,7 @@ def _segment_outputs(
     the folders walked once, here, and everything checked before any work (an output name the disk refuses, two
     images with one output, a folder without images). The output folder is None for ``-o FILE.nii.gz``."""
     from ..batch.inputs import plan_outputs
+    from ..io.input_kind import folder_problem
     from ..io.paths import check_output
 
     output, output_dir = args.output, args.output_dir
@@ -196,8 +197,8 @@ def _segment_outputs(
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
         return [Path(items[0])], [Path(output)], None, part
     plan = plan_outputs(items, output_dir)  # every output unique, before any work
-    if not plan:
-        raise UsageError(f"no .nii or .nii.gz files found in {', '.join(map(str, items))}")
+    if not plan:  # only folders were given, and they hold no NIfTI image: say what they hold
+        raise UsageError("; ".join(folder_problem(item) for item in items))
     return [p for p, _ in plan], [o for _, o in plan], output_dir, part
 
 

@@ -38,6 +38,7 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
+from .input_kind import input_problem
 from .nifti_read import header_from_bytes, header_start, read_gzip_nifti, read_plain_nifti
 
 __all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
@@ -142,7 +143,9 @@ def load_image(
         raise ValueError(f"dtype must be a floating type or None (the stored type), got {dtype}")
     dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
-    _check_is_file(p)
+    problem = input_problem(p)  # missing, a folder, DICOM, NRRD, ...: said with what to do
+    if problem is not None:
+        raise Vista3DInputError(problem)
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     try:
@@ -163,18 +166,6 @@ def load_image(
         stored_header=block,
     )
     return image[None], geometry
-
-
-def _check_is_file(p: pathlib.Path) -> None:
-    """Refuse a missing path, a broken link, a folder or anything else that is not a regular file."""
-    if not p.exists():
-        if p.is_symlink():
-            raise Vista3DInputError(f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link.")
-        raise Vista3DInputError(f"{p}: no such file; check the path.")
-    if p.is_dir():
-        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
-    if not p.is_file():
-        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
 
 
 def _handle_nonfinite(image: torch.Tensor, p: pathlib.Path, nonfinite: str) -> None:

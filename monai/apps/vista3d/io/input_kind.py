@@ -1,0 +1,130 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What an input path is, from its name and first bytes: the one place where the kind of an input is decided.
+
+The folder search, the batch's check of its inputs before any work and :func:`~.nifti.load_image` all ask here, so
+that a DICOM file or series folder, an NRRD or MetaImage file, a zip archive, a folder or a missing path is said in
+one line, with what to do, wherever it is given. Files that may be NIfTI go on to the NIfTI reader, which checks
+their header.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pathlib
+from collections import Counter
+
+__all__ = ["input_kind", "input_problem", "folder_problem", "NIFTI_SUFFIXES"]
+
+#: the names the folder search takes for images
+NIFTI_SUFFIXES = (".nii", ".nii.gz")
+
+_DICOM_HINT = ("convert the series to one .nii.gz first (e.g. dcm2niix -z y -o OUT_FOLDER SERIES_FOLDER) and segment "
+               "that")
+_CONVERT_HINT = ("convert it to .nii.gz first (e.g. with 3D Slicer, or SimpleITK: "
+                 "sitk.WriteImage(sitk.ReadImage('{name}'), 'image.nii.gz'))")
+# most files of a folder whose first bytes are read to say what the folder holds
+_FOLDER_SAMPLE = 2000
+
+
+def input_kind(path: str | os.PathLike) -> str:
+    """The kind of ``path``: ``"missing"``, ``"folder"``, ``"nifti"`` (by its first bytes or name: its header is the
+    reader's to check), ``"dicom"``, ``"nrrd"``, ``"metaimage"``, ``"zip"``, or ``"other"``."""
+    p = pathlib.Path(path)
+    if p.is_dir():
+        return "folder"
+    if not p.exists():
+        return "missing"
+    name = p.name.lower()
+    try:
+        with open(p, "rb") as f:
+            head = f.read(132)
+    except OSError:
+        head = b""
+    if head[128:132] == b"DICM":  # a DICOM Part 10 file: 128 bytes of preamble, then the magic
+        return "dicom"
+    if head.startswith(b"NRRD000"):
+        return "nrrd"
+    if head.startswith((b"ObjectType", b"NDims")):
+        return "metaimage"
+    if head.startswith(b"PK\x03\x04"):
+        return "zip"
+    if head[:2] == b"\x1f\x8b" or _sizeof_hdr(head) in (348, 540):  # gzip (what it holds is the reader's) or NIfTI
+        return "nifti"
+    for kind, suffixes in _SUFFIX_KINDS:
+        if name.endswith(suffixes):
+            return kind
+    return "other"
+
+
+def _sizeof_hdr(head: bytes) -> int | None:
+    """The NIfTI-1/2 header size field (either byte order), when ``head`` holds one of those sizes."""
+    for order in ("little", "big"):
+        if len(head) >= 4 and int.from_bytes(head[:4], order) in (348, 540):
+            return int.from_bytes(head[:4], order)
+    return None
+
+
+# kinds known by their name alone (a DICOM file without the Part 10 preamble, a detached NRRD header)
+_SUFFIX_KINDS = (
+    ("nifti", NIFTI_SUFFIXES),
+    ("dicom", (".dcm", ".dicom", ".ima")),
+    ("nrrd", (".nrrd", ".nhdr")),
+    ("metaimage", (".mha", ".mhd")),
+    ("zip", (".zip",)),
+)
+
+
+def input_problem(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a NIfTI image, in one line that starts with the path and says what to do; None
+    when it may be one (a file whose header the NIfTI reader then checks)."""
+    p = pathlib.Path(path)
+    kind = input_kind(p)
+    if kind in ("nifti", "other"):
+        if not p.is_file():
+            return f"{p}: not a regular file; give a .nii or .nii.gz file."
+        return None
+    if kind == "missing":
+        if p.is_symlink():
+            return f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link."
+        return f"{p}: no such file; check the path."
+    if kind == "folder":
+        return f"{p}: is a folder, not an image; give a .nii or .nii.gz file."
+    if kind == "dicom":
+        return f"{p}: a DICOM file (one image of a series), not a NIfTI image; {_DICOM_HINT}."
+    if kind == "zip":
+        return f"{p}: a zip archive, not a NIfTI image; unpack it and give its folder (a DICOM series: {_DICOM_HINT})."
+    what = {"nrrd": "an NRRD file", "metaimage": "a MetaImage file"}[kind]
+    serve = " (vista3d serve reads NRRD)" if kind == "nrrd" else ""
+    return (f"{p}: {what}; the command line and run_batch read NIfTI (.nii, .nii.gz){serve}: "
+            f"{_CONVERT_HINT.format(name=p.name)}.")
+
+
+def _hidden(rel: pathlib.Path) -> bool:
+    return any(part.startswith(".") for part in rel.parts)
+
+
+def folder_problem(folder: str | os.PathLike) -> str:
+    """Why the folder search found no NIfTI image in ``folder``: what it holds instead, in one line with what to do."""
+    root = pathlib.Path(folder)
+    if not root.is_dir():
+        return input_problem(root) or f"{root}: not a folder"
+    files = (p for p in root.rglob("*") if p.is_file() and not _hidden(p.relative_to(root)))
+    kinds = Counter(input_kind(p) for p in itertools.islice(files, _FOLDER_SAMPLE))
+    if kinds["dicom"]:
+        return f"{root}: holds DICOM files ({kinds['dicom']}) and no .nii or .nii.gz image; {_DICOM_HINT}."
+    for kind, what, how in (("nrrd", "NRRD files", _CONVERT_HINT.format(name="x.nrrd")),
+                            ("metaimage", "MetaImage files", _CONVERT_HINT.format(name="x.mha")),
+                            ("zip", "zip archives", "unpack them and give their folders")):
+        if kinds[kind]:
+            return f"{root}: holds {what} ({kinds[kind]}) and no .nii or .nii.gz image; {how}."
+    return f"{root}: no .nii or .nii.gz image found (searched recursively, hidden files left out)."
