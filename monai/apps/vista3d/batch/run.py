@@ -138,7 +138,7 @@ def run_batch(
     headers = [read_header(p) for p in paths]  # each header read once: the checks, the shards and the volumes
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
         for path, header in zip(paths, headers):
-            check_image(path, what.resolved_device, header)
+            check_image(path, what.resolved_device, header, what.options)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's

@@ -63,7 +63,7 @@ from ..io.image_geometry import ImageGeometry
 from ..io.load_policy import load_input
 from ..io.nifti_write import save_class_masks, save_label_map
 from ..io.paths import check_output, class_mask_dir, class_mask_paths, output_path
-from .feasibility import check_image, check_network, check_window
+from .feasibility import check_image, check_network, check_window, check_window_passes
 from .network_ready import (
     RANDOM_WEIGHTS_WARNING,
     encoder_shape,
@@ -330,6 +330,8 @@ class Vista3DPipeline:
         with timer.stage("preprocess"):
             x, record = self.preprocess(image, affine)
         on_grid = self.prompts(prompt, record)
+        if on_grid["point_coords"] is None:  # a sliding-window pass over the whole image
+            check_window_passes(x.shape[1:], self.roi_size, self.overlap, "this image")
         if self.streaming and on_grid["point_coords"] is None:
             with timer.stage("inference"):
                 labels, masks, run = self.stream(x, on_grid["label_ids"])
@@ -400,7 +402,7 @@ class Vista3DPipeline:
         if self.per_class:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
-        check_image(path, self.device)
+        check_image(path, self.device, options=self.options)
         result = self.segment(path, classes=prompt, volume_index=volume_index)
         timer = StageTimer(device=self.device)
         with timer.stage("save"):

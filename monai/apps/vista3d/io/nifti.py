@@ -54,7 +54,7 @@ class ImageHeader:
     Attributes:
         shape: the stored shape, trailing dimensions of size 1 past the third dropped.
         itemsize: bytes per stored voxel.
-        zooms: the spatial voxel size (mm; 1 where the header has 0).
+        zooms: the spatial voxel size (mm; the column norms of the header's best affine; 1 where it has 0).
         file_bytes: the size of the file on disk (compressed for ``.nii.gz``).
         gz: whether the file is gzip-compressed.
     """
@@ -93,7 +93,8 @@ def read_header(path: str | os.PathLike) -> ImageHeader | None:
     try:
         header = header_from_bytes(header_start(pathlib.Path(path)), pathlib.Path(path))
         shape = [int(s) for s in header.get_data_shape()]
-        zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
+        # the voxel sizes the pipeline resamples by: the affine's (pixdim's only where no sform says otherwise)
+        zooms = [float(z) or 1.0 for z in np.linalg.norm(np.asarray(header.get_best_affine())[:3, :3], axis=0)]
         itemsize = np.dtype(header.get_data_dtype()).itemsize
         size = os.path.getsize(path)
     except Exception:  # noqa: BLE001 - any unreadable header is the load's to report
