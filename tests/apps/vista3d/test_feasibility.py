@@ -225,7 +225,8 @@ class TestWeightsErrors(unittest.TestCase):
             for key in list(sd)[:3]:
                 if sd[key].is_floating_point():
                     sd[key] = torch.full_like(sd[key], float("nan"))
-            weights, src, out = Path(tmp) / "model.pt", _save(Path(tmp) / "ct.nii.gz", (24, 24, 16), 1.5), Path(tmp) / "o"
+            weights, out = Path(tmp) / "model.pt", Path(tmp) / "o"
+            src = _save(Path(tmp) / "ct.nii.gz", (24, 24, 16), 1.5)
             torch.save(sd, weights)
             code, _, err = run_main([src, "-o", out, *TINY, "--weights", weights])
             self.assertEqual(code, 1, err)

@@ -153,7 +153,7 @@ def check_environment() -> None:
 
 
 def _resampled(header: ImageHeader) -> tuple[int, int, int]:
-    """The image's grid once resampled to the bundle's spacing (before the foreground crop, which can only shrink it)."""
+    """The image's grid once resampled to the bundle's spacing (before the foreground crop, which only shrinks it)."""
     n = [max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(header.spatial, header.zooms)]
     return n[0], n[1], n[2]
 
