@@ -33,7 +33,8 @@ from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_m
 
 DICOM = b"\0" * 128 + b"DICM" + b"\2\0\0\0UL\4\0" + b"\0" * 64  # a Part 10 preamble, magic and a first element
 NRRD = b"NRRD0004\ntype: short\ndimension: 3\nsizes: 4 4 4\nencoding: raw\n\n" + b"\0" * 128
-META = b"ObjectType = Image\nNDims = 3\nDimSize = 4 4 4\nElementType = MET_SHORT\nElementDataFile = LOCAL\n" + b"\0" * 128
+META = (b"ObjectType = Image\nNDims = 3\nDimSize = 4 4 4\nElementType = MET_SHORT\nElementDataFile = LOCAL\n"
+        + bytes(128))
 
 
 def _zip() -> bytes:
