@@ -17,6 +17,11 @@ import tempfile
 import unittest
 from pathlib import Path
 
+import nibabel as nib
+import numpy as np
+
+from monai.apps.vista3d.cli.parser import build_parser
+from monai.apps.vista3d.config import PipelineOptions
 from monai.apps.vista3d.io.paths import lock_path
 from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main
 from tests.apps.vista3d.test_nifti_read import cut_while_read
@@ -49,6 +54,27 @@ class TestFilesCutWhileRead(unittest.TestCase):
         self.assertFalse((out / "ct1").exists())
         self.assertEqual(_left_behind(out), [])
         self.assertFalse(any(lock_path(o).exists() for o in out.rglob("*.nii.gz")))
+
+
+class TestPointPromptFill(unittest.TestCase):
+    def test_unreached_voxels_are_background(self):
+        """A click's label map is 0 where no window reached (as a viewer expects); --unreached-label 255 writes the
+        bundle's file; the Python API's default is the command line's."""
+        self.assertEqual(PipelineOptions().unreached_label, build_parser().parse_args(["segment"]).unreached_label)
+        with tempfile.TemporaryDirectory() as tmp:
+            ct = _write_ct(Path(tmp) / "ct.nii.gz", shape=(80, 80, 40))
+            maps = {}
+            for fill in ("0", "255"):
+                argv = ["-i", ct, "-o", Path(tmp) / fill, *TINY[:4], "--device", "cpu", "--quiet", "--points",
+                        "40,40,20", "--point-labels", "1"] + (["--unreached-label", fill] if fill == "255" else [])
+                code, _, err = run_main(argv)
+                self.assertEqual(code, 0, err)
+                maps[fill] = np.asarray(nib.load(Path(tmp) / fill / "ct" / "ct_trans.nii.gz").dataobj)
+        unreached = maps["255"] == 255
+        self.assertGreater(unreached.mean(), 0.3)  # windows of 32 around one click leave most of the CT
+        self.assertNotIn(255, np.unique(maps["0"]))
+        self.assertTrue((maps["0"][unreached] == 0).all())
+        np.testing.assert_array_equal(maps["0"][~unreached], maps["255"][~unreached])
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def _segment(args: argparse.Namespace) -> int:
     job = job_from_flags(args, parse_prompt(args.classes, args.points, args.point_labels),
                          progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype,
                          streaming=args.streaming, nonfinite="error" if args.strict else "air",
-                         per_class=args.per_class)
+                         per_class=args.per_class, unreached_label=args.unreached_label)
     _seed_and_warn(args)
     if job.resolved_device.type == "cuda":
         _usable_kernel_cache()

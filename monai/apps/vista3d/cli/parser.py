@@ -144,6 +144,9 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
                      help="also write one uint8 mask per requested class, OUTPUT/<name>/<class name>.nii.gz (names "
                           "of --list-classes, spaces as underscores), each class thresholded on its own, so "
                           "structures that overlap (a vessel inside the liver) are all kept")
+    seg.add_argument("--unreached-label", type=int, default=0, metavar="{0,255}",
+                     help="label of the voxels of a point prompt's label map that no window reached (default 0, "
+                          "background; 255 writes what the VISTA3D bundle writes)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")

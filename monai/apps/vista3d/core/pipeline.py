@@ -259,15 +259,18 @@ class Vista3DPipeline:
         label_ids: Sequence[int] | None,
         point_coords: torch.Tensor | None = None,
         point_labels: torch.Tensor | None = None,
+        unreached_label: int | None = None,
     ) -> tuple[torch.Tensor, ClassMasks | None]:
         """Logits -> ``[X, Y, Z]`` int16 label map on the network grid (upstream's ``VistaPostTransformd``), and with
         ``per_class`` one mask per class, each thresholded on its own (logit > 0; no NaN voxel is in a mask).
 
-        A point-only prompt (no class) first keeps only the connected components that hold a positive point.
+        A point-only prompt (no class) first keeps only the connected components that hold a positive point. Voxels
+        no point window reached (NaN logits) get ``unreached_label`` (None: the pipeline's option).
         """
+        fill = self.unreached_label if unreached_label is None else unreached_label
         # computed where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of GPU
         # memory): only the small results move
-        labels, masks = logits_to_outputs(logits, label_ids, point_coords, point_labels, masks=self.per_class)
+        labels, masks = logits_to_outputs(logits, label_ids, point_coords, point_labels, self.per_class, fill)
         return labels.to(self.device), None if masks is None else masks.to(self.device)
 
     def invert(self, labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:

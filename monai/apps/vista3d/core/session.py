@@ -206,7 +206,8 @@ class Vista3DSession:
 
         Returns:
             the ``[X, Y, Z]`` int16 label map on the input grid: the class's label id (1 without a class) where
-            the object is, 0 elsewhere, 255 where no window of this object has landed yet.
+            the object is, 0 elsewhere; where no window of this object has landed yet, the pipeline's
+            ``unreached_label`` (0 unless the pipeline was made with 255, the bundle's).
 
         Raises:
             PromptError, ClassPromptError: no points, a bad class name, labels that do not fit, a point outside the
