@@ -127,7 +127,8 @@ def _list_classes() -> int:
     for label_id, name in sorted(label_names().items()):
         if label_id:
             print(f"{label_id:>3}{'*' if label_id in everything else ' '} {name}")
-    print(f"{len(everything)} classes in 'everything'; --classes takes ids or names, e.g. --classes 3,liver")
+    print(f"{len(everything)} classes in 'everything'; --classes takes ids or names, e.g. --classes 3,liver "
+          "(underscores for spaces, right_kidney, and TotalSegmentator's names, kidney_right, are names too)")
     return 0
 
 

@@ -106,7 +106,8 @@ def _add_network(p: argparse.ArgumentParser, sw_batch_size: bool = True) -> None
 def _add_common(p: argparse.ArgumentParser) -> None:
     """The options ``segment`` and ``benchmark`` share beside the network's."""
     p.add_argument("--classes", default="everything",
-                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
+                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver (names as --list-classes "
+                        "prints them, underscores for spaces, or TotalSegmentator's: kidney_right)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
     p.add_argument("--output-dtype", choices=OUTPUT_DTYPES, default=DEFAULT_OUTPUT_DTYPE,
                    help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
