@@ -51,6 +51,7 @@ from ..io.input_kind import input_problem
 from ..io.nifti import read_header
 from ..io.paths import (
     check_output,
+    check_output_folder,
     class_mask_paths,
     part_summary_name,
     summary_path_for,
@@ -134,6 +135,8 @@ def run_batch(
     opts = dataclasses.replace(options or BatchOptions(), **settings)
     what = as_segmenter(segment_fn)  # it says where images are read to and how they are read and written
     paths, outs = _planned_outputs(inputs, output_dir, opts)
+    if output_dir is not None:
+        check_output_folder(output_dir)  # a file in its place, read-only, a full disk: refused before any work
     check_environment()
     headers = [read_header(p) for p in paths]  # each header read once: the checks, the shards and the volumes
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image

@@ -194,7 +194,12 @@ def write_summary(path: Path, result: BatchResult) -> Path:
     """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
     (of the same part, or another whole run) wrote ``path`` since this run began (see
     :func:`~.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
-    path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
+    try:
+        path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
+    except OSError as e:  # its folder cannot be created or written (a full disk)
+        raise Vista3DOutputError(
+            f"{path}: the summary could not be written ({os_message(e)}); the label maps written are kept."
+        ) from None
     try:
         _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())
     finally:
