@@ -27,7 +27,8 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.errors import Vista3DInputError
-from monai.apps.vista3d.io.input_kind import folder_problem, input_kind, input_problem
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.io.input_kind import folder_problem, input_kind, input_problem, looks_like_label_map
 from monai.apps.vista3d.io.nifti import load_image
 from tests.apps.vista3d.test_cli import TINY, _one_line_errors, _write_ct, run_main
 
@@ -115,6 +116,71 @@ class TestInputKind(unittest.TestCase):
         problem = folder_problem(self.tmp)
         self.assertTrue(problem.startswith(f"{self.tmp}: "))
         self.assertIn(message, problem)
+
+
+def _labels(dtype, intent: str | None = None, first_slice_value: int = 0) -> nib.Nifti1Image:
+    lab = np.zeros((30, 28, 12), dtype)
+    lab[5:20, 4:12, 3:9], lab[20:25, 14:20, 3:9] = 1, 5
+    lab[..., 0] = first_slice_value
+    img = nib.Nifti1Image(lab, np.diag([1.5, 1.5, 2.5, 1.0]))
+    if intent is not None:
+        img.header.set_intent(intent)
+    return img
+
+
+class TestLabelMaps(unittest.TestCase):
+    """Other tools' label maps in a folder search (TotalSegmentator and nnU-Net write uint8, MONAI's bundle float32,
+    ITK-SNAP uint16), told from CTs by their header and first slice."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self._tmp.cleanup)
+        self.tmp = Path(self._tmp.name)
+
+    @parameterized.expand([
+        ("uint8", _labels(np.uint8), True),
+        ("uint16", _labels(np.uint16), True),
+        ("int16", _labels(np.int16), True),
+        ("float32", _labels(np.float32), True),
+        ("label intent, first slice like a CT", _labels(np.int16, "label", -1000), True),
+        ("neuroname intent", _labels(np.int16, "neuroname", -1000), True),
+        ("air in the first slice", _labels(np.int16, None, -1000), False),
+        ("no background in the first slice (a noise-free phantom)", _labels(np.int16, None, 40), False),
+    ])
+    def test_rule(self, _, img, expected):
+        for suffix in (".nii", ".nii.gz"):
+            nib.save(img, self.tmp / f"x{suffix}")
+            self.assertEqual(looks_like_label_map(self.tmp / f"x{suffix}"), expected, suffix)
+
+    @parameterized.expand([("int16",), ("uint8",), ("float32",), ("float64",)])
+    def test_cts_are_not_label_maps(self, dtype):
+        for orientation in ("RAS", "LPS", "PIR"):
+            ct = write_phantom(self.tmp / "ct.nii.gz", (32, 30, 20), seed=1, orientation=orientation, dtype=dtype)
+            self.assertFalse(looks_like_label_map(ct), orientation)
+
+    def test_unreadable_files_are_not_label_maps(self):
+        for name, content in (("a.nii.gz", b"\x1f\x8bnot gzip"), ("b.nii", b"short"), ("c.nii", DICOM)):
+            (self.tmp / name).write_bytes(content)
+            self.assertFalse(looks_like_label_map(self.tmp / name), name)
+
+    def test_folder_search_leaves_them_out_with_a_note(self):
+        ct = _write_ct(self.tmp / "in" / "p1" / "ct.nii.gz")
+        for name, img in (("p1/seg.nii.gz", _labels(np.uint8)), ("p1/totalseg/liver.nii.gz", _labels(np.uint8)),
+                          ("p2/labels.nii", _labels(np.float32))):
+            (self.tmp / "in" / name).parent.mkdir(parents=True, exist_ok=True)
+            nib.save(img, self.tmp / "in" / name)
+        code, out, err = run_main(["-i", self.tmp / "in", "-o", self.tmp / "out", *TINY[:-1]])
+        self.assertEqual(code, 0, err)
+        lines = _one_line_errors(self, err)
+        self.assertEqual(len(lines), 1, err)
+        self.assertRegex(lines[0], r"^warning: left out 3 label map\(s\) found in the input folders, e\.g\. .*in/p1/"
+                                   r"seg\.nii\.gz \(a label intent, or a first slice of at most 32 whole .*name a file to segment it")
+        self.assertEqual([p.name for p in (self.tmp / "out").rglob("*.nii.gz")], ["ct_trans.nii.gz"])
+        self.assertIn(str(ct), out)
+        # named explicitly, a label map is segmented as asked
+        code, _, err = run_main(["-i", self.tmp / "in" / "p2" / "labels.nii", "-o", self.tmp / "out2", *TINY])
+        self.assertEqual(code, 0, err)
+        self.assertTrue((self.tmp / "out2" / "labels" / "labels_trans.nii.gz").is_file())
 
 
 class TestOnTheCommandLine(unittest.TestCase):

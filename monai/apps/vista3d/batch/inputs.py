@@ -13,12 +13,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..config import OUTPUT_POSTFIX
 from ..errors import OutputCollisionError, Vista3DInputError
-from ..io.input_kind import NIFTI_SUFFIXES
+from ..io.input_kind import NIFTI_SUFFIXES, looks_like_label_map
 from ..io.nifti_write import is_vista3d_output
 from ..io.paths import output_path
 
@@ -69,17 +70,30 @@ def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable
 def _collect(
     inputs: str | os.PathLike | Sequence[str | os.PathLike], skip: Callable[[Path], bool] | None = None
 ) -> list[tuple[Path, Path]]:
-    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder."""
+    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder.
+
+    A folder search also leaves out other tools' label maps (:func:`~monai.apps.vista3d.io.input_kind.
+    looks_like_label_map`), with one warning that says how many and names the first.
+    """
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     found: list[tuple[Path, Path]] = []
+    label_maps: list[Path] = []
     for item in items:
         src = Path(item)
         if src.is_dir():
-            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src, skip)]
+            for p in _find_nifti(src, skip):
+                if looks_like_label_map(p):
+                    label_maps.append(p)
+                else:
+                    found.append((p, p.parent.relative_to(src)))
         elif src.is_file() and not _is_nifti(src) and isinstance(inputs, (str, os.PathLike)):
             found += [(p, Path()) for p in read_input_list(src)]
         else:
             found.append((src, Path()))
+    if label_maps:
+        warnings.warn(
+            f"left out {len(label_maps)} label map(s) found in the input folders, e.g. {label_maps[0]} (a label "
+            "intent, or a first slice of at most 32 whole values, the smallest 0); name a file to segment it anyway", stacklevel=3)
     return found
 
 
@@ -97,8 +111,8 @@ def read_input_list(path: str | os.PathLike) -> list[Path]:
 def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> list[Path]:
     """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
 
-    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, and the label
-    maps and masks this program wrote, are skipped).
+    A folder is searched recursively for ``.nii`` and ``.nii.gz`` files (hidden files and folders, the label maps
+    and masks this program wrote, and other tools' label maps, with a warning, are skipped).
     """
     return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
 

@@ -21,9 +21,14 @@ from __future__ import annotations
 import itertools
 import os
 import pathlib
+import zlib
 from collections import Counter
 
-__all__ = ["input_kind", "input_problem", "folder_problem", "NIFTI_SUFFIXES"]
+import numpy as np
+
+from .nifti_read import header_from_bytes, header_start
+
+__all__ = ["input_kind", "input_problem", "folder_problem", "looks_like_label_map", "NIFTI_SUFFIXES"]
 
 #: the names the folder search takes for images
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
@@ -128,3 +133,34 @@ def folder_problem(folder: str | os.PathLike) -> str:
         if kinds[kind]:
             return f"{root}: holds {what} ({kinds[kind]}) and no .nii or .nii.gz image; {how}."
     return f"{root}: no .nii or .nii.gz image found (searched recursively, hidden files left out)."
+
+
+#: NIfTI intents that say a file holds labels (NIFTI_INTENT_LABEL, NIFTI_INTENT_NEURONAME)
+_LABEL_INTENTS = (1002, 1003)
+#: most distinct values in the first slice of a label map (a CT's holds many: air, noise, tissue)
+_LABEL_VALUES = 32
+
+
+def looks_like_label_map(path: str | os.PathLike) -> bool:
+    """Whether a NIfTI file is a label map (another tool's segmentation) rather than a CT, by a cheap rule: its header
+    has a label intent, or its first z-slice (the only voxels read) holds whole numbers only, at most 32 distinct
+    ones, the smallest 0 (the background of a label map). A CT's first slice holds air (about -1000 HU) and noise,
+    so it is never taken for one. A file that cannot be read is no label map (it fails as an input, saying why)."""
+    p = pathlib.Path(path)
+    try:
+        hdr = header_from_bytes(header_start(p), p)
+        if int(hdr["intent_code"]) in _LABEL_INTENTS:
+            return True
+        shape, dtype = hdr.get_data_shape(), hdr.get_data_dtype()
+        if len(shape) < 3 or dtype.kind not in "biuf":
+            return False
+        count = int(shape[0]) * int(shape[1])
+        head = header_start(p, count * dtype.itemsize)
+        start = int(hdr.get_data_offset())
+        first = np.frombuffer(head, dtype=dtype, count=count, offset=start).astype(np.float64)
+    except (OSError, ValueError, TypeError, zlib.error):
+        return False
+    slope, inter = hdr.get_slope_inter()
+    first = first * (1.0 if slope is None else slope) + (inter or 0.0)
+    return bool(np.all(np.isfinite(first)) and first.min() == 0 and np.all(first == np.round(first))
+                and len(np.unique(first)) <= _LABEL_VALUES)

@@ -113,15 +113,15 @@ _LOG = logging.getLogger(__name__)
 _FIXES = _FixLog()
 
 
-def header_start(path: pathlib.Path) -> bytes:
+def header_start(path: pathlib.Path, voxel_bytes: int = 0) -> bytes:
     """The first bytes of a ``.nii`` or ``.nii.gz`` (inflated): its header and extensions, for
-    :func:`header_from_bytes`."""
+    :func:`header_from_bytes`, and the first ``voxel_bytes`` bytes of its voxels (fewer when the file ends)."""
     with open(path, "rb") as f:
         raw = f.read(540)
         if raw[:2] != GZIP_MAGIC:
-            return raw + f.read(max(0, vox_offset(raw) - len(raw)))
+            return raw + f.read(max(0, vox_offset(raw) + voxel_bytes - len(raw)))
         inflate, head, pending = zlib.decompressobj(31), b"", raw
-        while (need := max(540, vox_offset(head)) - len(head)) > 0 and not inflate.eof:
+        while (need := max(540, vox_offset(head) + voxel_bytes) - len(head)) > 0 and not inflate.eof:
             pending = pending or f.read(1 << 16)
             if not pending:
                 break
