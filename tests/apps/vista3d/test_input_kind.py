@@ -174,7 +174,8 @@ class TestLabelMaps(unittest.TestCase):
         lines = _one_line_errors(self, err)
         self.assertEqual(len(lines), 1, err)
         self.assertRegex(lines[0], r"^warning: left out 3 label map\(s\) found in the input folders, e\.g\. .*in/p1/"
-                                   r"seg\.nii\.gz \(a label intent, or a first slice of at most 32 whole .*name a file to segment it")
+                                   r"seg\.nii\.gz \(a label intent, or a first slice of at most 32 whole .*name a "
+                                   r"file to segment it")
         self.assertEqual([p.name for p in (self.tmp / "out").rglob("*.nii.gz")], ["ct_trans.nii.gz"])
         self.assertIn(str(ct), out)
         # named explicitly, a label map is segmented as asked

@@ -93,7 +93,8 @@ def _collect(
     if label_maps:
         warnings.warn(
             f"left out {len(label_maps)} label map(s) found in the input folders, e.g. {label_maps[0]} (a label "
-            "intent, or a first slice of at most 32 whole values, the smallest 0); name a file to segment it anyway", stacklevel=3)
+            "intent, or a first slice of at most 32 whole values, the smallest 0); name a file to segment it anyway",
+            stacklevel=3)
     return found
 
 
