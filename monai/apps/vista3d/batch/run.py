@@ -67,7 +67,7 @@ from .distributed import (
 from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
-from .provenance import Provenance
+from .provenance import Provenance, check_made_alike, output_settings
 from .segmenter import PipelineSegmenter, Segmenter, as_segmenter, labels_and_info
 from .summary import (
     BatchResult,
@@ -142,6 +142,8 @@ def run_batch(
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
         for path, header in zip(paths, headers):
             check_image(path, what.resolved_device, header, what.options)
+        if not overwrite:  # an earlier output of other settings is not skipped as this run's
+            check_made_alike(outs, what)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
@@ -345,7 +347,8 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype) as saver:
+        record = output_settings(work.what) if isinstance(work.what, SegmentJob) else None  # in each label map
+        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype, record=record) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)

@@ -26,7 +26,7 @@ from ..errors import OutputPathError, Vista3DOutputError
 from ..io.paths import TEMP_SUFFIX, check_name_lengths, temp_prefix
 from .claims import claim_summary
 from .image_record import ImageRecord
-from .summary_merge import keep_earlier_done
+from .summary_merge import done_now, keep_earlier_done
 
 __all__ = [
     "SUMMARY_MARK",
@@ -160,7 +160,9 @@ class BatchResult:
 
     @property
     def volumes_per_minute(self) -> float | None:
-        return round(60.0 * self.done / self.wall_seconds, 3) if self.wall_seconds > 0 else None
+        """Images this run segmented per minute of its wall clock (skipped ones, and those a rerun keeps as an earlier
+        run's, took none of it)."""
+        return round(60.0 * done_now(self.records) / self.wall_seconds, 3) if self.wall_seconds > 0 else None
 
     @property
     def exit_code(self) -> int:
