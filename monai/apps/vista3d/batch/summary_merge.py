@@ -54,8 +54,9 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
         (in no summary) and ``not_on_disk`` (reported, but its files are missing or incomplete),
         ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
         up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (the rows' ``done_now`` per
-        minute of that span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent; ``failed_parts``: those
-        with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C, SIGTERM).
+        minute of that span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent;
+        ``failed_parts``: those with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C,
+        SIGTERM).
     """
     root = Path(folder)
     files = sorted(p for p in root.glob("summary*.json") if summary_kind(p.name) is not False)
