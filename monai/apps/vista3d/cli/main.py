@@ -272,6 +272,9 @@ def _prepare(args: argparse.Namespace) -> int:
 
     from ..labels import everything_labels
 
+    if args.roi_size:  # a bad window or width is refused as segment refuses it, with or without a GPU
+        parse_roi(args.roi_size)
+    embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM)
     if not torch.cuda.is_available():
         print("vista3d prepare: nothing to prepare (no CUDA GPU here); the fused kernels run on a Hopper GPU with "
               "Triton")
