@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import sys
 import tempfile
 import unittest
@@ -87,6 +88,12 @@ class TestInputKind(unittest.TestCase):
         with self.assertRaises(Vista3DInputError) as ctx:  # load_image says the same
             load_image(path)
         self.assertEqual(str(ctx.exception), problem)
+
+    def test_a_pipe_is_not_opened(self):
+        path = self.tmp / "ct.nii.gz"
+        os.mkfifo(path)
+        self.assertEqual(input_kind(path), "other")  # returns at once: nobody writes the pipe
+        self.assertIn("not a regular file", input_problem(path))
 
     @parameterized.expand([
         ("missing", None, "missing", "no such file; check the path."),

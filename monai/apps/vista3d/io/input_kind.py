@@ -49,6 +49,8 @@ def input_kind(path: str | os.PathLike) -> str:
         return "folder"
     if not p.exists():
         return "missing"
+    if not p.is_file():  # a device or a pipe: never opened (reading a pipe would wait for a writer)
+        return "other"
     name = p.name.lower()
     try:
         with open(p, "rb") as f:

@@ -89,9 +89,20 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
 _RECORD_MARK = b"vista3d-settings "
 
 
+def _record_text(ext: Any) -> bytes | None:
+    """The settings record an extension holds (a 'comment' starting with the mark), else None."""
+    if ext.get_code() != _COMMENT:
+        return None
+    content = ext.get_content()
+    return content.rstrip(b"\x00") if isinstance(content, bytes) and content.startswith(_RECORD_MARK) else None
+
+
+_COMMENT = 6  # NIFTI_ECODE_COMMENT
+
+
 def _set_record(hdr: Any, record: Any) -> None:
     """Put ``record`` (JSON-able) into ``hdr`` as its one settings extension (an input's own is dropped)."""
-    hdr.extensions[:] = [e for e in hdr.extensions if not bytes(e.get_content()).startswith(_RECORD_MARK)]
+    hdr.extensions[:] = [e for e in hdr.extensions if _record_text(e) is None]
     if record is not None:
         text = _RECORD_MARK + json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
         hdr.extensions.append(nib.nifti1.Nifti1Extension("comment", text))
@@ -104,9 +115,9 @@ def read_output_record(path: str | os.PathLike) -> dict | None:
     try:
         hdr = header_from_bytes(header_start(p), p)
         for ext in hdr.extensions:
-            content = bytes(ext.get_content()).rstrip(b"\x00")
-            if content.startswith(_RECORD_MARK):
-                return json.loads(content[len(_RECORD_MARK):])
+            text = _record_text(ext)
+            if text is not None:
+                return json.loads(text[len(_RECORD_MARK):])
     except (OSError, ValueError, zlib.error):
         return None
     return None
