@@ -191,6 +191,21 @@ class TestRoundTrip(TempDirCase):
                 np.testing.assert_array_equal(after[key], before[key], err_msg=key)
             np.testing.assert_array_equal(nib.load(out).affine, nib.load(src).affine)
 
+    def test_settings_record(self):
+        """A label map's settings record is its one 'vista3d-settings' comment; the input's other extensions stay."""
+        img = nib.Nifti1Image(np.full((8, 8, 8), -1000, np.int16), np.eye(4))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("comment", b'vista3d-settings {"old": 1}'))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("afni", b"<AFNI_attributes/>"))
+        nib.save(img, self.tmp / "ct.nii.gz")
+        image, geom = load_image(self.tmp / "ct.nii.gz")
+        self.assertEqual(nifti_write.read_output_record(self.tmp / "ct.nii.gz"), {"old": 1})
+        for record in ({"classes": [1, 3], "weights": None}, None):
+            out = save_label_map(torch.zeros(image.shape[1:]), geom, self.tmp / "seg.nii.gz", record=record)
+            self.assertEqual(nifti_write.read_output_record(out), record)
+            self.assertEqual([e.get_code() for e in nib.load(out).header.extensions], [4] + [6] * (record is not None))
+            self.assertTrue(nifti_write.is_vista3d_output(out))
+            self.assertIsNone(nifti_write.output_problem(out))
+
     @parameterized.expand(NIBABEL_FILES)
     def test_nibabel_files(self, name):
         src = os.path.join(data_path, name)
