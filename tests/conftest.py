@@ -13,6 +13,7 @@ atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
 os.environ["TRITON_HOME"] = _SESSION_DIR
 os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_DIR, "triton-cache")
 os.environ["MONAI_TRITON_CACHE"] = os.path.join(_SESSION_DIR, "monai-tests")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_SESSION_DIR, "inductor")  # else /tmp/torchinductor_<user>
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

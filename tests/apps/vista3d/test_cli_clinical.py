@@ -134,7 +134,7 @@ class TestOutputPathErrors(unittest.TestCase):
 
     def test_summary_that_cannot_be_written(self):
         out = self.tmp / "out"
-        with mock.patch.object(summary.json, "dumps", _disk_full):
+        with mock.patch.object(summary, "json", mock.Mock(dumps=_disk_full, loads=json.loads)):  # its writes only
             code, _, err = run_main(["-i", self.tmp / "in", "-o", out, *TINY])
         self.assertEqual(code, 1, err)
         self.assertEqual(_one_line_errors(self, err), [

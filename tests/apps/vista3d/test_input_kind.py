@@ -153,6 +153,8 @@ class TestLabelMaps(unittest.TestCase):
         ("neuroname intent", _labels(np.int16, "neuroname", -1000), True),
         ("air in the first slice", _labels(np.int16, None, -1000), False),
         ("no background in the first slice (a noise-free phantom)", _labels(np.int16, None, 40), False),
+        ("a single voxel (no volume: its load refuses it)", nib.Nifti1Image(np.zeros((1, 1, 1), np.uint8), np.eye(4)),
+         False),
     ])
     def test_rule(self, _, img, expected):
         for suffix in (".nii", ".nii.gz"):

@@ -154,7 +154,7 @@ def looks_like_label_map(path: str | os.PathLike) -> bool:
         if int(hdr["intent_code"]) in _LABEL_INTENTS:
             return True
         shape, dtype = hdr.get_data_shape(), hdr.get_data_dtype()
-        if len(shape) < 3 or dtype.kind not in "biuf":
+        if len(shape) < 3 or min(shape[:3]) < 2 or dtype.kind not in "biuf":  # no volume: its load says what it is
             return False
         count = int(shape[0]) * int(shape[1])
         head = header_start(p, count * dtype.itemsize)
