@@ -13,6 +13,7 @@ atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
 os.environ["TRITON_HOME"] = _SESSION_DIR
 os.environ["TRITON_CACHE_DIR"] = os.path.join(_SESSION_DIR, "triton-cache")
 os.environ["MONAI_TRITON_CACHE"] = os.path.join(_SESSION_DIR, "monai-tests")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_SESSION_DIR, "inductor")  # else /tmp/torchinductor_<user>
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -42,3 +43,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_patch_left_started():
+    """Fail a test that leaves a ``mock.patch(...).start()`` running (stopped here, so the next tests of the same
+    process, e.g. of one pytest-xdist worker, run as they would alone)."""
+    from unittest import mock
+
+    active = getattr(mock._patch, "_active_patches", None)  # the patches started and not stopped (CPython 3.8+)
+    before = list(active) if active is not None else []
+    yield
+    if active is None:
+        return
+    leaked = [p for p in active if not any(p is q for q in before)]
+    for p in reversed(leaked):
+        p.stop()
+    if leaked:
+        names = ", ".join(str(getattr(p, "attribute", None) or getattr(p, "in_dict", p)) for p in leaked)
+        pytest.fail(f"the test left {len(leaked)} mock patch(es) started ({names}); stop them with addCleanup(p.stop)")

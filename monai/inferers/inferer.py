@@ -203,11 +203,11 @@ class SlidingWindowInferer(Inferer):
         kwargs: dict[str, Any],
     ) -> WindowOutputs:
         """One sliding-window pass with this inferer's settings (the hook the adaptive inferer retries)."""
-        timer = StageTimer() if self.timing else None
         self.timings = {}
         settings = dataclasses.replace(
             self._settings(), device=device, buffer_steps=buffer_steps, buffer_dim=buffer_dim
         )
+        timer = StageTimer(device=settings.window_device(inputs)) if self.timing else None
         out = run_sliding_window(inputs, network, settings, args, kwargs, timer, self._auto_cache)
         if timer is not None:
             self.timings = dict(timer.timings)

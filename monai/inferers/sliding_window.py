@@ -221,7 +221,7 @@ def run_sliding_window(
         what the stitcher's ``finish`` returns; by default what :func:`monai.inferers.sliding_window_inference`
         returns.
     """
-    timer = timer or StageTimer(enabled=False)
+    timer = timer or StageTimer(enabled=False, device=settings.window_device(inputs))
     if stitcher is None:
         stitcher = functools.partial(
             WindowStitcher,

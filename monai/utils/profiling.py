@@ -68,6 +68,9 @@ class StageTimer:
             Only the caller's stream is waited on, so copies a saver thread queued on its own stream keep running.
             Without it, GPU work is charged to whichever later stage waits for it.
         nvtx: mark NVTX ranges (default: when CUDA is active).
+        device: where the timed work runs, when known. On any other device than CUDA the defaults of ``sync`` and
+            ``nvtx`` are off: a CPU job in a process that also used a GPU has no GPU work to wait for, and must not
+            touch the current GPU's stream to find that out.
 
     Example::
 
@@ -78,8 +81,14 @@ class StageTimer:
         timer.timings  # {"forward": 0.012, "batches": 1}
     """
 
-    def __init__(self, enabled: bool = True, sync: bool | None = None, nvtx: bool | None = None):
-        cuda = cuda_active()
+    def __init__(
+        self,
+        enabled: bool = True,
+        sync: bool | None = None,
+        nvtx: bool | None = None,
+        device: torch.device | str | None = None,
+    ):
+        cuda = cuda_active() and (device is None or torch.device(device).type == "cuda")
         self.enabled = bool(enabled)
         self.sync = bool(enabled and (cuda if sync is None else sync))
         self.nvtx = bool(cuda if nvtx is None else nvtx)

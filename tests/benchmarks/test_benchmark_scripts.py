@@ -49,8 +49,8 @@ SCRIPTS = [
 class TestBenchmarkScriptsRun(unittest.TestCase):
     @parameterized.expand(SCRIPTS)
     def test_runs(self, name, args, expected):
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(OMP_NUM_THREADS="1"),
+        with tempfile.TemporaryDirectory() as tmp:  # the scripts' temporary folders go in it, and go with it
+            proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(OMP_NUM_THREADS="1", TMPDIR=tmp),
                                   capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         out = proc.stdout + proc.stderr
         self.assertEqual(proc.returncode, 0, f"{name}:\n{out[-3000:]}")

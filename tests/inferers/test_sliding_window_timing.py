@@ -123,21 +123,16 @@ class TestSlidingWindowTiming(unittest.TestCase):
         patches, calls = _fake_cuda()
         for p in patches:
             p.start()
-        try:
-            SlidingWindowInferer(4, 2)(torch.rand(1, 1, 8, 8), lambda w: w)
-            self.assertEqual(calls["sync"], [])
-            # stages are still marked for a profiler
-            self.assertIn("SW_Model_Computation", calls["push"])
-            self.assertIn("SW_Patchforward_Loop", calls["push"])
-            self.assertEqual(len(calls["push"]), len(calls["pop"]))
-            inferer = SlidingWindowInferer(4, 2, timing=True)
-            inferer(torch.rand(1, 1, 8, 8), lambda w: w)
-            self.assertGreater(len(calls["sync"]), 0)
-            self.assertTrue(inferer.timings["synchronized"])
-            self.assertEqual(len(calls["push"]), len(calls["pop"]))
-        finally:
-            for p in reversed(patches):
-                p.stop()
+            self.addCleanup(p.stop)
+        timer = StageTimer(enabled=False, device="cuda")  # what the inferer uses without timing for GPU windows
+        for stage in ("loop", "forward"):
+            with timer.stage(stage):
+                pass
+        self.assertEqual(calls["sync"], [])
+        # stages are still marked for a profiler
+        self.assertEqual(calls["push"], ["SW_Patchforward_Loop", "SW_Model_Computation"])
+        self.assertEqual(len(calls["push"]), len(calls["pop"]))
+        self.assertEqual(timer.timings, {})
 
     def test_fallback_attempts_recorded(self):
         failures = [1]
@@ -205,6 +200,33 @@ class TestStageTimerSyncScope(unittest.TestCase):
                 pass
         self.assertEqual(stream.synchronize.call_count, 2)
         self.assertIn("forward", timer.timings)
+
+    @parameterized.expand([("cpu", 0, 0), (torch.device("cpu"), 0, 0), ("cuda", 2, 1), (None, 2, 1)])
+    def test_device_of_the_work(self, device, syncs, pushes):
+        """A CPU job in a process that also used the GPU (CUDA initialised by earlier work) neither waits on nor
+        marks the current GPU: the CUDA calls are only made for work on CUDA (or of an unknown device)."""
+        patches, calls = _fake_cuda()
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+        timer = StageTimer(device=device)
+        with timer.stage("forward"):
+            pass
+        self.assertEqual((len(calls["sync"]), len(calls["push"])), (syncs, pushes))
+        self.assertIn("forward", timer.timings)
+
+    def test_cpu_inferer_touches_no_gpu(self):
+        patches, calls = _fake_cuda()
+        for p in patches:
+            p.start()
+            self.addCleanup(p.stop)
+        inferer = SlidingWindowInferer(4, 2, timing=True)
+        x = torch.rand(1, 1, 8, 8)
+        with mock.patch("monai.inferers.inferer.StageTimer", side_effect=StageTimer) as made:
+            inferer(x, lambda w: w)
+        self.assertEqual(made.call_args.kwargs["device"], x.device)  # the windows' device decides (sw_device)
+        self.assertEqual((calls["sync"], calls["push"]), ([], []))
+        self.assertFalse(inferer.timings["synchronized"])
 
 
 if __name__ == "__main__":

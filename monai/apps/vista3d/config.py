@@ -41,6 +41,8 @@ __all__ = [
     "check_sw_batch_size",
     "check_output_dtype",
     "check_nonfinite",
+    "check_unreached_label",
+    "UNREACHED_LABELS",
     "check_embed_dim",
     "embed_dim_of",
     "DEFAULT_EMBED_DIM",
@@ -61,6 +63,9 @@ __all__ = [
 OUTPUT_DTYPES = ("uint8", "int16", "float32")
 #: how NaN/Inf voxels are read: as air (-1000 HU, with a warning that counts them), or refused
 NONFINITE = ("air", "error")
+#: what a point prompt's label map holds where no window reached: background (what a viewer expects), or the bundle's
+#: 255 (its ``nan_value``)
+UNREACHED_LABELS = (0, 255)
 #: VISTA3D's encoder halves the grid four times, so windows are multiples of this
 ROI_MULTIPLE = 16
 #: voxel type of a saved label map unless asked otherwise (every label id and the 255 sentinel fit)
@@ -207,6 +212,14 @@ def check_nonfinite(value: Any) -> str:
     return str(value)
 
 
+def check_unreached_label(value: Any) -> int:
+    """The label of voxels no point window reached, one of :data:`UNREACHED_LABELS`."""
+    if isinstance(value, bool) or value not in UNREACHED_LABELS:
+        raise SettingError("unreached_label", f"must be 0 (background, the default) or 255 (the bundle's), got "
+                                              f"{value!r}.")
+    return int(value)
+
+
 def check_embed_dim(value: Any) -> int:
     """A ``vista3d132`` width the network can be built with: a positive multiple of 8 (the point head's attention
     splits half of it over 4 heads)."""
@@ -241,6 +254,9 @@ class PipelineOptions:
             with its out-of-memory fallback (``infer`` + ``postprocess``). Point prompts always use the latter.
         nonfinite: how files with NaN/Inf voxels are read: ``"air"`` (-1000 HU, with a warning that counts them)
             or ``"error"`` (refused).
+        unreached_label: the label of the voxels of a point prompt's label map that no window reached: 0
+            (background, the default, what a viewer expects) or 255 (what the bundle writes, its ``nan_value``):
+            most of the voxels of a click's label map on a whole CT (and of a click session's answers).
         per_class: also give one mask per prompted class (``SegmentationResult.masks``; ``segment_file`` writes
             them), each class thresholded on its own (logit > 0), so a voxel may be in several; on the streamed
             path they add ``ceil(C / 8)`` bytes a voxel (bit-packed) to the label map's memory. Needs a class
@@ -261,6 +277,7 @@ class PipelineOptions:
     streaming: bool = True
     nonfinite: str = "air"
     per_class: bool = False
+    unreached_label: int = 0
 
     def __post_init__(self):
         resolved = {
@@ -274,6 +291,7 @@ class PipelineOptions:
             "timing": bool(self.timing),
             "streaming": bool(self.streaming),
             "per_class": bool(self.per_class),
+            "unreached_label": check_unreached_label(self.unreached_label),
         }
         for name, value in resolved.items():
             object.__setattr__(self, name, value)  # frozen: the checked value replaces the given one, once

@@ -34,6 +34,7 @@ __all__ = [
     "LAST_SUPPORTED",
     "parse_classes",
     "label_name",
+    "totalsegmentator_aliases",
 ]
 
 _DATA = Path(__file__).with_name("vista3d_labels.json")
@@ -75,7 +76,42 @@ def label_name(label_id: int) -> str:
     return label_names().get(int(label_id), f"label {int(label_id)}")
 
 
-def _one_class(token: Any, names_to_ids: dict[str, int]) -> int:
+# TotalSegmentator's names (its v2 task "total") that name the same structure as one VISTA3D label under another
+# spelling: "<part>_<side>" is VISTA3D's "<side> <part>", "rib_<side>_<n>" its "<side> rib <n>", and the renamed ones.
+_TOTALSEG_SIDED = (
+    "kidney", "adrenal gland", "lung upper lobe", "lung lower lobe", "kidney cyst",
+    "subclavian artery", "common carotid artery", "brachiocephalic vein", "iliac artery",
+    "iliac vena", "humerus", "scapula", "clavicula", "femur", "hip", "gluteus maximus", "gluteus medius",
+    "gluteus minimus", "autochthon", "iliopsoas",
+)
+_TOTALSEG_RENAMED = {"urinary bladder": "bladder", "lung middle lobe right": "right lung middle lobe",
+                     "atrial appendage left": "left atrial appendage"}
+
+
+def totalsegmentator_aliases() -> dict[str, str]:
+    """TotalSegmentator's class names (spelt with spaces, lower case) -> the VISTA3D name of the same structure, where
+    the two map one to one; the names both tools spell alike (``liver``, ``vertebrae L1``, ...) need no alias."""
+    sides = ("left", "right")
+    aliases = {f"{part} {side}": f"{side} {part}" for part in _TOTALSEG_SIDED for side in sides}
+    aliases.update({f"rib {side} {n}": f"{side} rib {n}" for side in sides for n in range(1, 13)})
+    aliases.update(_TOTALSEG_RENAMED)
+    return aliases
+
+
+def _spelling(name: str) -> str:
+    """A class name as it is matched: lower case, underscores as spaces (the mask files' names, TotalSegmentator's)."""
+    return " ".join(name.replace("_", " ").lower().split())
+
+
+@lru_cache(maxsize=1)
+def _names_to_ids() -> dict[str, int]:
+    """Every accepted spelling of a class name -> its label id: VISTA3D's names and TotalSegmentator's aliases."""
+    ids = {_spelling(v): k for k, v in label_names().items() if k != 0}
+    ids.update({alias: ids[name] for alias, name in totalsegmentator_aliases().items()})
+    return ids
+
+
+def _one_class(token: Any) -> int:
     if isinstance(token, bool):
         raise ClassPromptError(f"class prompt {token!r} is not a label id or name")
     if isinstance(token, int):
@@ -84,16 +120,19 @@ def _one_class(token: Any, names_to_ids: dict[str, int]) -> int:
         text = str(token).strip()
         if not text:
             raise ClassPromptError("empty class name in the class list (check for a doubled or trailing comma)")
+        names_to_ids = _names_to_ids()
         if text.lstrip("+-").isdigit():
             label_id = int(text)
-        elif text.lower() in names_to_ids:
-            label_id = names_to_ids[text.lower()]
+        elif _spelling(text) in names_to_ids:
+            label_id = names_to_ids[_spelling(text)]
         else:
-            close = difflib.get_close_matches(text.lower(), names_to_ids, n=3, cutoff=0.6)
+            close = difflib.get_close_matches(_spelling(text), names_to_ids, n=3, cutoff=0.6)
+            close = list(dict.fromkeys(label_name(names_to_ids[c]) for c in close))  # said as VISTA3D names
             hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise ClassPromptError(
                 f"unknown class name {text!r}{hint} (names are those of the VISTA3D label list, "
-                "e.g. 'liver', 'left kidney'; or give label ids)"
+                "e.g. 'liver', 'left kidney' or 'left_kidney', or TotalSegmentator's, e.g. 'kidney_left'; or give "
+                "label ids)"
             )
     if not 1 <= label_id <= LAST_SUPPORTED:
         raise ClassPromptError(
@@ -108,7 +147,10 @@ def parse_classes(spec: str | int | Iterable[str | int] | None, expand_subclasse
 
     Args:
         spec: ``"everything"`` (or None) for the bundle's 117 labels; a comma-separated string such as
-            ``"3,14,liver"``; or a sequence of ids and names. Names are matched case-insensitively.
+            ``"3,14,liver"``; or a sequence of ids and names. Names are matched case-insensitively, underscores as
+            spaces (``right_kidney``, the name of its mask file), and TotalSegmentator's names are aliases where they
+            name one VISTA3D label (``kidney_right``, ``rib_left_3``, ``urinary_bladder``; see
+            :func:`totalsegmentator_aliases`).
         expand_subclasses: replace group labels by their parts, e.g. "kidney" (2) by 14 and 5,
             "lung" (20) and "bone" (21) by theirs, like the bundle.
 
@@ -132,8 +174,7 @@ def parse_classes(spec: str | int | Iterable[str | int] | None, expand_subclasse
             return everything_labels()
     if len(tokens) == 0:
         raise ClassPromptError("the class list is empty: give label ids or names, or 'everything'")
-    names_to_ids = {v.lower(): k for k, v in label_names().items() if k != 0}
-    ids = [_one_class(t, names_to_ids) for t in tokens]
+    ids = [_one_class(t) for t in tokens]
     if expand_subclasses:
         groups = subclass_map()
         ids = [part for i in ids for part in (groups.get(i, [i]))]

@@ -40,10 +40,12 @@ def _forbidden(*_, **__):
 
 
 def _one_gpu():
-    """A machine with one GPU, as CUDA would report it; setting the current device fails the test."""
+    """A machine with one GPU, as CUDA would report it, not used yet by this process (whatever tests ran before in
+    it); setting the current device fails the test."""
     return [mock.patch("torch.cuda.is_available", lambda: True), mock.patch("torch.cuda.device_count", lambda: 1),
+            mock.patch("torch.cuda.is_initialized", lambda: False),
             mock.patch("torch.cuda.set_device", _forbidden), mock.patch("torch.cuda.device", _forbidden),
-            mock.patch("torch.cuda.Stream", _forbidden)]
+            mock.patch("torch.cuda.Stream", _forbidden), mock.patch("torch.cuda.current_stream", _forbidden)]
 
 
 
@@ -84,9 +86,12 @@ class TestRankDevice(unittest.TestCase):
         with _torchrun(env):
             self.assertEqual(resolve_device(device), torch.device(expected))
 
-    def test_cpu_rank_never_sets_a_gpu(self):
-        # rank 1 of two on a one-GPU machine, asked to run on the CPU: no CUDA state is touched
-        with mock.patch.dict(os.environ, TORCHRUN_RANK_1):
+    @parameterized.expand([("fresh process", False), ("CUDA used before", True)])
+    def test_cpu_rank_never_sets_a_gpu(self, _, initialized):
+        # rank 1 of two on a one-GPU machine, asked to run on the CPU: no CUDA state is touched, also in a process
+        # that used the GPU before (under pytest-xdist, an earlier test of the same worker; the stage timers then
+        # waited on the current GPU stream of a CPU job)
+        with mock.patch.dict(os.environ, TORCHRUN_RANK_1), mock.patch("torch.cuda.is_initialized", lambda: initialized):
             result = run_batch([self.image], self.tmp / "o", stub_job([1], StubVista({1: 60.0})))
         self.assertEqual(result.done, 1, result.records)
 

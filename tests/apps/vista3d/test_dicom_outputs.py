@@ -191,7 +191,7 @@ class TestCliDicom(unittest.TestCase):
         ("tilt", "gantry tilt", 1),
         ("seg_of_nifti", "--output-type dicom-seg refers to the DICOM series", 2),
         ("output_name_many", "--output-name names one image's outputs", 2),
-        ("no_dicom", "no .nii or .nii.gz files or DICOM series found", 2),
+        ("no_dicom", "no .nii or .nii.gz image or DICOM series found", 2),
     ])
     def test_refusals_write_nothing(self, case, words, exit_code):
         src = self.tmp / "bad"

@@ -28,7 +28,7 @@ from parameterized import parameterized
 from monai.apps.vista3d.config import DicomOptions
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.io.dicom import load_dicom
-from monai.apps.vista3d.io.dicom_files import input_kind
+from monai.apps.vista3d.io.input_kind import input_kind
 from monai.apps.vista3d.io.load_policy import load_input
 from monai.apps.vista3d.io.nifti import load_image
 from tests.subprocess_env import child_env

@@ -80,11 +80,85 @@ class TestFeasibility(unittest.TestCase):
                 Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 800000}, warn_random=False)
 
     def test_resampled_volume_larger_than_memory(self):
-        """A 500 mm pixdim resampled to 1.5 mm: refused from the header, saying how much it needs."""
-        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
-        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
-            with self.assertRaisesRegex(ResourceError, r"needs at least [\d.]+ GiB of cpu memory .* 64 GiB are"):
+        """A 20 mm pixdim resampled to 1.5 mm: refused from the header, saying how much it needs and why."""
+        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 20.0)
+        with mock.patch.object(feasibility, "host_memory_available", return_value=2**25):
+            with self.assertRaises(ResourceError) as ctx:
                 feasibility.check_image(src, "cpu")
+        self.assertRegex(str(ctx.exception), r"needs at least [\d.]+ GiB of cpu memory \(the image, 16 x 16 x 8 voxels "
+                                             r"of 20 x 20 x 20 mm, resampled to 1.5 mm: 214 x 214 x 107 voxels\), "
+                                             r"0.0312 GiB are available")
+        feasibility.check_image(src, "cpu")  # fits this machine
+
+    @parameterized.expand([
+        ("50 mm (cm or wrong)", 50.0, "voxel spacing 50 x 50 x 50 mm is no CT's", "1600 x 1600 x 1067"),
+        ("0.01 mm (microns)", 0.01, "voxel spacing 0.01 x 0.01 x 0.01 mm is no CT's", "1 x 1 x 1"),
+        ("meters", 0.0008, "voxel spacing 0.0008 x 0.0008 x 0.0008 mm is no CT's", "1 x 1 x 1"),
+    ])
+    def test_spacing_no_ct_has(self, _, spacing, message, resampled):
+        """Wrong units ran silently to 13 GB (50 mm) or were refused for their intensities (0.01 mm): both are named
+        by their spacing before any work, whatever the memory."""
+        src = _save(self.dir / "ct.nii.gz", (48, 48, 32), spacing)
+        with self.assertRaises(ResourceError) as ctx:
+            feasibility.check_image(src, "cpu")
+        self.assertIn(message, str(ctx.exception))
+        self.assertIn(f"resampled to 1.5 mm: {resampled} voxels", str(ctx.exception))
+        self.assertIn("set it to the voxel size in mm", str(ctx.exception))
+        for edge in feasibility.CT_SPACING_MM:  # the range's ends are CTs
+            feasibility.check_image(_save(self.dir / "edge.nii.gz", (8, 8, 8), edge), "cpu")
+
+    def test_spacing_of_the_affine(self):
+        """The spacing the pipeline resamples by: the sform's, where the pixdim says another."""
+        img = nib.Nifti1Image(np.zeros((8, 8, 8), np.int16), np.diag([50.0, 50.0, 50.0, 1.0]))
+        img.header["pixdim"][1:4] = 1.0
+        nib.save(img, self.dir / "sform.nii.gz")
+        with self.assertRaisesRegex(ResourceError, "voxel spacing 50 x 50 x 50 mm"):
+            feasibility.check_image(self.dir / "sform.nii.gz", "cpu")
+
+    @parameterized.expand([
+        ((300, 300, 300), 128, 0.25, 27, None),
+        ((300, 300, 300), 128, 0.75, 343, None),
+        ((300, 300, 300), 128, 0.9, 4096, "4,096 windows"),
+        ((240, 240, 400), 32, 0.95, 209 * 209 * 369, "16,118,289 windows"),
+        ((20, 20, 20), 32, 0.95, 1, None),  # one window holds it all
+    ])
+    def test_window_passes(self, shape, roi, overlap, count, refused):
+        from monai.apps.vista3d.config import SettingError
+        from monai.inferers import plan_sliding_windows
+
+        if count < 10000:  # the count is the planner's
+            self.assertEqual(plan_sliding_windows(shape, roi, overlap).num_windows, count)
+        self.assertEqual(feasibility.window_count(shape, (roi,) * 3, overlap), count)
+        if refused is None:
+            feasibility.check_window_passes(shape, (roi,) * 3, overlap, "ct.nii.gz")
+            return
+        with self.assertRaises(SettingError) as ctx:
+            feasibility.check_window_passes(shape, (roi,) * 3, overlap, "ct.nii.gz")
+        self.assertEqual(ctx.exception.field, "overlap")
+        self.assertIn(refused, str(ctx.exception))
+        self.assertIn("use a smaller overlap (the bundle's 0.25) or a larger roi_size", str(ctx.exception))
+
+    def test_cli_refuses_an_overlap_up_front(self):
+        src = _save(self.dir / "ct.nii.gz", (160, 160, 120), 1.5)
+        out = self.dir / "out"
+        with mock.patch.object(Vista3DPipeline, "segment", side_effect=AssertionError("segmented")):
+            code, _, err = run_main([src, "-o", out, *TINY, "--overlap", "0.95"])
+        self.assertEqual(code, 2, err)
+        lines = [ln for ln in err.splitlines() if not ln.startswith("WARNING: no --weights")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertRegex(lines[0], r"^error: --overlap 0.95 with --roi-size 32 x 32 x 32 would run [\d,]+ windows on "
+                                   r".*ct.nii.gz \([\d,]+ passes over each voxel, at most 100 are allowed\)")
+        self.assertFalse(out.exists())
+
+    def test_pipeline_refuses_the_overlap_before_the_windows(self):
+        from monai.apps.vista3d.config import SettingError
+        from tests.apps.vista3d.stub_vista import StubVista
+
+        stub = StubVista({1: 300.0})
+        pipe = Vista3DPipeline(stub, device="cpu", roi_size=32, overlap=0.95, warn_random=False)
+        with self.assertRaisesRegex(SettingError, "overlap 0.95 with roi_size 32 x 32 x 32 would run"):
+            pipe.segment(torch.full((1, 96, 96, 64), 40.0), np.diag([1.5, 1.5, 1.5, 1.0]), classes=[1])
+        self.assertEqual(stub.calls, 0)
 
     def test_inflated_volume_larger_than_memory(self):
         """A header whose inflated data exceeds the memory there is (a gzip bomb) is refused before reading."""
@@ -116,9 +190,9 @@ class TestFeasibility(unittest.TestCase):
         self.assertFalse(out.exists())
 
     def test_cli_refuses_an_image_that_cannot_fit(self):
-        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 500.0)
+        src = _save(self.dir / "coarse.nii.gz", (16, 16, 8), 20.0)
         out = self.dir / "out"
-        with mock.patch.object(feasibility, "host_memory_available", return_value=64 * 2**30):
+        with mock.patch.object(feasibility, "host_memory_available", return_value=2**25):
             code, _, err = run_main([src, "-o", out, *TINY])
         self.assertEqual(code, 2)
         self.assertRegex(err, r"error: .*coarse.nii.gz: segmenting it needs at least")
@@ -126,6 +200,40 @@ class TestFeasibility(unittest.TestCase):
 
 
 class TestWeightsErrors(unittest.TestCase):
+    @parameterized.expand([("nan", float("nan")), ("inf", float("inf")), ("overflowing sum", 3e38)])
+    def test_non_finite_weights_refused(self, _, value):
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            sd = vista3d132(encoder_embed_dim=8).state_dict()
+            key = "image_encoder.encoder.conv_init.weight"
+            sd[key] = torch.full_like(sd[key], value)
+            path = Path(tmp) / "model.pt"
+            torch.save(sd, path)
+            if value == 3e38:  # finite values whose float32 sum overflows: loaded
+                load_checkpoint(vista3d132(encoder_embed_dim=8), path)
+                return
+            with self.assertRaises(CheckpointError) as ctx:
+                load_checkpoint(vista3d132(encoder_embed_dim=8), path)
+            self.assertIn(f"holds NaN or Inf weights in 1 tensor(s): {key}; it is damaged", str(ctx.exception))
+
+    def test_cli_refuses_nan_weights(self):
+        from monai.networks.nets import vista3d132
+
+        with tempfile.TemporaryDirectory() as tmp:
+            sd = vista3d132(encoder_embed_dim=8).state_dict()
+            for key in list(sd)[:3]:
+                if sd[key].is_floating_point():
+                    sd[key] = torch.full_like(sd[key], float("nan"))
+            weights, out = Path(tmp) / "model.pt", Path(tmp) / "o"
+            src = _save(Path(tmp) / "ct.nii.gz", (24, 24, 16), 1.5)
+            torch.save(sd, weights)
+            code, _, err = run_main([src, "-o", out, *TINY, "--weights", weights])
+            self.assertEqual(code, 1, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertRegex(err, r"^error: checkpoint .*model.pt' holds NaN or Inf weights in \d tensor\(s\)")
+            self.assertFalse(any(out.rglob("*.nii.gz")))
+
     def test_random_bytes_are_not_called_a_pickled_network(self):
         from monai.networks.nets import vista3d132
 

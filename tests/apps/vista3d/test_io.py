@@ -168,6 +168,45 @@ class TestRoundTrip(TempDirCase):
             self.assertEqual(back.shape, ref.shape)
         self.assertEqual(_sha(src), before, "the input file changed")
 
+    @parameterized.expand([
+        ("negative pixdim, qform and sform", {"pixdim": [1, -1.5, 1.5, 1.5, 1, 1, 1, 1]}),
+        ("negative pixdim, qform only", {"pixdim": [-1, 1.5, -1.5, 2.0, 1, 1, 1, 1], "sform_code": 0}),
+        ("qfac 0, sform only", {"pixdim": [0, 1.5, 1.5, 2.0, 1, 1, 1, 1], "qform_code": 0}),
+    ])
+    def test_stored_geometry_kept(self, _, fields):
+        """nibabel reads a negative pixdim as positive (and qfac 0 as 1); the output keeps the stored fields, so that
+        readers that take the sign as a flip (ITK, SimpleITK) place the label map on the CT."""
+        src = write_phantom(self.tmp / "ct.nii", (20, 18, 12), (1.5, 1.5, 2.0), 1)
+        _patch_header(src, **fields)
+
+        def stored(path):
+            block = (gzip.open(path) if str(path).endswith(".gz") else open(path, "rb")).read(348)
+            return nib.Nifti1Header(block, check=False)
+
+        image, geom = load_image(src)
+        for suffix in (".nii.gz", ".nii"):
+            out = save_label_map(torch.zeros(image.shape[1:]), geom, self.tmp / f"seg{suffix}")
+            before, after = stored(src), stored(out)
+            for key in ("pixdim", "qform_code", "sform_code", "quatern_b", "quatern_c", "quatern_d", "qoffset_x",
+                        "qoffset_y", "qoffset_z", "srow_x", "srow_y", "srow_z", "xyzt_units"):
+                np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+            np.testing.assert_array_equal(nib.load(out).affine, nib.load(src).affine)
+
+    def test_settings_record(self):
+        """A label map's settings record is its one 'vista3d-settings' comment; the input's other extensions stay."""
+        img = nib.Nifti1Image(np.full((8, 8, 8), -1000, np.int16), np.eye(4))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("comment", b'vista3d-settings {"old": 1}'))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("afni", b"<AFNI_attributes/>"))
+        nib.save(img, self.tmp / "ct.nii.gz")
+        image, geom = load_image(self.tmp / "ct.nii.gz")
+        self.assertEqual(nifti_write.read_output_record(self.tmp / "ct.nii.gz"), {"old": 1})
+        for record in ({"classes": [1, 3], "weights": None}, None):
+            out = save_label_map(torch.zeros(image.shape[1:]), geom, self.tmp / "seg.nii.gz", record=record)
+            self.assertEqual(nifti_write.read_output_record(out), record)
+            self.assertEqual([e.get_code() for e in nib.load(out).header.extensions], [4] + [6] * (record is not None))
+            self.assertTrue(nifti_write.is_vista3d_output(out))
+            self.assertIsNone(nifti_write.output_problem(out))
+
     @parameterized.expand(NIBABEL_FILES)
     def test_nibabel_files(self, name):
         src = os.path.join(data_path, name)

@@ -42,6 +42,7 @@ CASES = [
     ("overlap", 1.0, "--overlap", "1.0"),
     ("sw_batch_size", 0, "--sw-batch-size", "0"),
     ("encoder_embed_dim", 12, "--embed-dim", "12"),
+    ("unreached_label", 1, "--unreached-label", "1"),
 ]
 
 

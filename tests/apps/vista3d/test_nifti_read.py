@@ -8,11 +8,13 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The slab conversion of :mod:`monai.apps.vista3d.io.nifti_read`: every layout, type, scaling and block boundary."""
+"""The slab conversion of :mod:`monai.apps.vista3d.io.nifti_read`: every layout, type, scaling and block boundary; an
+uncompressed file read with plain reads (cut or rewritten while read, extensions past byte 540)."""
 
 from __future__ import annotations
 
 import gzip
+import os
 import pathlib
 import tempfile
 import unittest
@@ -24,7 +26,8 @@ import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.io import gzip_codec, nifti_read
-from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.errors import Vista3DInputError
+from monai.apps.vista3d.io.nifti import load_image, read_header
 
 SHAPE = (37, 5, 41)  # divisible by no block size used here
 
@@ -161,6 +164,74 @@ class TestLoadSlabBoundaries(unittest.TestCase):
         np.testing.assert_array_equal(c_order[0].numpy(), data[..., index].astype(np.float32))
         self.assertEqual(stored.dtype, torch.int16)
         np.testing.assert_array_equal(stored[0].numpy(), data[..., index])
+
+
+def cut_while_read(path: pathlib.Path, keep: int, rewrite: bool = False):
+    """A patch of the plain reader that, on its first voxel read of ``path``, cuts the file to ``keep`` bytes (or,
+    ``rewrite``: overwrites its last bytes in place, the size kept), as another program writing it would."""
+    real = nifti_read._PlainReader.readinto
+    done = []
+
+    def readinto(self, buf):
+        if not done and os.path.samefile(self.f.name, path) and self.f.tell() >= 348:
+            done.append(1)
+            if rewrite:
+                with open(path, "r+b") as f:
+                    f.seek(-64, os.SEEK_END)
+                    f.write(b"\x7f" * 64)
+                st = os.stat(path)
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # clocks of coarse file systems
+            else:
+                os.truncate(path, keep)
+        return real(self, buf)
+
+    return mock.patch.object(nifti_read._PlainReader, "readinto", readinto)
+
+
+class TestPlainReads(unittest.TestCase):
+    """An uncompressed ``.nii`` is read, not memory-mapped: a file cut while read is one line, not a SIGBUS."""
+
+    def setUp(self):
+        self._dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self._dir.cleanup)
+        self.tmp = pathlib.Path(self._dir.name)
+        self.data = _stored("<i2", (33, 29, 40), seed=3)
+        self.path = self.tmp / "ct.nii"
+        nib.save(nib.Nifti1Image(self.data, np.diag([0.8, 0.9, 2.0, 1.0])), self.path)
+
+    @parameterized.expand([("c", True, torch.float32), ("file order", False, torch.float32), ("stored", False, None)])
+    def test_matches_nibabel(self, _, contiguous, dtype):
+        with mock.patch.object(nifti_read, "_READ_STEP", 3000):  # reads that end mid-slice
+            image, geom = load_image(self.path, contiguous=contiguous, dtype=dtype)
+        np.testing.assert_array_equal(image[0].numpy(), self.data)
+        self.assertEqual(image.is_contiguous(), contiguous)
+
+    def test_cut_while_read(self):
+        with cut_while_read(self.path, 352 + 2 * 33 * 29 * 7):
+            with self.assertRaises(Vista3DInputError) as ctx:
+                load_image(self.path)
+        msg = str(ctx.exception)
+        self.assertIn("truncated", msg)
+        self.assertIn("cut while it was read", msg)
+        self.assertNotIn("\n", msg)
+
+    def test_rewritten_while_read(self):
+        with cut_while_read(self.path, 0, rewrite=True), self.assertRaises(Vista3DInputError) as ctx:
+            load_image(self.path)
+        self.assertIn("the file changed while it was read", str(ctx.exception))
+
+    @parameterized.expand([(".nii",), (".nii.gz",)])
+    def test_extensions_past_byte_540(self, suffix):
+        img = nib.Nifti1Image(self.data, np.diag([0.8, 0.9, 2.0, 1.0]))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("comment", b"a long note " * 100))
+        path = self.tmp / f"ext{suffix}"
+        nib.save(img, path)
+        head = gzip.open(path).read(544) if suffix == ".nii.gz" else path.read_bytes()[:544]
+        self.assertGreater(nifti_read.vox_offset(head), 540)
+        image, geom = load_image(path)
+        np.testing.assert_array_equal(image[0].numpy(), np.asarray(nib.load(path).dataobj))
+        self.assertEqual(len(geom.header.extensions), 1)
+        self.assertEqual(read_header(path).spatial, (33, 29, 40))
 
 
 if __name__ == "__main__":

@@ -477,7 +477,8 @@ class TestPartsAtOnce(unittest.TestCase):
         log = self.tmp / f"stdout.{len(self.procs)}.log"
         cmd = ["-m", "monai.apps.vista3d", "-i", str(self.tmp / "cts"), "-o", str(self.out), "--part", part, *TINY]
         if ranks > 1:
-            cmd = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_free_port()}", *cmd]
+            cmd = ["-m", "torch.distributed.run", f"--nproc_per_node={ranks}", f"--master_port={_free_port()}",
+                   f"--log-dir={self.tmp / 'torchrun-logs'}", *cmd]  # not a torchelastic_* left in /tmp
         env = child_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         with open(log, "w") as f:
             proc = subprocess.Popen([sys.executable, *cmd], cwd=ROOT, env=env, stdout=f, stderr=subprocess.PIPE,

@@ -116,16 +116,19 @@ class TestPipelineStub(unittest.TestCase):
         out = pipe(torch.from_numpy(img), aff, classes="liver", points=[click.tolist()], point_labels="1").numpy()
         self.assertTrue((out[inside(world, LIVER, -grow)] == 1).all())
 
-    def test_voxels_outside_the_point_window_are_255(self):
+    @parameterized.expand([("default", {}, 0), ("bundle", {"unreached_label": 255}, 255)])
+    def test_voxels_outside_the_point_window(self, _, options, fill):
+        """Voxels no point window reached are background by default (what a viewer expects), 255 as the bundle's."""
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
         centre = np.array([np.mean(b) for b in LIVER])
         click = np.linalg.solve(aff, np.append(centre, 1.0))[:3]
-        out = _pipe(StubVista(HU), roi_size=(8, 8, 8))(torch.from_numpy(img), aff, points=[click], point_labels=[1])
-        out = out.numpy()
+        pipe = _pipe(StubVista(HU), roi_size=(8, 8, 8), **options)
+        out = pipe(torch.from_numpy(img), aff, points=[click], point_labels=[1]).numpy()
         near = (np.abs(world - centre) < 4).all(-1)
         far = (np.abs(world - centre) > 12).any(-1)
         self.assertTrue((out[near] == 1).all())
-        self.assertTrue((out[far] == 255).all())
+        self.assertTrue((out[far] == fill).all())
+        self.assertLessEqual(set(np.unique(out).tolist()), {0, 1, fill})
 
     def test_segment_file_round_trip(self):
         for dtype in (np.int16, np.float32):
@@ -301,7 +304,7 @@ class TestPerClassMasks(unittest.TestCase):
         img, aff, world = phantom((40, 40, 36), np.eye(3), (1.0, 1.0, 1.0))
         centre = np.array([np.mean(b) for b in LIVER])
         click = np.linalg.solve(aff, np.append(centre, 1.0))[:3]
-        pipe = _pipe(_overlap_stub(), roi_size=(16, 16, 16), per_class=True)
+        pipe = _pipe(_overlap_stub(), roi_size=(16, 16, 16), per_class=True, unreached_label=255)
         result = pipe.segment(torch.from_numpy(img), aff, classes="liver", points=[click.tolist()], point_labels=[1])
         self.assertEqual(list(result.masks), [1])
         mask, labels = result.masks[1].numpy(), result.labels.numpy()

@@ -132,9 +132,14 @@ def claim(path: str | os.PathLike, attempts: int = 5) -> Claim | None:
         except FileNotFoundError:
             current = False
         if current:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{_owner()}\n".encode())
-            return Claim(p, lock, fd, created)
+            held = Claim(p, lock, fd, created)
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{_owner()}\n".encode())
+            except OSError:  # a full disk: nothing of the claim is left behind
+                held.release()
+                raise
+            return held
         os.close(fd)  # the lock file was released and removed after this process opened it: open the new one
     return None
 

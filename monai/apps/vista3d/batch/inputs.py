@@ -14,23 +14,22 @@ names."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..config import OUTPUT_POSTFIX
 from ..errors import OutputCollisionError, Vista3DInputError
-from ..io.dicom_files import input_kind, is_series_folder
+from ..io.dicom_files import is_series_folder
+from ..io.input_kind import NIFTI_SUFFIXES, input_kind, looks_like_label_map
 from ..io.nifti_write import is_vista3d_output
 from ..io.paths import output_path
 
 __all__ = ["read_input_list", "collect_inputs", "plan_outputs"]
 
 
-_NIFTI_SUFFIXES = (".nii", ".nii.gz")
-
-
 def _is_nifti(path: Path) -> bool:
-    return path.name.lower().endswith(_NIFTI_SUFFIXES)
+    return path.name.lower().endswith(NIFTI_SUFFIXES)
 
 
 def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> list[Path]:
@@ -53,9 +52,9 @@ def _find_nifti(folder: Path, skip: Callable[[Path], bool] | None = None) -> lis
 
 
 def _is_image(path: Path) -> bool:
-    """Whether a file given directly is an image (NIfTI by its name, DICOM by its bytes or a ``.zip``) rather than a
-    list of images."""
-    return _is_nifti(path) or input_kind(path) == "dicom"
+    """Whether a file given directly is an image of any kind (NIfTI, DICOM, a zip of a series; NRRD and others too,
+    which then fail as their image with what to do) rather than a list of images."""
+    return input_kind(path) != "other"  # (a list of images is text: "other")
 
 
 def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable[[Path], bool]:
@@ -84,19 +83,33 @@ def _own_outputs(output_dir: str | os.PathLike | None, postfix: str) -> Callable
 def _collect(
     inputs: str | os.PathLike | Sequence[str | os.PathLike], skip: Callable[[Path], bool] | None = None
 ) -> list[tuple[Path, Path]]:
-    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder."""
+    """``(image, subfolder)`` pairs: an image found in a given folder keeps its path relative to that folder.
+
+    A folder search also leaves out other tools' label maps (:func:`~.input_kind.looks_like_label_map`), with one
+    warning that says how many and names the first.
+    """
     items = [inputs] if isinstance(inputs, (str, os.PathLike)) else list(inputs)
     found: list[tuple[Path, Path]] = []
+    label_maps: list[Path] = []
     for item in items:
         src = Path(item)
         if src.is_dir() and is_series_folder(src):
             found.append((src, Path()))  # a DICOM series given directly: one image, named after its folder
         elif src.is_dir():
-            found += [(p, p.parent.relative_to(src)) for p in _find_nifti(src, skip)]
+            for p in _find_nifti(src, skip):
+                if _is_nifti(p) and looks_like_label_map(p):
+                    label_maps.append(p)
+                else:
+                    found.append((p, p.parent.relative_to(src)))
         elif src.is_file() and not _is_image(src) and isinstance(inputs, (str, os.PathLike)):
             found += [(p, Path()) for p in read_input_list(src)]
         else:
             found.append((src, Path()))
+    if label_maps:
+        warnings.warn(
+            f"left out {len(label_maps)} label map(s) found in the input folders, e.g. {label_maps[0]} (a label "
+            "intent, or a first slice of at most 32 whole values, the smallest 0); name a file to segment it anyway",
+            stacklevel=3)
     return found
 
 
@@ -115,8 +128,8 @@ def collect_inputs(inputs: str | os.PathLike | Sequence[str | os.PathLike]) -> l
     """Image paths from a list of paths and folders, a text file (one path per line, ``#`` comments), or a folder.
 
     A folder is searched recursively for ``.nii`` and ``.nii.gz`` files and DICOM series folders (hidden files and
-    folders, and the label maps and masks this program wrote, are skipped); a folder that holds DICOM files itself is
-    one image.
+    folders, the label maps and masks this program wrote, and other tools' label maps, with a warning, are skipped);
+    a folder that holds DICOM files itself is one image.
     """
     return [p for p, _ in _collect(inputs, _own_outputs(None, ""))]
 

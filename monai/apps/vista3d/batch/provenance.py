@@ -8,24 +8,31 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""What a run's summary records of how its outputs were made: the resolved job (prompt, window, overlap, batch,
-precision, fused or not, output type), the weights file (size and SHA-256) and the versions of this package and of
-torch, so that an output folder says what produced it (as nnU-Net's ``predict_from_raw_data_args.json`` does)."""
+"""How a run's outputs were made. The summary records the resolved job (prompt, window, overlap, batch, precision,
+fused or not, output type), the weights file (size and SHA-256) and the versions of this package and of torch, so that
+an output folder says what produced it (as nnU-Net's ``predict_from_raw_data_args.json`` does). Each label map
+carries in its header what decides its labels (:func:`output_settings`), so that a rerun with other classes, window
+or weights does not take an earlier output for its own (:func:`check_made_alike`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..core.job import SegmentJob
+from ..errors import OutputPathError
+from ..io.nifti_write import read_output_record
 from .segmenter import PipelineSegmenter, Segmenter
 
-__all__ = ["Provenance"]
+__all__ = ["Provenance", "output_settings", "check_made_alike", "weights_digest"]
 
 _CHUNK = 16 << 20  # bytes hashed per read (hashlib releases the GIL on large buffers)
 
@@ -36,6 +43,21 @@ def _sha256(path: str | os.PathLike) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+_DIGESTS: dict[tuple, str] = {}
+_DIGEST_LOCK = threading.Lock()
+
+
+def weights_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a weights file, computed once per file version (path, size, mtime) in this process, however
+    many threads ask (about 0.7 s for the published checkpoint)."""
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+    with _DIGEST_LOCK:  # a second asker waits for the first one's result
+        if key not in _DIGESTS:
+            _DIGESTS[key] = _sha256(path)
+        return _DIGESTS[key]
 
 
 class Provenance:
@@ -52,7 +74,7 @@ class Provenance:
         self._digest: list[str] = []
         self._thread: threading.Thread | None = None
         if self.weights is not None:
-            self._thread = threading.Thread(target=lambda: self._digest.append(_sha256(self.weights)),
+            self._thread = threading.Thread(target=lambda: self._digest.append(weights_digest(self.weights)),
                                             name="vista3d-weights-digest", daemon=True)
             self._thread.start()
 
@@ -82,3 +104,55 @@ def _settings(what: SegmentJob | Segmenter) -> dict[str, Any]:
     options = dataclasses.asdict(what.pipeline.options) if isinstance(what, PipelineSegmenter) else None
     return {"segmenter": type(what).__name__, "options": options, "device": str(what.device),
             "output_dtype": what.output_dtype, "nonfinite": what.nonfinite}
+
+
+def output_settings(job: SegmentJob) -> dict[str, Any]:
+    """What decides the labels of a job's outputs: the prompt, the window and overlap, how voxels are read and written,
+    the network and the weights (their SHA-256). Not what only changes the speed (window batch, streaming, device)."""
+    prompt, options = job.parsed_prompt, job.options
+    weights = None
+    if job.weights is not None:
+        weights = {"bytes": os.path.getsize(job.weights), "sha256": weights_digest(job.weights)}
+    return {
+        "classes": prompt.label_ids,
+        "points": None if prompt.points is None else prompt.points.tolist(),
+        "point_labels": None if prompt.point_labels is None else prompt.point_labels.tolist(),
+        "roi_size": list(options.roi_size), "overlap": options.overlap, "output_dtype": options.output_dtype,
+        "unreached_label": options.unreached_label, "nonfinite": options.nonfinite, "per_class": options.per_class,
+        "network": "vista3d132" if job.network is None else type(job.network).__name__,
+        "network_kwargs": dict(job.network_kwargs), "weights": weights,
+    }
+
+
+def _shown(key: str, value: Any) -> str:
+    text = ("random" if key == "weights" else "none") if value is None else json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_made_alike(outputs: Sequence[Path], job: SegmentJob) -> None:
+    """Refuse, before any work, a run whose existing outputs were made with other settings (:func:`output_settings`,
+    read from each label map's header): skipping them would keep results of another prompt, window or checkpoint
+    under this run's name. Outputs without a record (an older version's) are taken as they are.
+
+    Raises:
+        OutputPathError: the first output made otherwise, what differs, and how many such outputs there are.
+    """
+    ours: dict[str, Any] | None = None
+    differing: list[tuple[Path, dict[str, Any]]] = []
+    for out in outputs:
+        record = read_output_record(out) if out.is_file() else None
+        if record is None:
+            continue
+        ours = ours if ours is not None else json.loads(json.dumps(output_settings(job)))  # as it reads back
+        if record != ours:
+            differing.append((out, record))
+    if not differing:
+        return
+    out, record = differing[0]
+    changes = [f"{key} {_shown(key, record.get(key))} then, {_shown(key, ours.get(key))} now"  # type: ignore
+               for key in sorted(set(record) | set(ours or {})) if record.get(key) != (ours or {}).get(key)]
+    more = f" (and {len(differing) - 1} more outputs)" if len(differing) > 1 else ""
+    raise OutputPathError(
+        f"{out}{more} was made with other settings: {'; '.join(changes)}; pass overwrite=True to redo "
+        f"{'them' if more else 'it'}, or choose another output folder."
+    )

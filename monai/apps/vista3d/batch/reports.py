@@ -30,8 +30,8 @@ import torch
 from ..config import ImageOutputs, SettingError
 from ..core.statistics import label_centroids, structure_statistics
 from ..io.atomic import write_atomically
-from ..io.dicom_files import input_kind
 from ..io.image_geometry import ImageGeometry
+from ..io.input_kind import input_kind
 from ..io.paths import extra_output_paths
 from ..io.preview import PreviewSlices, pillow_missing, preview_slices, write_preview
 from ..labels import label_name

@@ -47,9 +47,11 @@ from ..config import BatchOptions, DicomOptions, ImageOutputs
 from ..core.feasibility import check_environment, check_image, failure_reason
 from ..core.job import SegmentJob
 from ..errors import Vista3DInputError
+from ..io.input_kind import input_problem
 from ..io.nifti import read_header
 from ..io.paths import (
     check_output,
+    check_output_folder,
     class_mask_paths,
     part_summary_name,
     summary_path_for,
@@ -65,7 +67,7 @@ from .distributed import (
 from .image_record import ImageRecord
 from .inputs import collect_inputs, plan_outputs
 from .parts import check_part, parse_part, part_keys, split_parts
-from .provenance import Provenance
+from .provenance import Provenance, check_made_alike, output_settings
 from .reports import check_extras, image_reports, report_files
 from .segmenter import PipelineSegmenter, Segmenter, as_segmenter, labels_and_info
 from .summary import (
@@ -135,11 +137,15 @@ def run_batch(
     what = as_segmenter(segment_fn)  # it says where images are read to and how they are read and written
     paths, outs = _planned_outputs(inputs, output_dir, opts)
     check_extras(opts.extras, paths)
+    if output_dir is not None:
+        check_output_folder(output_dir)  # a file in its place, read-only, a full disk: refused before any work
     check_environment()
     headers = [read_header(p) for p in paths]  # each header read once: the checks, the shards and the volumes
     if isinstance(what, SegmentJob):  # what cannot fit is refused before the first image
         for path, header in zip(paths, headers):
-            check_image(path, what.resolved_device, header)
+            check_image(path, what.resolved_device, header, what.options)
+        if not overwrite:  # an earlier output of other settings is not skipped as this run's
+            check_made_alike(outs, what)
     part, summary = _part_and_summary(opts.part, summary_path, output_dir, outs)
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
@@ -226,7 +232,8 @@ def _triage(
     report: Callable[[ImageRecord], None] | None,
     extras: ImageOutputs,
 ) -> list[int]:
-    """Mark the images whose output is refused ("failed") or exists ("skipped"); returns those left to segment."""
+    """Mark the images that cannot be read (missing, not NIfTI) or whose output is refused ("failed"), or whose output
+    exists ("skipped"), before the pipeline is built; returns those left to segment."""
     todo: list[int] = []
     for i, rec in records.items():
         image, out = Path(rec.image), Path(rec.output)
@@ -235,6 +242,9 @@ def _triage(
         if mask_ids:
             rec.masks = [str(f) for f in files[1:]]  # so that 'summary' checks them on disk too
         try:
+            problem = input_problem(image)
+            if problem is not None:
+                raise Vista3DInputError(problem)
             for f in files:
                 check_output(image, f, overwrite=True)
         except Vista3DInputError as e:
@@ -343,11 +353,13 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     finish = _Finisher(jobs, report)
     rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
-        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype) as saver:
+        record = output_settings(work.what) if isinstance(work.what, SegmentJob) else None  # in each label map
+        with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype, record=record) as saver:
             for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
-                timer = StageTimer()  # on CUDA it synchronises at the end, so the time includes the GPU work
+                # on CUDA it synchronises at the end, so the time includes the GPU work; a CPU job touches no GPU
+                timer = StageTimer(device=work.what.device)
                 try:
                     if err is not None:
                         raise err

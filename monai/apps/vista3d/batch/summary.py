@@ -26,7 +26,7 @@ from ..errors import OutputPathError, Vista3DOutputError
 from ..io.paths import TEMP_SUFFIX, check_name_lengths, temp_prefix
 from .claims import claim_summary
 from .image_record import ImageRecord
-from .summary_merge import keep_earlier_done
+from .summary_merge import done_now, keep_earlier_done
 
 __all__ = [
     "SUMMARY_MARK",
@@ -160,7 +160,9 @@ class BatchResult:
 
     @property
     def volumes_per_minute(self) -> float | None:
-        return round(60.0 * self.done / self.wall_seconds, 3) if self.wall_seconds > 0 else None
+        """Images this run segmented per minute of its wall clock (skipped ones, and those a rerun keeps as an earlier
+        run's, took none of it)."""
+        return round(60.0 * done_now(self.records) / self.wall_seconds, 3) if self.wall_seconds > 0 else None
 
     @property
     def exit_code(self) -> int:
@@ -194,7 +196,12 @@ def write_summary(path: Path, result: BatchResult) -> Path:
     """Write ``result``'s summary (rank 0); returns the file written. It goes to another name when another process
     (of the same part, or another whole run) wrote ``path`` since this run began (see
     :func:`~.claims.claim_summary`); images done by the run whose summary it replaces stay done."""
-    path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
+    try:
+        path, held = claim_summary(path, result.started)  # whole runs too: two at once keep both summaries
+    except OSError as e:  # its folder cannot be created or written (a full disk)
+        raise Vista3DOutputError(
+            f"{path}: the summary could not be written ({os_message(e)}); the label maps written are kept."
+        ) from None
     try:
         _write_json(path, dataclasses.replace(result, records=keep_earlier_done(path, result.records)).summary())
     finally:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..io.paths import summary_kind
 
-__all__ = ["merge_summaries", "format_summary", "keep_earlier_done"]
+__all__ = ["done_now", "merge_summaries", "format_summary", "keep_earlier_done"]
 
 # the status of an image in merged summaries: the first of these that any summary reports for its output
 _PRECEDENCE = ("done", "skipped", "failed", "busy")
@@ -47,14 +47,16 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
         ``{"parts": [...], "totals": {...}, "missing_parts": [...], "failed_parts": [...], "interrupted_parts":
         [...], "unreadable": [...], "not_on_disk": {...}}``. Each part row: ``file``, ``part`` (``[i, N]`` or
         ``None`` for ``summary.json``), ``images``, ``done``, ``skipped``, ``failed``, ``busy``, ``seconds``
-        (its wall time), ``volumes_per_minute``, ``host``, ``interrupted`` (stopped before its end).
+        (its wall time), ``done_now`` (done by that run, not kept from an earlier one), ``volumes_per_minute``
+        (``done_now`` per minute of its wall time), ``host``, ``interrupted`` (stopped before its end).
         ``totals``: ``inputs`` (images in the batch, as the summaries report it), the distinct images ``done``,
         ``skipped``, ``failed``, ``busy`` (claimed by a process that did not report it), ``unreported``
         (in no summary) and ``not_on_disk`` (reported, but its files are missing or incomplete),
         ``complete`` (every image done or skipped), ``seconds`` (the parts' wall times added
-        up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (done per minute of that
-        span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent; ``failed_parts``: those
-        with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C, SIGTERM).
+        up), ``span_seconds`` (first start to last end) and ``volumes_per_minute`` (the rows' ``done_now`` per
+        minute of that span). ``missing_parts``: ``"i/N"`` of every ``N`` seen whose summary is absent;
+        ``failed_parts``: those with a failed image; ``interrupted_parts``: those stopped before their end (Ctrl-C,
+        SIGTERM).
     """
     root = Path(folder)
     files = sorted(p for p in root.glob("summary*.json") if summary_kind(p.name) is not False)
@@ -86,7 +88,8 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
             starts.append(float(data.get("started", data["finished"] - wall)))
         rows.append({
             "file": f.name, "part": part, "images": len(records), **counts, "seconds": round(wall, 3),
-            "volumes_per_minute": round(60.0 * counts["done"] / wall, 3) if wall > 0 else None,
+            "volumes_per_minute": round(60.0 * done_now(records) / wall, 3) if wall > 0 else None,
+            "done_now": done_now(records),
             "host": data.get("host"), "interrupted": bool(data.get("interrupted")),
         })
     on_disk = {} if not check_disk else _check_on_disk(status, files_of, root)
@@ -100,7 +103,8 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
     totals["seconds"] = round(sum(r["seconds"] for r in rows), 3)
     span = max(ends) - min(starts) if ends else sum(r["seconds"] for r in rows)
     totals["span_seconds"] = round(span, 3)
-    totals["volumes_per_minute"] = round(60.0 * totals["done"] / span, 3) if span > 0 else None
+    made = sum(r["done_now"] for r in rows)  # an earlier run's images took none of this span
+    totals["volumes_per_minute"] = round(60.0 * made / span, 3) if span > 0 else None
     missing = [f"{i}/{n}" for n in sorted(seen) for i in range(n) if i not in seen[n]]
     def named(key: str) -> list[str]:
         return sorted({"/".join(map(str, r["part"])) if r["part"] else r["file"] for r in rows if r[key]})
@@ -127,6 +131,11 @@ def _check_on_disk(status: dict[str, str], files_of: dict[str, list[str]], root:
                 wrong[key] = f"{f}: {problem}"
                 break
     return wrong
+
+
+def done_now(records: list[dict[str, Any]]) -> int:
+    """Images of ``records`` done by the run that wrote them (not kept from an earlier run's summary)."""
+    return sum(r.get("status") == "done" and not r.get("earlier_run") for r in records)
 
 
 def keep_earlier_done(path: str | os.PathLike, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

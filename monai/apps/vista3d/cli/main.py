@@ -128,7 +128,8 @@ def _list_classes() -> int:
     for label_id, name in sorted(label_names().items()):
         if label_id:
             print(f"{label_id:>3}{'*' if label_id in everything else ' '} {name}")
-    print(f"{len(everything)} classes in 'everything'; --classes takes ids or names, e.g. --classes 3,liver")
+    print(f"{len(everything)} classes in 'everything'; --classes takes ids or names, e.g. --classes 3,liver "
+          "(underscores for spaces, right_kidney, and TotalSegmentator's names, kidney_right, are names too)")
     return 0
 
 
@@ -158,7 +159,7 @@ def _segment(args: argparse.Namespace) -> int:
     job = job_from_flags(args, parse_prompt(args.classes, args.points, args.point_labels),
                          progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype,
                          streaming=args.streaming, nonfinite="error" if args.strict else "air",
-                         per_class=args.per_class)
+                         per_class=args.per_class, unreached_label=args.unreached_label)
     _seed_and_warn(args)
     if job.resolved_device.type == "cuda":
         _usable_kernel_cache()
@@ -191,6 +192,7 @@ def _segment_outputs(
     images with one output, a folder without images). The output folder is None for ``-o FILE.nii.gz``."""
     from ..batch.inputs import plan_outputs
     from ..io.dicom_files import is_series_folder
+    from ..io.input_kind import folder_problem
     from ..io.paths import check_output
 
     output, output_dir = args.output, args.output_dir
@@ -209,8 +211,8 @@ def _segment_outputs(
         check_output(items[0], output, overwrite=True)  # a name the disk refuses is refused now, not after the work
         return [Path(items[0])], [Path(output)], None, part
     plan = plan_outputs(items, output_dir)  # every output unique, before any work
-    if not plan:
-        raise UsageError(f"no .nii or .nii.gz files or DICOM series found in {', '.join(map(str, items))}")
+    if not plan:  # only folders were given, and they hold no image: say what they hold
+        raise UsageError("; ".join(folder_problem(item) for item in items))
     if args.output_name is not None:
         return _named_output(args.output_name, plan, output_dir, part)
     return [p for p, _ in plan], [o for _, o in plan], output_dir, part

@@ -63,6 +63,7 @@ FIELD_FLAGS = {
     "device": "--device",
     "encoder_embed_dim": "--embed-dim",
     "per_class": "--per-class",
+    "unreached_label": "--unreached-label",
     "weights": "--weights",
     "series": "--series",
     "output_type": "--output-type",
@@ -126,7 +127,8 @@ def _add_network(p: argparse.ArgumentParser, sw_batch_size: bool = True) -> None
 def _add_common(p: argparse.ArgumentParser) -> None:
     """The options ``segment`` and ``benchmark`` share beside the network's."""
     p.add_argument("--classes", default="everything",
-                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver")
+                   help="'everything' (the bundle's 117 labels) or ids/names, e.g. 3,14,liver (names as --list-classes "
+                        "prints them, underscores for spaces, or TotalSegmentator's: kidney_right)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights (without --weights)")
     p.add_argument("--output-dtype", choices=OUTPUT_DTYPES, default=DEFAULT_OUTPUT_DTYPE,
                    help="voxel type of the saved label maps (default uint8: every label id and the 255 sentinel "
@@ -166,6 +168,9 @@ def _add_segment(sub: Any, prog: str, usage: str) -> None:
                      help="also write one uint8 mask per requested class, OUTPUT/<name>/<class name>.nii.gz (names "
                           "of --list-classes, spaces as underscores), each class thresholded on its own, so "
                           "structures that overlap (a vessel inside the liver) are all kept")
+    seg.add_argument("--unreached-label", type=int, default=0, metavar="{0,255}",
+                     help="label of the voxels of a point prompt's label map that no window reached (default 0, "
+                          "background; 255 writes what the VISTA3D bundle writes)")
     seg.add_argument("--timing", action="store_true", help="print the per-stage times of each image")
     seg.add_argument("--volume-index", type=int, default=None,
                      help="the volume to segment of each 4D image (3D images are read as they are)")

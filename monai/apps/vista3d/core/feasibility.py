@@ -28,6 +28,9 @@ from pathlib import Path
 
 import torch
 
+from monai.inferers import get_scan_interval
+
+from ..config import DEFAULT_OVERLAP, PipelineOptions, SettingError
 from ..errors import ResourceError, Vista3DInputError
 from ..io.nifti import ImageHeader, read_header
 from ..io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
@@ -39,6 +42,10 @@ __all__ = [
     "check_network",
     "check_window",
     "check_image",
+    "check_window_passes",
+    "window_count",
+    "CT_SPACING_MM",
+    "MAX_WINDOW_PASSES",
     "memory_available",
     "friendly_memory_error",
 ]
@@ -50,6 +57,13 @@ _SPACING_MM = 1.5
 _BYTES_PER_NETWORK_VOXEL = 10
 #: full-resolution activations a window needs at once at least (a convolution's input, output and residual)
 _LIVE_ACTIVATIONS = 3
+#: voxel spacing (mm) of the CTs VISTA3D segments; a header outside it gives its sizes wrongly or in other units
+#: (a 50 mm pixdim ran to 13 GB without a word, a 0.01 mm one was refused for its intensities)
+CT_SPACING_MM = (0.05, 20.0)
+#: most passes of the windows over each voxel, on average, that a run may make: the bundle's overlap 0.25 makes about
+#: 2, 0.5 about 5 to 8, 0.75 about 27 to 64; beyond it a run repeats the same work for hours (0.95 at 32^3 windows:
+#: ~30,000 passes)
+MAX_WINDOW_PASSES = 100
 
 
 def _gib(n: float) -> str:
@@ -138,6 +152,22 @@ def check_environment() -> None:
         raise ResourceError(str(e)) from None
 
 
+def _resampled(header: ImageHeader) -> tuple[int, int, int]:
+    """The image's grid once resampled to the bundle's spacing (before the foreground crop, which only shrinks it)."""
+    n = [max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(header.spatial, header.zooms)]
+    return n[0], n[1], n[2]
+
+
+def _sizes(values: Sequence[float]) -> str:
+    return " x ".join(f"{float(v):g}" for v in values)
+
+
+def _grid(header: ImageHeader) -> str:
+    """``48 x 48 x 32 voxels of 50 x 50 x 50 mm, resampled to 1.5 mm: 1600 x 1600 x 1067``, for messages."""
+    return (f"{_sizes(header.spatial)} voxels of {_sizes(header.zooms)} mm, resampled to {_SPACING_MM} mm: "
+            f"{_sizes(_resampled(header))}")
+
+
 def _image_needs(header: ImageHeader) -> tuple[int, int]:
     """``(host bytes, device bytes)`` that reading and segmenting the image take at least, from its header;
     ``(0, 0)`` for a header whose data cannot be in the file (truncated: its load says so)."""
@@ -145,22 +175,35 @@ def _image_needs(header: ImageHeader) -> tuple[int, int]:
     if header.inflated_bytes > (MAX_DEFLATE_RATIO * size + 4096 if header.gz else size):
         return 0, 0
     host = (header.itemsize + 4) * header.voxels  # one volume's data and its float32 copy
-    resampled = math.prod(max(1, math.ceil(n * z / _SPACING_MM)) for n, z in zip(header.spatial, header.zooms))
-    return host, _BYTES_PER_NETWORK_VOXEL * resampled
+    return host, _BYTES_PER_NETWORK_VOXEL * math.prod(_resampled(header))
 
 
-def check_image(path: str | os.PathLike, device: torch.device | str, header: ImageHeader | None = None) -> None:
-    """Refuse an image whose inflated data or volume resampled to 1.5 mm cannot fit, from its header alone (read
-    here unless given: :func:`~monai.apps.vista3d.io.nifti.read_header`).
+def check_image(
+    path: str | os.PathLike,
+    device: torch.device | str,
+    header: ImageHeader | None = None,
+    options: PipelineOptions | None = None,
+) -> None:
+    """Refuse, from its header alone (read here unless given: :func:`~monai.apps.vista3d.io.nifti.read_header`), an
+    image whose voxel spacing is no CT's (:data:`CT_SPACING_MM`), whose inflated data or volume resampled to 1.5 mm
+    cannot fit, or (with ``options``) on which the windows would make more than :data:`MAX_WINDOW_PASSES` passes.
 
     A header that cannot be read is left to the image's own load, which says what is wrong with it.
 
     Raises:
-        ResourceError: the image cannot fit; the message says how much it needs.
+        ResourceError: the spacing is no CT's, or the image cannot fit; the message names the spacing and the grid.
+        SettingError: ``options.overlap`` (with ``options.roi_size``) would run too many windows on it.
     """
     header = header if header is not None else read_header(path)
     if header is None:
         return
+    low, high = CT_SPACING_MM
+    if not all(low <= z <= high for z in header.zooms):
+        raise ResourceError(
+            f"{path}: voxel spacing {_sizes(header.zooms)} mm is no CT's (VISTA3D segments CTs of {low:g} to {high:g} "
+            f"mm voxels; {_grid(header)} voxels): the header's pixdim or affine is wrong or not in mm; set it to the "
+            "voxel size in mm"
+        )
     host, dev = _image_needs(header)
     device = torch.device(device)
     if device.type == "cpu":
@@ -169,10 +212,38 @@ def check_image(path: str | os.PathLike, device: torch.device | str, header: Ima
         have = memory_available(where)
         if need and have is not None and need > have:
             raise ResourceError(
-                f"{path}: segmenting it needs at least {_gib(need)} of {where.type} memory (the image read and "
-                f"resampled to {_SPACING_MM} mm), {_gib(have)} are available; check the header's dim and pixdim, "
-                "or segment it on a machine with more memory"
+                f"{path}: segmenting it needs at least {_gib(need)} of {where.type} memory (the image, {_grid(header)} "
+                f"voxels), {_gib(have)} are available; check the header's dim and pixdim, or segment it on a machine "
+                "with more memory"
             )
+    if options is not None:
+        check_window_passes(_resampled(header), options.roi_size, options.overlap, str(path))
+
+
+def window_count(shape: Sequence[int], roi_size: Sequence[int], overlap: float) -> int:
+    """Windows of a sliding-window pass over an image of ``shape`` (as :func:`~monai.inferers.plan_sliding_windows`
+    places them), counted without listing them."""
+    padded = [max(int(n), int(r)) for n, r in zip(shape, roi_size)]
+    steps = get_scan_interval(padded, [int(r) for r in roi_size], len(padded), [float(overlap)] * len(padded))
+    return math.prod(1 + math.ceil((n - r) / step) if n > r else 1 for n, r, step in zip(padded, roi_size, steps))
+
+
+def check_window_passes(shape: Sequence[int], roi_size: Sequence[int], overlap: float, what: str) -> None:
+    """Refuse an overlap whose windows would pass more than :data:`MAX_WINDOW_PASSES` times over each voxel of an image
+    of ``shape`` (on the network's grid), named ``what`` in the message.
+
+    Raises:
+        SettingError: ``overlap``, with the number of windows and passes, and what to use instead.
+    """
+    roi = [int(r) for r in roi_size]
+    count = window_count(shape, roi, overlap)
+    passes = count * math.prod(roi) / math.prod(max(int(n), r) for n, r in zip(shape, roi))
+    if passes > MAX_WINDOW_PASSES:
+        raise SettingError(
+            "overlap", f"{overlap:g} with roi_size {_sizes(roi)} would run {count:,} windows on {what} ({passes:,.0f} "
+                       f"passes over each voxel, at most {MAX_WINDOW_PASSES} are allowed); use a smaller overlap (the "
+                       f"bundle's {DEFAULT_OVERLAP}) or a larger roi_size"
+        )
 
 
 def friendly_memory_error(e: BaseException) -> str | None:

@@ -63,7 +63,7 @@ from ..io.image_geometry import ImageGeometry
 from ..io.load_policy import load_input
 from ..io.nifti_write import save_class_masks, save_label_map
 from ..io.paths import check_output, class_mask_dir, class_mask_paths, output_path
-from .feasibility import check_image, check_network, check_window
+from .feasibility import check_image, check_network, check_window, check_window_passes
 from .network_ready import (
     RANDOM_WEIGHTS_WARNING,
     encoder_shape,
@@ -272,15 +272,18 @@ class Vista3DPipeline:
         label_ids: Sequence[int] | None,
         point_coords: torch.Tensor | None = None,
         point_labels: torch.Tensor | None = None,
+        unreached_label: int | None = None,
     ) -> tuple[torch.Tensor, ClassMasks | None]:
         """Logits -> ``[X, Y, Z]`` int16 label map on the network grid (upstream's ``VistaPostTransformd``), and with
         ``per_class`` one mask per class, each thresholded on its own (logit > 0; no NaN voxel is in a mask).
 
-        A point-only prompt (no class) first keeps only the connected components that hold a positive point.
+        A point-only prompt (no class) first keeps only the connected components that hold a positive point. Voxels
+        no point window reached (NaN logits) get ``unreached_label`` (None: the pipeline's option).
         """
+        fill = self.unreached_label if unreached_label is None else unreached_label
         # computed where the inferer stitched (the adaptive inferer may have fallen back to the CPU for lack of GPU
         # memory): only the small results move
-        labels, masks = logits_to_outputs(logits, label_ids, point_coords, point_labels, masks=self.per_class)
+        labels, masks = logits_to_outputs(logits, label_ids, point_coords, point_labels, self.per_class, fill)
         return labels.to(self.device), None if masks is None else masks.to(self.device)
 
     def invert(self, labels: torch.Tensor, record: PreprocessRecord) -> torch.Tensor:
@@ -332,7 +335,7 @@ class Vista3DPipeline:
         """
         prompt = parse_prompt(classes, points, point_labels)
         self._check_per_class(prompt)
-        timer = StageTimer()
+        timer = StageTimer(device=self.device)
         geometry = None
         if isinstance(image, (str, os.PathLike)):
             with timer.stage("load"):
@@ -343,6 +346,8 @@ class Vista3DPipeline:
         with timer.stage("preprocess"):
             x, record = self.preprocess(image, affine)
         on_grid = self.prompts(prompt, record)
+        if on_grid["point_coords"] is None:  # a sliding-window pass over the whole image
+            check_window_passes(x.shape[1:], self.roi_size, self.overlap, "this image")
         if self.streaming and on_grid["point_coords"] is None:
             with timer.stage("inference"):
                 labels, masks, run = self.stream(x, on_grid["label_ids"])
@@ -413,11 +418,11 @@ class Vista3DPipeline:
         if self.per_class:
             for mask_path in class_mask_paths(class_mask_dir(path, output_dir), prompt.label_ids).values():
                 check_output(path, mask_path, overwrite)
-        check_image(path, self.device)
+        check_image(path, self.device, options=self.options)
         result = self.segment(path, classes=prompt, volume_index=volume_index)
         geometry = result.geometry
         assert geometry is not None  # a file's segmentation carries its geometry
-        timer = StageTimer()
+        timer = StageTimer(device=self.device)
         with timer.stage("save"):
             result.output = Path(save_label_map(result.labels, geometry, out_path, dtype=self.output_dtype))
             if result.masks is not None:

@@ -213,9 +213,11 @@ def logits_to_outputs(
     point_coords: torch.Tensor | None = None,
     point_labels: torch.Tensor | None = None,
     masks: bool = False,
+    nan_value: int = NAN_LABEL,
 ) -> tuple[torch.Tensor, ClassMasks | None]:
     """A prompt's logits -> ``([X, Y, Z] int16 label map, one mask per class or None)`` on ``logits``' device
-    (upstream's ``VistaPostTransformd``, and :func:`logits_to_masks` when ``masks``).
+    (upstream's ``VistaPostTransformd``, and :func:`logits_to_masks` when ``masks``); ``nan_value`` labels the voxels
+    whose single-channel logit is NaN (no window reached them).
 
     A point-only prompt (no class) first keeps only the connected components that hold a positive point; that edits
     ``logits`` in place.
@@ -226,4 +228,4 @@ def logits_to_outputs(
         logits = keep_components_with_positive_points(
             logits.float(), point_coords=point_coords.to(logits.device), point_labels=point_labels.to(logits.device)
         )
-    return logits_to_labels(logits, label_ids), logits_to_masks(logits, label_ids) if masks else None
+    return logits_to_labels(logits, label_ids, nan_value), logits_to_masks(logits, label_ids) if masks else None

@@ -32,7 +32,8 @@ class SegmentationResult:
     """One image's segmentation and what it cost.
 
     Attributes:
-        labels: ``[X, Y, Z]`` int16 label map on the input grid (255 where no point window predicted).
+        labels: ``[X, Y, Z]`` int16 label map on the input grid (the pipeline's ``unreached_label``, 0 unless asked,
+            where no point window predicted).
         timings: seconds per stage (see :data:`STAGES`), plus ``inference/<stage>`` when measured.
         windows: sliding windows run.
         sw_batch_size: windows per network call (the largest batch; what ``"auto"`` chose).

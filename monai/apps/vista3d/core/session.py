@@ -209,7 +209,8 @@ class Vista3DSession:
 
         Returns:
             the ``[X, Y, Z]`` int16 label map on the input grid: the class's label id (1 without a class) where
-            the object is, 0 elsewhere, 255 where no window of this object has landed yet.
+            the object is, 0 elsewhere; where no window of this object has landed yet, the pipeline's
+            ``unreached_label`` (0 unless the pipeline was made with 255, the bundle's).
 
         Raises:
             PromptError, ClassPromptError: no points, a bad class name, labels that do not fit, a point outside the
@@ -220,7 +221,7 @@ class Vista3DSession:
             raise PromptError("a click needs points: give points='x,y,z' (voxel indices) and point_labels='1'")
         pts, labs = parse_points(points, point_labels)
         label_ids = self._object_class(classes)
-        timer = StageTimer()
+        timer = StageTimer(device=pipe.device)
         with timer.stage("prompts"):
             on_grid = pipe.prompts(Prompt(label_ids, pts, labs), self.record)
             start = self.clicks

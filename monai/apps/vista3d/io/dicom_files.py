@@ -8,8 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Which inputs are DICOM, told from their bytes without pydicom (the core install has none): the one place an
-input's kind is decided, for the folder search and for the load.
+"""Which files and folders are DICOM, told from their bytes without pydicom (the core install has none); the kind
+of an input is decided with them in :mod:`.input_kind`.
 
 A DICOM file is a DICOM Part 10 file: 128 bytes of preamble, then ``DICM``. A folder with such files directly inside
 is one series (one image); a zip archive is read as one series too, known by its name (``.zip``) or by its bytes (a
@@ -23,7 +23,7 @@ import os
 import zipfile
 from pathlib import Path
 
-__all__ = ["input_kind", "is_dicom_file", "is_zip_archive", "dicom_files_in", "is_series_folder", "DICOM_SUFFIXES",
+__all__ = ["is_dicom_file", "is_zip_archive", "dicom_files_in", "is_series_folder", "DICOM_SUFFIXES",
            "ZIP_MAGIC"]
 
 #: names an input given directly may end with and still be a DICOM image
@@ -79,12 +79,3 @@ def is_series_folder(folder: str | os.PathLike) -> bool:
     except OSError:
         return False
     return any(not e.name.startswith(".") and e.is_file() and is_dicom_file(e.path) for e in entries)
-
-
-def input_kind(path: str | os.PathLike) -> str:
-    """``"dicom"`` for a folder, a zip archive or a DICOM Part 10 file; ``"nifti"`` for anything else (whose load then
-    says what is wrong with it)."""
-    p = Path(path)
-    if p.is_dir() or is_zip_archive(p) or (p.is_file() and is_dicom_file(p)):
-        return "dicom"
-    return "nifti"

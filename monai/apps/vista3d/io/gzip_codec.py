@@ -102,6 +102,9 @@ _QUEUE_CHUNKS = 128
 class _Reader:
     """``read`` and ``skip`` on top of a ``readinto`` that fills its buffer unless the stream ends."""
 
+    #: the bytes read are inflated (a reader of an uncompressed file says False)
+    compressed = True
+
     def readinto(self, buf: np.ndarray) -> int:
         raise NotImplementedError
 

@@ -32,6 +32,10 @@ class ImageGeometry:
         dtype: the on-disk voxel dtype (before scl_slope/scl_inter scaling), byte order included.
         source: for an image read from DICOM, the series it came from (a
             :class:`~monai.apps.vista3d.io.dicom.DicomSource`, which a DICOM SEG refers to); None for NIfTI.
+        stored_header: the input's header block as its file stores it (348 or 540 bytes), or None. ``header`` holds
+            nibabel's reading of it, which makes a negative pixdim positive; a result is written with the stored
+            geometry fields (pixdim, qform, sform and their codes), so that every reader (ITK reads the sign as a
+            flip) places it where it places the input.
     """
 
     affine: np.ndarray
@@ -40,6 +44,7 @@ class ImageGeometry:
     filename: str | None
     dtype: np.dtype
     source: Any = None
+    stored_header: bytes | None = None
 
     @property
     def spacing(self) -> tuple[float, float, float]:

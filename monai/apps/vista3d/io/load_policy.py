@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from ..config import DicomOptions
-from .dicom_files import input_kind
 from .image_geometry import ImageGeometry
+from .input_kind import input_kind
 from .nifti import load_image
 
 __all__ = ["load_options", "load_input", "as_compute_layout"]

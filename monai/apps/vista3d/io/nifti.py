@@ -38,7 +38,8 @@ import torch
 from ..errors import Vista3DInputError
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
-from .nifti_read import header_from_bytes, read_gzip_nifti, read_voxels
+from .input_kind import input_problem
+from .nifti_read import header_from_bytes, header_start, read_gzip_nifti, read_plain_nifti
 
 __all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
 
@@ -53,7 +54,7 @@ class ImageHeader:
     Attributes:
         shape: the stored shape, trailing dimensions of size 1 past the third dropped.
         itemsize: bytes per stored voxel.
-        zooms: the spatial voxel size (mm; 1 where the header has 0).
+        zooms: the spatial voxel size (mm; the column norms of the header's best affine; 1 where it has 0).
         file_bytes: the size of the file on disk (compressed for ``.nii.gz``).
         gz: whether the file is gzip-compressed.
     """
@@ -89,12 +90,11 @@ class ImageHeader:
 def read_header(path: str | os.PathLike) -> ImageHeader | None:
     """The :class:`ImageHeader` of a NIfTI file, or None where it cannot be read (the image then fails at its
     load, which says what is wrong with it)."""
-    import nibabel as nib
-
     try:
-        header = nib.load(os.fspath(path)).header
+        header = header_from_bytes(header_start(pathlib.Path(path)), pathlib.Path(path))
         shape = [int(s) for s in header.get_data_shape()]
-        zooms = [abs(float(z)) or 1.0 for z in (list(header.get_zooms()) + [1.0, 1.0, 1.0])[:3]]
+        # the voxel sizes the pipeline resamples by: the affine's (pixdim's only where no sform says otherwise)
+        zooms = [float(z) or 1.0 for z in np.linalg.norm(np.asarray(header.get_best_affine())[:3, :3], axis=0)]
         itemsize = np.dtype(header.get_data_dtype()).itemsize
         size = os.path.getsize(path)
     except Exception:  # noqa: BLE001 - any unreadable header is the load's to report
@@ -144,19 +144,16 @@ def load_image(
         raise ValueError(f"dtype must be a floating type or None (the stored type), got {dtype}")
     dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
-    _check_is_file(p)
+    problem = input_problem(p)  # missing, a folder, DICOM, NRRD, ...: said with what to do
+    if problem is not None:
+        raise Vista3DInputError(problem)
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     try:
         with open(p, "rb") as f:
-            start = f.read(540)
-        if start[:2] == GZIP_MAGIC:
-            hdr, (image, spatial, affine, disk_dtype) = read_gzip_nifti(p, volume_index, contiguous, dtype is None, dev)
-        else:
-            hdr = header_from_bytes(start, p)
-            image, spatial, affine, disk_dtype = read_voxels(
-                p, hdr, volume_index, contiguous, None, None, dtype is None, dev
-            )
+            gz = f.read(2) == GZIP_MAGIC
+        read = read_gzip_nifti if gz else read_plain_nifti
+        hdr, block, (image, spatial, affine, disk_dtype) = read(p, volume_index, contiguous, dtype is None, dev)
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None
     if dtype is not None and image.dtype != dtype:
@@ -166,21 +163,10 @@ def load_image(
     if disk_dtype.kind == "f":  # integers times nibabel's (finite) slope cannot be NaN/Inf
         _handle_nonfinite(image, p, nonfinite)
     geometry = ImageGeometry(
-        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype)
+        affine=affine, spatial_shape=spatial, header=hdr.copy(), filename=str(p), dtype=np.dtype(disk_dtype),
+        stored_header=block,
     )
     return image[None], geometry
-
-
-def _check_is_file(p: pathlib.Path) -> None:
-    """Refuse a missing path, a broken link, a folder or anything else that is not a regular file."""
-    if not p.exists():
-        if p.is_symlink():
-            raise Vista3DInputError(f"{p}: a broken symbolic link (to {os.readlink(p)}); fix or remove the link.")
-        raise Vista3DInputError(f"{p}: no such file; check the path.")
-    if p.is_dir():
-        raise Vista3DInputError(f"{p}: is a folder, not an image; give a .nii or .nii.gz file.")
-    if not p.is_file():
-        raise Vista3DInputError(f"{p}: not a regular file; give a .nii or .nii.gz file.")
 
 
 def _handle_nonfinite(image: torch.Tensor, p: pathlib.Path, nonfinite: str) -> None:

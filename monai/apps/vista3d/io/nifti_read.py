@@ -10,14 +10,20 @@
 # limitations under the License.
 """Reading a NIfTI file: its header, with the checks :func:`~monai.apps.vista3d.io.nifti.load_image` promises, and its
 voxels, converted or copied slab by slab while the rest of a ``.nii.gz`` is still inflating.
+
+An uncompressed ``.nii`` is read with plain reads, never mapped into memory: a file truncated while a mapping of it is
+read kills the whole process with SIGBUS (a batch loses every image and its summary), where a read only comes back
+short and the image fails with one line.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pathlib
 import struct
+import zlib
 from typing import Any
 
 import nibabel as nib
@@ -25,13 +31,15 @@ import numpy as np
 import torch
 
 from ..errors import Vista3DInputError
-from .gzip_codec import Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
+from .gzip_codec import GZIP_MAGIC, Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
 __all__ = [
     "COPY_TILE",
     "convert_slab",
     "header_from_bytes",
+    "header_start",
     "read_gzip_nifti",
+    "read_plain_nifti",
     "read_voxels",
     "vox_offset",
     "MAX_DEFLATE_RATIO",
@@ -84,9 +92,42 @@ def header_from_bytes(buf: bytes | memoryview, path: pathlib.Path) -> Any:
             "set pixdim/qform/sform to the real voxel size in mm."
         )
     try:
-        return klass.from_fileobj(io.BytesIO(buf))  # with nibabel's checks and fixes, as nibabel.load does
+        hdr = klass.from_fileobj(io.BytesIO(buf), check=False)
+        hdr.check_fix(logger=_FIXES)  # nibabel's checks and fixes, as nibabel.load does, without its log lines
+        return hdr
     except Exception as e:
         raise Vista3DInputError(f"{path}: invalid NIfTI header ({e}).") from None
+
+
+class _FixLog:
+    """Where nibabel reports the header values it fixes (a negative pixdim made positive, ...): the debug log. The
+    fixes only serve the computing; a result is written with the input's stored geometry (see
+    :class:`~.image_geometry.ImageGeometry`), so a warning that they were 'set' would mislead."""
+
+    @staticmethod
+    def log(level: int, message: str) -> None:
+        _LOG.debug("nibabel: %s", message)
+
+
+_LOG = logging.getLogger(__name__)
+_FIXES = _FixLog()
+
+
+def header_start(path: pathlib.Path, voxel_bytes: int = 0) -> bytes:
+    """The first bytes of a ``.nii`` or ``.nii.gz`` (inflated): its header and extensions, for
+    :func:`header_from_bytes`, and the first ``voxel_bytes`` bytes of its voxels (fewer when the file ends)."""
+    with open(path, "rb") as f:
+        raw = f.read(540)
+        if raw[:2] != GZIP_MAGIC:
+            return raw + f.read(max(0, vox_offset(raw) + voxel_bytes - len(raw)))
+        inflate, head, pending = zlib.decompressobj(31), b"", raw
+        while (need := max(540, vox_offset(head) + voxel_bytes) - len(head)) > 0 and not inflate.eof:
+            pending = pending or f.read(1 << 16)
+            if not pending:
+                break
+            head += inflate.decompress(pending, need)
+            pending = inflate.unconsumed_tail
+        return head
 
 
 def _sizes(values: Any) -> str:
@@ -340,8 +381,8 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
     """Checks the header, then reads the chosen volume: ``[X, Y, Z]`` tensor (see :class:`_Sink`).
 
-    ``stream`` (``None`` for a ``.nii``) is a reader of the inflated file (``readinto``, ``skip``) whose first
-    bytes, ``head``, were already read.
+    ``stream`` is a reader of the (inflated) file (``readinto``, ``skip``, ``compressed``) whose first bytes,
+    ``head``, were already read.
     """
     shape = tuple(int(s) for s in hdr.get_data_shape())
     spatial, vol = _spatial_shape(shape, volume_index, p)
@@ -354,45 +395,86 @@ def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
     n3 = int(np.prod(spatial))
     nbytes = n3 * dtype.itemsize
     begin = int(hdr.get_data_offset()) + vol * nbytes
-    _check_size(p, begin + nbytes, 4 * n3 + (nbytes if stream is not None else 0), stream is not None)
+    _check_size(p, begin + nbytes, 4 * n3 + nbytes, stream.compressed)
     slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
     stored = stored or device.type != "cpu"  # an accelerator gets the stored values and converts them itself
-    if stream is None:  # uncompressed (its size was checked above): map it and cast straight from the page cache
-        # copy-on-write mapping: writable views for torch, nothing ever written back to the file
-        arr = np.memmap(p, dtype=dtype, mode="c", offset=begin, shape=spatial, order="F")
-        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=False)  # never a view of the file
-        for k in range(0, spatial[2], COPY_TILE[2]):
-            sink(k, min(k + COPY_TILE[2], spatial[2]))
-        del arr
-    else:  # gzip: inflate into place, hand on every complete slab of z-slices
-        # numpy memory (huge pages: a bytearray's page faults cost ~6x more), filled by the reader's readinto
-        dst = np.empty(nbytes, dtype=np.uint8)
-        arr = dst.view(dtype).reshape(spatial, order="F")
-        sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
-        early = np.frombuffer(head, dtype=np.uint8)[begin : begin + nbytes]  # voxels read with the header
-        dst[: len(early)] = early
-        pos, done = len(early), 0  # bytes of this volume received; z-slices handed on
-        stream.skip(max(0, begin - len(head)))  # earlier volumes of a 4D file
-        while True:
-            ready = pos // slice_bytes
-            if ready - done >= COPY_TILE[2] or (ready == spatial[2] and ready > done):
-                sink(done, ready)
-                done = ready
-            got = stream.readinto(dst[pos : min(pos + _READ_STEP, nbytes)]) if pos < nbytes else 0
-            if not got:
-                break
-            pos += got
-        if pos < nbytes:
-            raise Vista3DInputError(
-                f"{p}: truncated: the header needs {begin + nbytes} bytes after decompression, "
-                f"the file has {begin + pos}."
-            )
-        stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
-        del dst
+    # read (inflate) into place, hand on every complete slab of z-slices;
+    # numpy memory (huge pages: a bytearray's page faults cost ~6x more), filled by the reader's readinto
+    dst = np.empty(nbytes, dtype=np.uint8)
+    arr = dst.view(dtype).reshape(spatial, order="F")
+    sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
+    early = np.frombuffer(head, dtype=np.uint8)[begin : begin + nbytes]  # voxels read with the header
+    dst[: len(early)] = early
+    pos, done = len(early), 0  # bytes of this volume received; z-slices handed on
+    stream.skip(max(0, begin - len(head)))  # earlier volumes of a 4D file
+    while True:
+        ready = pos // slice_bytes
+        if ready - done >= COPY_TILE[2] or (ready == spatial[2] and ready > done):
+            sink(done, ready)
+            done = ready
+        got = stream.readinto(dst[pos : min(pos + _READ_STEP, nbytes)]) if pos < nbytes else 0
+        if not got:
+            break
+        pos += got
+    if pos < nbytes:
+        after = " after decompression" if stream.compressed else ""
+        raise Vista3DInputError(
+            f"{p}: truncated: the header needs {begin + nbytes} bytes{after}, the file has {begin + pos}"
+            f"{'' if stream.compressed else ' (it was cut while it was read)'}."
+        )
+    stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
+    del dst
     image = sink.result()
     if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
         image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
     return image, spatial, affine, dtype
+
+
+class _PlainReader:
+    """The reads of an uncompressed file, as :class:`~.gzip_codec.Gunzip` gives the inflated bytes of a ``.nii.gz``."""
+
+    compressed = False
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def read(self, n: int) -> bytes:
+        return self.f.read(n)
+
+    def readinto(self, buf: np.ndarray) -> int:
+        return self.f.readinto(memoryview(buf).cast("B")) or 0
+
+    def skip(self, n: int | None = None) -> None:
+        if n:
+            self.f.seek(n, os.SEEK_CUR)
+
+
+def _stored_block(head: bytes, hdr: Any) -> bytes:
+    """The header as the file stores it (348 or 540 bytes), before nibabel's fixes of its values."""
+    return bytes(head[: type(hdr).sizeof_hdr])
+
+
+def read_plain_nifti(
+    p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
+) -> tuple:
+    """``(header, stored header block, read_voxels(...))`` of an uncompressed ``.nii``, read with plain reads (header
+    extensions of any length included).
+
+    Raises:
+        Vista3DInputError: as :func:`read_voxels`; also when the file was cut or rewritten while it was read.
+    """
+    with open(p, "rb") as f:
+        before = os.fstat(f.fileno())
+        stream = _PlainReader(f)
+        head = stream.read(540)  # the header, then its extensions
+        head += stream.read(max(0, vox_offset(head) - len(head)))
+        hdr = header_from_bytes(head, p)
+        voxels = read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        after = os.fstat(f.fileno())
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise Vista3DInputError(f"{p}: the file changed while it was read (another program is writing it); "
+                                "segment it once it is complete.")
+    return hdr, _stored_block(head, hdr), voxels
 
 
 def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, stored, device) -> tuple:
@@ -401,7 +483,8 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
         head = stream.read(540)  # the header, then its extensions
         head += stream.read(max(0, vox_offset(head) - len(head)))
         hdr = header_from_bytes(head, p)
-        return hdr, read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        voxels = read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device)
+        return hdr, _stored_block(head, hdr), voxels
     finally:
         stream.close()
 
@@ -409,8 +492,8 @@ def _read_gzip_with(p: pathlib.Path, parallel: bool, volume_index, contiguous, s
 def read_gzip_nifti(
     p: pathlib.Path, volume_index: int | None, contiguous: bool, stored: bool, device: torch.device
 ) -> tuple:
-    """``(header, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip` (see
-    :func:`~monai.apps.vista3d.io.gzip_codec.use_rapidgzip`).
+    """``(header, stored header block, read_voxels(...))`` of a ``.nii.gz``, inflated by rapidgzip or :class:`Gunzip`
+    (see :func:`~monai.apps.vista3d.io.gzip_codec.use_rapidgzip`).
 
     A file that rapidgzip refuses is read again by :class:`Gunzip`: it then loads when rapidgzip only disliked
     its form (several members, zero padding after the last one), and otherwise raises the streaming reader's

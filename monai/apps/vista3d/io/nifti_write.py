@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import math
 import os
 import pathlib
@@ -34,7 +35,7 @@ from .atomic import commit, discard, write_temp
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .image_geometry import ImageGeometry
 from .label_transfer import file_order_slab, label_source
-from .nifti_read import header_from_bytes
+from .nifti_read import header_from_bytes, header_start, vox_offset
 from .paths import class_mask_paths, same_file
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "save_class_masks",
     "mark_output_header",
     "is_vista3d_output",
+    "read_output_record",
     "output_problem",
     "DEFAULT_COMPRESSLEVEL",
 ]
@@ -51,7 +53,7 @@ __all__ = [
 DEFAULT_COMPRESSLEVEL = 1
 
 
-def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dtype, record: Any = None) -> Any:
     hdr = geometry.header
     if hdr is None:
         hdr = nib.Nifti1Header()
@@ -71,13 +73,70 @@ def _output_header(geometry: ImageGeometry, shape: tuple[int, ...], dtype: np.dt
         # the caller changed the geometry: write its affine like nibabel does (codes kept when set)
         hdr.set_sform(geometry.affine, code=int(hdr["sform_code"]) or 2)
         hdr.set_qform(geometry.affine, code=int(hdr["qform_code"]) or 2)
+    elif geometry.stored_header is not None:
+        _keep_stored_geometry(hdr, geometry.stored_header)
     hdr.set_data_shape(shape)
     hdr.set_data_dtype(dtype)
     hdr["scl_slope"], hdr["scl_inter"] = 1.0, 0.0  # values are label ids: no scaling
     hdr["cal_min"], hdr["cal_max"] = 0.0, 0.0  # the input's display window means nothing for labels
     hdr["vox_offset"] = 0  # recomputed by write_to from the extensions
     mark_output_header(hdr)
+    _set_record(hdr, record)
     return hdr
+
+
+#: the start of the header extension (a NIfTI 'comment') that records how a label map was made
+_RECORD_MARK = b"vista3d-settings "
+
+
+def _record_text(ext: Any) -> bytes | None:
+    """The settings record an extension holds (a 'comment' starting with the mark), else None."""
+    if ext.get_code() != _COMMENT:
+        return None
+    content = ext.get_content()
+    return content.rstrip(b"\x00") if isinstance(content, bytes) and content.startswith(_RECORD_MARK) else None
+
+
+_COMMENT = 6  # NIFTI_ECODE_COMMENT
+
+
+def _set_record(hdr: Any, record: Any) -> None:
+    """Put ``record`` (JSON-able) into ``hdr`` as its one settings extension (an input's own is dropped)."""
+    hdr.extensions[:] = [e for e in hdr.extensions if _record_text(e) is None]
+    if record is not None:
+        text = _RECORD_MARK + json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        hdr.extensions.append(nib.nifti1.Nifti1Extension("comment", text))
+
+
+def read_output_record(path: str | os.PathLike) -> dict | None:
+    """The settings a label map of this program was made with (``save_label_map(record=...)``), or None: none
+    recorded (an older version's output, another program's file) or an unreadable file."""
+    p = pathlib.Path(path)
+    try:
+        hdr = header_from_bytes(header_start(p), p)
+        for ext in hdr.extensions:
+            text = _record_text(ext)
+            if text is not None:
+                return json.loads(text[len(_RECORD_MARK):])
+    except (OSError, ValueError, zlib.error):
+        return None
+    return None
+
+
+#: the header fields that place the voxels in the world
+_GEOMETRY_FIELDS = ("pixdim", "qform_code", "sform_code", "quatern_b", "quatern_c", "quatern_d", "qoffset_x",
+                    "qoffset_y", "qoffset_z", "srow_x", "srow_y", "srow_z")
+
+
+def _keep_stored_geometry(hdr: Any, block: bytes) -> None:
+    """Give ``hdr`` the geometry fields exactly as the input's file stores them (``block``): nibabel's reading makes a
+    negative pixdim positive and resets odd codes, which moves the result against the input in other readers."""
+    try:
+        stored = type(hdr)(binaryblock=block, check=False)  # byte order from its sizeof_hdr
+    except Exception:  # noqa: BLE001 - a block this header class cannot take: keep nibabel's reading
+        return
+    for name in _GEOMETRY_FIELDS:
+        hdr[name] = stored[name]
 
 
 #: the NIfTI intent of every file this program writes (NIFTI_INTENT_LABEL) and the name beside it
@@ -115,7 +174,8 @@ def output_problem(path: str | os.PathLike) -> str | None:
                             d = zlib.decompressobj(31)
                         out = d.decompress(piece, 1 << 22)  # bounded: a label map inflates ~100x
                         total += len(out)
-                        first = first if len(first) >= 544 else (first + out)[:544]
+                        if len(first) < max(544, vox_offset(first)):  # the header and its extensions
+                            first = (first + out)[: max(544, vox_offset(first + out))]
                         piece = d.unused_data if d.eof else d.unconsumed_tail
                 if not d.eof:
                     return "incomplete: the gzip stream is truncated"
@@ -140,11 +200,7 @@ def is_vista3d_output(path: str | os.PathLike) -> bool:
     try:
         if not p.is_file():
             return False
-        with open(p, "rb") as f:
-            head = f.read(1 << 16)  # a NIfTI header inflates from far fewer compressed bytes
-        if head[:2] == GZIP_MAGIC:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 544)
-        hdr = header_from_bytes(head, p)
+        hdr = header_from_bytes(header_start(p), p)  # the header and its extensions (inflated as far as needed)
         return int(hdr["intent_code"]) == _OUTPUT_INTENT and hdr.get_intent()[2] == _OUTPUT_INTENT_NAME
     except (OSError, ValueError, zlib.error):
         return False
@@ -171,6 +227,7 @@ def save_label_map(
     compresslevel: int | None = None,
     *,
     threads: int | None = None,
+    record: Mapping[str, Any] | None = None,
 ) -> pathlib.Path:
     """Write a label map on the input grid as NIfTI, atomically.
 
@@ -192,6 +249,8 @@ def save_label_map(
             float32 (what the VISTA3D bundle writes), float64.
         compresslevel: gzip level 0-9 (``None``: :data:`DEFAULT_COMPRESSLEVEL`); with isal, 1-3 map to its levels.
         threads: compression threads (``None``: one per available core).
+        record: how the label map was made (JSON-able), kept in its header as a NIfTI comment extension (see
+            :func:`read_output_record`), so that a rerun with other settings can tell.
 
     Returns:
         The path written.
@@ -203,7 +262,7 @@ def save_label_map(
     p = pathlib.Path(path)
     out_dtype, level = _check_save(p, geometry, dtype, compresslevel)
     threads = available_cores() if threads is None else max(1, int(threads))
-    commit([(_write_part(labels, geometry, p, out_dtype, level, threads), p)])
+    commit([(_write_part(labels, geometry, p, out_dtype, level, threads, record), p)])
     return p
 
 
@@ -225,7 +284,8 @@ def _check_save(
 
 
 def _write_part(
-    labels: Any, geometry: ImageGeometry, p: pathlib.Path, out_dtype: np.dtype, level: int, threads: int
+    labels: Any, geometry: ImageGeometry, p: pathlib.Path, out_dtype: np.dtype, level: int, threads: int,
+    record: Any = None,
 ) -> str:
     """Write ``labels`` complete and flushed to disk under a temporary name beside ``p``; return that name.
 
@@ -233,7 +293,7 @@ def _write_part(
     """
     name = p.name
     arr, check = label_source(labels, geometry, out_dtype)
-    hdr = _output_header(geometry, arr.shape, out_dtype)
+    hdr = _output_header(geometry, arr.shape, out_dtype, record)
     head = _header_bytes(hdr)
     nx, ny, nz = arr.shape
     slice_bytes = max(1, nx * ny * out_dtype.itemsize)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import shutil
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ __all__ = [
     "OutputLayout",
     "output_path",
     "check_output",
+    "check_output_folder",
+    "MIN_FREE_BYTES",
     "check_name_lengths",
     "class_file_name",
     "class_mask_dir",
@@ -94,6 +97,37 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
         raise OutputPathError(f"cannot create the output folder {p.parent}: {folder} is a file.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"the output folder {folder} is not writable; choose another one.")
+
+
+#: free bytes the file system of a run's output folder must have when the run starts (a label map of a 512^3 CT is
+#: ~1-10 MB compressed; a disk this full fails the first save)
+MIN_FREE_BYTES = 64 << 20
+
+
+def check_output_folder(folder: str | os.PathLike) -> None:
+    """Check, before any work, that a run can write into ``folder`` (created if missing); creates nothing.
+
+    Raises:
+        OutputPathError: a file stands where the folder or one of its parents should be, the nearest existing folder
+            is not writable (a read-only folder or file system), or its file system is full.
+    """
+    p = pathlib.Path(folder)
+    existing = p
+    while not os.path.exists(existing) and existing != existing.parent:
+        existing = existing.parent
+    check_name_lengths(p / "x", existing)
+    if not existing.is_dir():
+        raise OutputPathError(f"cannot create the output folder {p}: {existing} is a file; choose another output "
+                              "folder.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise OutputPathError(f"the output folder {existing} is not writable; choose another one.")
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:  # not every file system says
+        return
+    if free < MIN_FREE_BYTES:
+        raise OutputPathError(f"the output folder {p} is on a full file system ({free / 2**20:.3g} MiB free); free "
+                              "space or choose another folder.")
 
 
 def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) -> None:

@@ -113,13 +113,27 @@ def check_url(url: str, settings: ServerSettings) -> SplitResult:
     if not host:
         raise ServeError(422, f"image URL {url!r} names no host")
     port = _port(parts)
+    # the whole advice: a loopback or private host (a file server on this machine) also needs --allow-private-urls
+    private = "" if settings.allow_private_urls or not _names_private(host) else " --allow-private-urls"
     if not settings.allow_url_hosts:
-        raise ServeError(403, f"image URLs are off on this server: start it with --allow-url-host {host} (or send "
-                              "the image as an upload or a path under --data-dir)")
+        raise ServeError(403, f"image URLs are off on this server: start it with --allow-url-host {host}{private} (or "
+                              "send the image as an upload or a path under --data-dir)")
     if not any(_rule_matches(rule, host, port) for rule in settings.allow_url_hosts):
         raise ServeError(403, f"image URL host {host}:{port} is not allowed: start the server with --allow-url-host "
-                              f"{host} (allowed now: {', '.join(settings.allow_url_hosts)})")
+                              f"{host}{private} (allowed now: {', '.join(settings.allow_url_hosts)})")
     return parts
+
+
+def _names_private(host: str) -> bool:
+    """Whether ``host`` plainly names this machine or a private network (``localhost``, an address literal that is not
+    public); a name's addresses are checked when it resolves."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return False
+    return not (getattr(ip, "ipv4_mapped", None) or ip).is_global
 
 
 async def _resolve(host: str, port: int, allow_private: bool) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import tempfile
 import unittest
 import zlib
@@ -45,6 +46,7 @@ def _gzip_zeros(shape: tuple[int, ...], zeros: int) -> bytes:
 class TestInspectImage(unittest.TestCase):
     def setUp(self):
         self.folder = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.folder, ignore_errors=True)
 
     def _write(self, name: str, data: bytes) -> Path:
         (self.folder / name).write_bytes(data)
