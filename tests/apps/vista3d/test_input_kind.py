@@ -54,12 +54,12 @@ def _nifti() -> bytes:
 
 
 CASES = [
-    ("dicom_part10", "IM0001", DICOM, "dicom", "a DICOM file (one image of a series), not a NIfTI image; convert"),
-    ("dicom_by_name", "slice.dcm", b"\x08\x00\x05\x00CS\x0a\x00ISO_IR 100", "dicom", "dcm2niix"),
+    ("dicom_part10", "IM0001", DICOM, "dicom", None),  # the DICOM reader says what is wrong with it, if anything
+    ("dicom_by_name", "slice.dcm", b"\x08\x00\x05\x00CS\x0a\x00ISO_IR 100", "dicom", None),
     ("nrrd", "ct.nrrd", NRRD, "nrrd", "an NRRD file; the command line and run_batch read NIfTI"),
     ("nrrd_detached", "ct.nhdr", b"type: short\n", "nrrd", "(vista3d serve reads NRRD)"),
     ("metaimage", "ct.mha", META, "metaimage", "a MetaImage file; the command line"),
-    ("zip", "series.zip", _zip(), "zip", "a zip archive, not a NIfTI image; unpack it"),
+    ("zip", "series.zip", _zip(), "dicom", None),
     ("nifti", "ct.nii", _nifti(), "nifti", None),
     ("nifti_gz", "ct.nii.gz", gzip.compress(_nifti()), "nifti", None),
     ("nifti_named_oddly", "ct.img", _nifti(), "nifti", None),
@@ -89,6 +89,15 @@ class TestInputKind(unittest.TestCase):
             load_image(path)
         self.assertEqual(str(ctx.exception), problem)
 
+    @parameterized.expand([(c[0], c[1], c[2]) for c in CASES if c[3] == "dicom"])
+    def test_dicom_is_not_read_as_nifti(self, _, name, content):
+        path = self.tmp / name
+        path.write_bytes(content)
+        with self.assertRaises(Vista3DInputError) as ctx:
+            load_image(path)
+        self.assertEqual(str(ctx.exception), f"{path}: a DICOM input; load_image reads NIfTI: read it with "
+                         "monai.apps.vista3d.io.load_policy.load_input (or io.dicom.load_dicom).")
+
     def test_a_pipe_is_not_opened(self):
         path = self.tmp / "ct.nii.gz"
         os.mkfifo(path)
@@ -97,7 +106,7 @@ class TestInputKind(unittest.TestCase):
 
     @parameterized.expand([
         ("missing", None, "missing", "no such file; check the path."),
-        ("folder", "dir", "folder", "is a folder, not an image"),
+        ("folder", "dir", "folder", "is a folder with no DICOM file directly inside, not an image"),
         ("broken_link", "link", "missing", "a broken symbolic link"),
     ])
     def test_not_a_file(self, _, make, kind, message):
@@ -110,9 +119,9 @@ class TestInputKind(unittest.TestCase):
         self.assertIn(message, input_problem(path))
 
     @parameterized.expand([
-        ("dicom", ["a/IM1", "a/IM2", "b/c.dcm"], [DICOM, DICOM, DICOM], "holds DICOM files (3) and no .nii or .nii.gz"),
+        ("dicom", ["a/IM1", "a/IM2", "b/c.dcm"], [DICOM, DICOM, DICOM], "holds zip archives or DICOM files (3) and no image the folder search takes"),
         ("nrrd", ["x.nrrd", "seg.seg.nrrd"], [NRRD, NRRD], "holds NRRD files (2)"),
-        ("zip", ["s.zip"], [_zip()], "holds zip archives (1)"),
+        ("zip", ["s.zip"], [_zip()], "holds zip archives or DICOM files (1)"),
         ("empty", [], [], "no .nii or .nii.gz image or DICOM series found"),
         ("hidden_dicom", [".cache/IM1"], [DICOM], "no .nii or .nii.gz image or DICOM series found"),
     ])
@@ -201,22 +210,20 @@ class TestOnTheCommandLine(unittest.TestCase):
         self.addCleanup(self._tmp.cleanup)
         self.tmp = Path(self._tmp.name)
 
-    def test_dicom_folder_refused(self):
-        for i in range(3):
-            (self.tmp / "series" / f"IM{i}").parent.mkdir(exist_ok=True)
-            (self.tmp / "series" / f"IM{i}").write_bytes(DICOM)
-        code, _, err = run_main(["-i", self.tmp / "series", "-o", self.tmp / "out", *TINY])
+    def test_folder_of_zip_archives_refused(self):
+        (self.tmp / "cts").mkdir()
+        (self.tmp / "cts" / "series.zip").write_bytes(_zip())
+        code, _, err = run_main(["-i", self.tmp / "cts", "-o", self.tmp / "out", *TINY])
         self.assertEqual(code, 2, err)
         self.assertEqual(_one_line_errors(self, err), [
-            f"error: {self.tmp / 'series'}: holds DICOM files (3) and no .nii or .nii.gz image; convert the series to "
-            "one .nii.gz first (e.g. dcm2niix -z y -o OUT_FOLDER SERIES_FOLDER) and segment that."])
+            f"error: {self.tmp / 'cts'}: holds zip archives or DICOM files (1) and no image the folder search takes; "
+            "give a zip of one DICOM series with -i, or the series' folder."])
         self.assertFalse((self.tmp / "out").exists())
 
     def test_files_fail_before_the_network_is_built(self):
-        (self.tmp / "one.dcm").write_bytes(DICOM)
         (self.tmp / "ct.nrrd").write_bytes(NRRD)
         ct = _write_ct(self.tmp / "ct.nii.gz")
-        bad = [self.tmp / "one.dcm", self.tmp / "ct.nrrd", self.tmp / "gone.nii.gz"]
+        bad = [self.tmp / "ct.nrrd", self.tmp / "gone.nii.gz"]
         said_at_build = []
 
         def build(job):  # what stderr held when the network was built
@@ -230,14 +237,14 @@ class TestOnTheCommandLine(unittest.TestCase):
                 code, _, err = run_main([*(a for p in inputs for a in ("-i", p)), "-o", self.tmp / "out", *TINY])
             self.assertEqual(code, 1, err)
             lines = _one_line_errors(self, err)
-            self.assertIn("one.dcm: a DICOM file", lines[0])
-            self.assertIn("ct.nrrd: an NRRD file", lines[1])
-            self.assertIn("gone.nii.gz: no such file", lines[2])
-            self.assertEqual(lines[3], f"error: 3 of {len(inputs)} image(s) failed")
+            self.assertIn("ct.nrrd: an NRRD file", lines[0])
+            self.assertIn("gone.nii.gz: no such file", lines[1])
+            self.assertEqual(lines[2], f"error: 2 of {len(inputs)} image(s) failed")
             self.assertEqual(len(said_at_build), builds)  # no network for inputs that cannot be read
             for said in said_at_build:
-                self.assertEqual(said.count("error: "), 3, said)  # each bad input said before the build
+                self.assertEqual(said.count("error: "), 2, said)  # each bad input said before the build
         self.assertTrue((self.tmp / "out" / "ct" / "ct_trans.nii.gz").is_file())
+
 
 if __name__ == "__main__":
     unittest.main()
