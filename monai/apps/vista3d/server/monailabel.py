@@ -36,7 +36,6 @@ import asyncio
 import hmac
 import json
 import secrets
-import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -47,15 +46,15 @@ from urllib.parse import parse_qs, quote_plus
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import monailabel_jobs as mj
+from .call import Call, media_type, read_limited
 from .errors import ServeError
 from .fetch import FormData, receive_form
-from .images import check_inflated_size, inspect_image, safe_stem
+from .images import safe_stem
 from .monailabel_store import ClickEntry, ClickSessions, Upload, UploadStore
-from .routes import ServerState, sweep_every
+from .routes import ServerState, sweep_sessions
 
 __all__ = ["router", "MonaiLabelState"]
 
@@ -81,13 +80,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     uploads = UploadStore(folder, state.settings.limits.max_sessions, state.settings.limits.session_ttl,
                           state.sessions.clock, on_end=lambda upload: clicks.drop_upload(upload.token))
     app.state.monailabel = MonaiLabelState(uploads, clicks)
-
-    async def sweep() -> None:  # an idle server deletes expired uploads too
-        while True:
-            await asyncio.sleep(sweep_every(state.sessions))
-            uploads.sweep()
-
-    sweeper = asyncio.ensure_future(sweep())
+    sweeper = asyncio.ensure_future(sweep_sessions(uploads))  # an idle server deletes expired uploads too
     try:
         yield
     finally:
@@ -107,52 +100,14 @@ def _owner(request: Request, params: dict[str, Any]) -> tuple[str, str]:
     return (request.client.host if request.client else "", str(params.get("client_id", "")))
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-class _Call:
-    """One request's scratch folder, deadline and disconnect watch (the folder goes once it is answered)."""
-
-    def __init__(self, state: ServerState, request: Request):
-        self.request = request
-        self.folder = state.scratch()
-        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
-        self._gone: asyncio.Task | None = None
-
-    def gone(self) -> asyncio.Task:
-        if self._gone is None:
-            self._gone = asyncio.ensure_future(_disconnected(self.request))
-        return self._gone
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def close(self, keep: bool) -> None:
-        if self._gone is not None:
-            self._gone.cancel()
-        if not keep:
-            self.cleanup()
-
-
 async def _small_body(request: Request) -> bytes:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_SMALL_BODY:
-            raise ServeError(413, f"this request's body may be at most {_MAX_SMALL_BODY} bytes")
-    return bytes(body)
+    return await read_limited(request, _MAX_SMALL_BODY, f"this request's body may be at most {_MAX_SMALL_BODY} bytes")
 
 
-def _content_type(request: Request) -> str:
-    return request.headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-async def _form(request: Request, call: _Call, file_field: str, text_fields: tuple[str, ...],
+async def _form(request: Request, call: Call, file_field: str, text_fields: tuple[str, ...],
                 required: bool) -> FormData:
     """The request's form: multipart (the file streamed to the scratch folder), url-encoded, or none."""
-    ctype = _content_type(request)
+    ctype = media_type(request)
     if ctype == "multipart/form-data":
         return await receive_form(request, call.folder / "upload", file_field, text_fields)
     if required:
@@ -170,12 +125,9 @@ async def _form(request: Request, call: _Call, file_field: str, text_fields: tup
     return FormData()
 
 
-async def _checked_format(request: Request, path: Path) -> str:
+async def _checked_format(request: Request, call: Call, path: Path) -> str:
     """The uploaded file's format once its header and its compressed size pass the server's checks."""
-    limits = _states(request)[0].settings.limits
-    info = await run_in_threadpool(inspect_image, path, limits.max_voxels)
-    await run_in_threadpool(check_inflated_size, path, info)
-    return info.format
+    return await call.image_format(path, _states(request)[0].settings.limits.max_voxels)
 
 
 def _image_id(text: str) -> str:
@@ -255,18 +207,19 @@ async def upload_image(request: Request, image: str | None = None) -> dict:
     """Store an image under ``image`` (default: the file's name) for this client's later ``/infer/`` requests."""
     state, ml = _states(request)
     async with state.worker.reserve():
-        call = _Call(state, request)
+        call = state.call(request)
+        call.body_received()
         try:
             form = await _form(request, call, "file", ("params",), required=True)
             if form.file is None:
                 raise ServeError(422, "the form has no complete 'file' part: send the image in the field 'file'")
             params = mj.parse_params(form.fields.get("params"))
             image_id = _image_id(image or safe_stem(form.filename or ""))
-            fmt = await _checked_format(request, form.file)
+            fmt = await _checked_format(request, call, form.file)
             ml.uploads.put((_owner(request, params), image_id), form.file, fmt, safe_stem(form.filename or image_id),
                            image_id)
         finally:
-            call.close(False)
+            call.close()
     return {"image": image_id}
 
 
@@ -281,16 +234,17 @@ async def create_session(request: Request) -> dict:
     """Store an image under a new session id (``/infer/...&session_id=<id>`` segments it)."""
     state, ml = _states(request)
     async with state.worker.reserve():
-        call = _Call(state, request)
+        call = state.call(request)
+        call.body_received()
         try:
             form = await _form(request, call, "files", ("client_id",), required=True)
             if form.file is None:
                 raise ServeError(422, "the form has no complete 'files' part: send one image in the field 'files'")
-            fmt = await _checked_format(request, form.file)
+            fmt = await _checked_format(request, call, form.file)
             sid = secrets.token_urlsafe(16)
             upload = ml.uploads.put(("session", sid), form.file, fmt, safe_stem(form.filename or "image"), sid)
         finally:
-            call.close(False)
+            call.close()
     return {"session_id": sid, "session_info": _session_info(upload, ml.uploads)}
 
 
@@ -326,7 +280,7 @@ def _upload_key(owner: tuple[str, str], image: str, session_id: str) -> tuple[An
                           "?session_id=<id> of PUT /session/")
 
 
-def _multipart(params: dict, path: Path, filename: str, call: _Call) -> Response:
+def _multipart(params: dict, path: Path, filename: str, call: Call) -> Response:
     """The answer MONAI Label clients read by default: a ``params`` JSON part, then the file's part."""
     boundary = secrets.token_hex(16)
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"params\"\r\nContent-Type: application/json\r\n"
@@ -343,17 +297,16 @@ def _multipart(params: dict, path: Path, filename: str, call: _Call) -> Response
 
     length = len(head) + path.stat().st_size + len(tail)
     return StreamingResponse(body(), media_type=f"multipart/form-data; boundary={boundary}",
-                             headers={"Content-Length": str(length)}, background=BackgroundTask(call.cleanup))
+                             headers={"Content-Length": str(length)}, background=call.after_sent())
 
 
-def _answer(call: _Call, output: str | None, params: dict, path: Path, filename: str) -> tuple[Response, bool]:
-    """The answer ``output`` asks for, and whether the scratch folder stays until it is sent."""
+def _answer(call: Call, output: str | None, params: dict, path: Path, filename: str) -> Response:
+    """The answer ``output`` asks for (the scratch folder stays until a file in it is sent)."""
     if output == "json":
-        return JSONResponse(params), False
+        return JSONResponse(params)
     if output == "image":
-        media = "application/gzip" if filename.endswith(".gz") else "application/octet-stream"
-        return FileResponse(path, media_type=media, filename=filename, background=BackgroundTask(call.cleanup)), True
-    return _multipart(params, path, filename, call), True
+        return call.file_answer(path, filename)
+    return _multipart(params, path, filename, call)
 
 
 _INFER_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object", "properties": {
@@ -373,7 +326,8 @@ async def infer(model: str, request: Request, image: str = "", session_id: str =
         raise ServeError(422, f"output={output!r} is not offered; leave it out (multipart), or use image or json")
     state = _states(request)[0]
     async with state.worker.reserve() as slot:
-        call, keep = _Call(state, request), False
+        call = state.call(request)
+        call.body_received()
         try:
             form = await _form(request, call, "file", ("params",), required=False)
             params = mj.parse_params(form.fields.get("params"), model)
@@ -384,18 +338,17 @@ async def infer(model: str, request: Request, image: str = "", session_id: str =
                     raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
                                           "/datastore/?image=<id>, then send ?image=<id> without a file")
                 answer, path, name = await _clicks(request, call, slot, params, image, session_id)
-            response, keep = _answer(call, output, answer, path, name)
-            return response
+            return _answer(call, output, answer, path, name)
         finally:
-            call.close(keep)
+            call.close()
 
 
-async def _automatic(request: Request, call: _Call, slot: Any, params: dict, form: FormData, image: str,
+async def _automatic(request: Request, call: Call, slot: Any, params: dict, form: FormData, image: str,
                      session_id: str) -> tuple[dict, Path, str]:
     ml = _states(request)[1]
     req = mj.auto_request(params)
     if form.file is not None:  # the image itself, for this request only
-        fmt = await _checked_format(request, form.file)
+        fmt = await _checked_format(request, call, form.file)
         source = Upload("file", "file", form.file, fmt, safe_stem(form.filename or "image"))
         job = mj.segment(source.path, source.format, source.name, req.prompt)
         labels, grid, timings = await slot.run(job, call.deadline, call.gone())
@@ -410,7 +363,7 @@ async def _automatic(request: Request, call: _Call, slot: Any, params: dict, for
     return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
 
 
-async def _clicks(request: Request, call: _Call, slot: Any, params: dict, image: str, session_id: str
+async def _clicks(request: Request, call: Call, slot: Any, params: dict, image: str, session_id: str
                   ) -> tuple[dict, Path, str]:
     ml = _states(request)[1]
     req = mj.click_request(params)
@@ -426,7 +379,7 @@ async def _clicks(request: Request, call: _Call, slot: Any, params: dict, image:
     return answer, path, name
 
 
-async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
+async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
                  ) -> ClickEntry:
     """Continue (or start) the key's click session with the request's new points; the entry with its answer."""
     entry = clicks.find(key)
