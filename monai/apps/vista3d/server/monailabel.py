@@ -37,8 +37,8 @@ import hmac
 import json
 import secrets
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import monailabel_jobs as mj
-from .call import Call, media_type, read_limited
+from .call import Call, client_of, media_type, read_limited
 from .errors import ServeError
 from .fetch import FormData, receive_form
 from .images import safe_stem
@@ -96,8 +96,9 @@ def _states(request: Request) -> tuple[ServerState, MonaiLabelState]:
 
 
 def _owner(request: Request, params: dict[str, Any]) -> tuple[str, str]:
-    """Whose datastore an image id names: the client's address and its ``client_id``."""
-    return (request.client.host if request.client else "", str(params.get("client_id", "")))
+    """Whose datastore an image id names: the client's address and its ``client_id`` (two users of one machine keep
+    their images apart; the queue's share and the sessions' cap are the address's, as on the NIM's endpoints)."""
+    return (client_of(request), str(params.get("client_id", "")))
 
 
 async def _small_body(request: Request) -> bytes:
@@ -123,11 +124,6 @@ async def _form(request: Request, call: Call, file_field: str, text_fields: tupl
     if body.strip():
         raise ServeError(415, "send the parameters as multipart/form-data (a field 'params' holding a JSON object)")
     return FormData()
-
-
-async def _checked_format(request: Request, call: Call, path: Path) -> str:
-    """The uploaded file's format once its header and its compressed size pass the server's checks."""
-    return await call.image_format(path, _states(request)[0].settings.limits.max_voxels)
 
 
 def _image_id(text: str) -> str:
@@ -201,26 +197,37 @@ _UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-da
                    "params": {"type": "string", "description": 'JSON object: {"client_id": "..."}'}}}}}}}
 
 
+async def _receive_upload(request: Request, file_field: str, text_fields: tuple[str, ...],
+                          key_of: Callable[[FormData], tuple[Hashable, str]]) -> Upload:
+    """Store the image of an upload form (the file in ``file_field``) under the key and image id ``key_of`` reads
+    from the form. The whole body arrives first (within --body-timeout), as on the NIM's endpoints; only then does
+    the file's check take a place in the queue (429 when full, or when this client holds its share)."""
+    state, ml = _states(request)
+    state.worker.check_ready()  # 503 before the body is read
+    async with state.call(request) as call:
+        form = await _form(request, call, file_field, text_fields, required=True)
+        call.body_received()
+        if form.file is None:
+            raise ServeError(422, f"the form has no complete {file_field!r} part: send the image in the field "
+                                  f"{file_field!r}")
+        key, image_id = key_of(form)
+        async with state.worker.reserve(client_of(request)):
+            fmt = await call.image_format(form.file, state.settings.limits.max_voxels)
+        return ml.uploads.put(key, form.file, fmt, safe_stem(form.filename or image_id), image_id)
+
+
 @router.put("/datastore/", openapi_extra=_UPLOAD_BODY)
 @router.put("/datastore/image", openapi_extra=_UPLOAD_BODY)
 async def upload_image(request: Request, image: str | None = None) -> dict:
     """Store an image under ``image`` (default: the file's name) for this client's later ``/infer/`` requests."""
-    state, ml = _states(request)
-    async with state.worker.reserve():
-        call = state.call(request)
-        call.body_received()
-        try:
-            form = await _form(request, call, "file", ("params",), required=True)
-            if form.file is None:
-                raise ServeError(422, "the form has no complete 'file' part: send the image in the field 'file'")
-            params = mj.parse_params(form.fields.get("params"))
-            image_id = _image_id(image or safe_stem(form.filename or ""))
-            fmt = await _checked_format(request, call, form.file)
-            ml.uploads.put((_owner(request, params), image_id), form.file, fmt, safe_stem(form.filename or image_id),
-                           image_id)
-        finally:
-            call.close()
-    return {"image": image_id}
+
+    def key_of(form: FormData) -> tuple[Hashable, str]:
+        params = mj.parse_params(form.fields.get("params"))
+        image_id = _image_id(image or safe_stem(form.filename or ""))
+        return (_owner(request, params), image_id), image_id
+
+    upload = await _receive_upload(request, "file", ("params",), key_of)
+    return {"image": upload.image_id}
 
 
 _SESSION_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
@@ -232,20 +239,13 @@ _SESSION_BODY = {"requestBody": {"required": True, "content": {"multipart/form-d
 @router.put("/session/", openapi_extra=_SESSION_BODY)
 async def create_session(request: Request) -> dict:
     """Store an image under a new session id (``/infer/...&session_id=<id>`` segments it)."""
-    state, ml = _states(request)
-    async with state.worker.reserve():
-        call = state.call(request)
-        call.body_received()
-        try:
-            form = await _form(request, call, "files", ("client_id",), required=True)
-            if form.file is None:
-                raise ServeError(422, "the form has no complete 'files' part: send one image in the field 'files'")
-            fmt = await _checked_format(request, call, form.file)
-            sid = secrets.token_urlsafe(16)
-            upload = ml.uploads.put(("session", sid), form.file, fmt, safe_stem(form.filename or "image"), sid)
-        finally:
-            call.close()
-    return {"session_id": sid, "session_info": _session_info(upload, ml.uploads)}
+
+    def key_of(form: FormData) -> tuple[Hashable, str]:
+        sid = secrets.token_urlsafe(16)
+        return _session_key(sid)[0], sid
+
+    upload = await _receive_upload(request, "files", ("client_id",), key_of)
+    return {"session_id": upload.image_id, "session_info": _session_info(upload, _states(request)[1].uploads)}
 
 
 def _session_key(session_id: str) -> tuple[tuple[str, str], str, str]:
@@ -325,58 +325,56 @@ async def infer(model: str, request: Request, image: str = "", session_id: str =
     if output is not None and output not in _OUTPUTS:
         raise ServeError(422, f"output={output!r} is not offered; leave it out (multipart), or use image or json")
     state = _states(request)[0]
-    async with state.worker.reserve() as slot:
-        call = state.call(request)
+    state.worker.check_ready()  # 503 before the body is read
+    async with state.call(request) as call:
+        # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
+        form = await _form(request, call, "file", ("params",), required=False)
         call.body_received()
-        try:
-            form = await _form(request, call, "file", ("params",), required=False)
-            params = mj.parse_params(form.fields.get("params"), model)
-            if model == mj.AUTO_MODEL:
-                answer, path, name = await _automatic(request, call, slot, params, form, image, session_id)
-            else:
-                if form.file is not None:
-                    raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
-                                          "/datastore/?image=<id>, then send ?image=<id> without a file")
-                answer, path, name = await _clicks(request, call, slot, params, image, session_id)
-            return _answer(call, output, answer, path, name)
-        finally:
-            call.close()
+        params = mj.parse_params(form.fields.get("params"), model)
+        if model == mj.AUTO_MODEL:
+            answer, path, name = await _automatic(request, call, params, form, image, session_id)
+        else:
+            if form.file is not None:
+                raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
+                                      "/datastore/?image=<id>, then send ?image=<id> without a file")
+            answer, path, name = await _clicks(request, call, params, image, session_id)
+        return _answer(call, output, answer, path, name)
 
 
-async def _automatic(request: Request, call: Call, slot: Any, params: dict, form: FormData, image: str,
-                     session_id: str) -> tuple[dict, Path, str]:
-    ml = _states(request)[1]
+async def _automatic(request: Request, call: Call, params: dict, form: FormData, image: str, session_id: str
+                     ) -> tuple[dict, Path, str]:
+    state, ml = _states(request)
     req = mj.auto_request(params)
-    if form.file is not None:  # the image itself, for this request only
-        fmt = await _checked_format(request, call, form.file)
-        source = Upload("file", "file", form.file, fmt, safe_stem(form.filename or "image"))
-        job = mj.segment(source.path, source.format, source.name, req.prompt)
-        labels, grid, timings = await slot.run(job, call.deadline, call.gone())
-    else:
-        with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
+    # the image itself, for this request only, or an upload (held until the answer is written)
+    held = nullcontext(None) if form.file is not None else ml.uploads.use(
+        *_upload_key(_owner(request, params), image, session_id))
+    with held as upload:
+        async with state.worker.reserve(client_of(request)) as slot:
+            source = upload or Upload("file", "file", form.file, await call.image_format(
+                form.file, state.settings.limits.max_voxels), safe_stem(form.filename or "image"))
+            result = mj.result_format(params, source.format)
             job = mj.segment(source.path, source.format, source.name, req.prompt)
             labels, grid, timings = await slot.run(job, call.deadline, call.gone())
-    fmt = mj.result_format(params, source.format)
-    values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
-    name = f"{source.name}_vista3d{fmt.suffix}"
-    path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, fmt)
+            values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
+            name = f"{source.name}_vista3d{result.suffix}"
+            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
     return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
 
 
-async def _clicks(request: Request, call: Call, slot: Any, params: dict, image: str, session_id: str
-                  ) -> tuple[dict, Path, str]:
-    ml = _states(request)[1]
+async def _clicks(request: Request, call: Call, params: dict, image: str, session_id: str) -> tuple[dict, Path, str]:
+    state, ml = _states(request)
     req = mj.click_request(params)
     with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
-        fmt = mj.result_format(params, source.format)
+        result = mj.result_format(params, source.format)
         key = (_owner(request, params), source.token, req.label)
-        async with ml.clicks.serialized(key):
-            entry = await _click(call, slot, ml.clicks, key, req, source)
-    name = f"{source.name}_{safe_stem(req.label)}{fmt.suffix}"
-    path = await run_in_threadpool(mj.write_result, entry.answer, entry.grid, call.folder / name, fmt)
-    answer = {"label_names": {req.label: 1}, "clicks": len(entry.foreground) + len(entry.background),
-              "latencies": {k: round(v, 4) for k, v in entry.latencies.items()}}
-    return answer, path, name
+        async with state.worker.reserve(client_of(request)) as slot:
+            async with ml.clicks.serialized(key):
+                entry = await _click(call, slot, ml.clicks, key, req, source)
+                values, grid, clicked = entry.answer, entry.grid, len(entry.foreground) + len(entry.background)
+                latencies = {k: round(v, 4) for k, v in entry.latencies.items()}
+            name = f"{source.name}_{safe_stem(req.label)}{result.suffix}"
+            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
+    return {"label_names": {req.label: 1}, "clicks": clicked, "latencies": latencies}, path, name
 
 
 async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
