@@ -77,8 +77,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.vista3d  # the app's own lifespan has made its work folder
     clicks = ClickSessions(state.sessions)
     folder = Path(tempfile.mkdtemp(prefix="monailabel-", dir=state.work_dir))
-    uploads = UploadStore(folder, state.settings.limits.max_sessions, state.settings.limits.session_ttl,
-                          state.sessions.clock, on_end=lambda upload: clicks.drop_upload(upload.token))
+    limits = state.settings.limits
+    uploads = UploadStore(folder, limits.max_sessions, limits.session_ttl, state.sessions.clock,
+                          on_end=lambda upload: clicks.drop_upload(upload.token), per_client=limits.max_sessions_per_client)
     app.state.monailabel = MonaiLabelState(uploads, clicks)
     sweeper = asyncio.ensure_future(sweep_sessions(uploads))  # an idle server deletes expired uploads too
     try:
@@ -213,7 +214,7 @@ async def _receive_upload(request: Request, file_field: str, text_fields: tuple[
         key, image_id = key_of(form)
         async with state.worker.reserve(client_of(request)):
             fmt = await call.image_format(form.file, state.settings.limits.max_voxels)
-        return ml.uploads.put(key, form.file, fmt, safe_stem(form.filename or image_id), image_id)
+        return ml.uploads.put(key, form.file, fmt, safe_stem(form.filename or image_id), image_id, client_of(request))
 
 
 @router.put("/datastore/", openapi_extra=_UPLOAD_BODY)
@@ -242,14 +243,16 @@ async def create_session(request: Request) -> dict:
 
     def key_of(form: FormData) -> tuple[Hashable, str]:
         sid = secrets.token_urlsafe(16)
-        return _session_key(sid)[0], sid
+        return _session_key(request, sid)[0], sid
 
     upload = await _receive_upload(request, "files", ("client_id",), key_of)
     return {"session_id": upload.image_id, "session_info": _session_info(upload, _states(request)[1].uploads)}
 
 
-def _session_key(session_id: str) -> tuple[tuple[str, str], str, str]:
-    return ("session", session_id), f"session {session_id[:64]!r}", "create a new one with PUT /session/"
+def _session_key(request: Request, session_id: str) -> tuple[tuple[str, str, str], str, str]:
+    """``(key, what, how)`` of the session ``session_id`` of the request's client (another client's is not found)."""
+    key = ("session", client_of(request), session_id)
+    return key, f"session {session_id[:64]!r}", "create a new one with PUT /session/"
 
 
 @router.get("/session/{session_id}")
@@ -258,24 +261,24 @@ async def session_info(session_id: str, request: Request, image: bool = False) -
     if image:
         raise ServeError(422, "a session's image is not sent back (the client has it); leave out image=true")
     uploads = _states(request)[1].uploads
-    return _session_info(uploads.get(*_session_key(session_id)), uploads)
+    return _session_info(uploads.get(*_session_key(request, session_id)), uploads)
 
 
 @router.delete("/session/{session_id}")
 async def delete_session(session_id: str, request: Request) -> dict:
     """End the session: its image and its click sessions are gone."""
     uploads = _states(request)[1].uploads
-    return _session_info(uploads.remove(*_session_key(session_id)), uploads)
+    return _session_info(uploads.remove(*_session_key(request, session_id)), uploads)
 
 
 # ------------------------------------------------------------------------------------------------ infer
-def _upload_key(owner: tuple[str, str], image: str, session_id: str) -> tuple[Any, str, str]:
+def _upload_key(request: Request, params: dict[str, Any], image: str, session_id: str) -> tuple[Any, str, str]:
     """``(key, what, how)`` of the image a request names, for :meth:`UploadStore.use`."""
     if session_id:
-        return _session_key(session_id)
+        return _session_key(request, session_id)
     if image:
         how = f"upload it first with PUT /datastore/?image={quote_plus(image)}"
-        return (owner, image), f"image {image[:64]!r}", how
+        return (_owner(request, params), image), f"image {image[:64]!r}", how
     raise ServeError(422, "name the image: ?image=<id> of an image uploaded with PUT /datastore/?image=<id>, or "
                           "?session_id=<id> of PUT /session/")
 
@@ -347,7 +350,7 @@ async def _automatic(request: Request, call: Call, params: dict, form: FormData,
     req = mj.auto_request(params)
     # the image itself, for this request only, or an upload (held until the answer is written)
     held = nullcontext(None) if form.file is not None else ml.uploads.use(
-        *_upload_key(_owner(request, params), image, session_id))
+        *_upload_key(request, params, image, session_id))
     with held as upload:
         async with state.worker.reserve(client_of(request)) as slot:
             source = upload or Upload("file", "file", form.file, await call.image_format(
@@ -364,12 +367,12 @@ async def _automatic(request: Request, call: Call, params: dict, form: FormData,
 async def _clicks(request: Request, call: Call, params: dict, image: str, session_id: str) -> tuple[dict, Path, str]:
     state, ml = _states(request)
     req = mj.click_request(params)
-    with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
+    with ml.uploads.use(*_upload_key(request, params, image, session_id)) as source:
         result = mj.result_format(params, source.format)
         key = (_owner(request, params), source.token, req.label)
         async with state.worker.reserve(client_of(request)) as slot:
             async with ml.clicks.serialized(key):
-                entry = await _click(call, slot, ml.clicks, key, req, source)
+                entry = await _click(call, slot, ml.clicks, key, req, source, client_of(request))
                 values, grid, clicked = entry.answer, entry.grid, len(entry.foreground) + len(entry.background)
                 latencies = {k: round(v, 4) for k, v in entry.latencies.items()}
             name = f"{source.name}_{safe_stem(req.label)}{result.suffix}"
@@ -377,9 +380,10 @@ async def _clicks(request: Request, call: Call, params: dict, image: str, sessio
     return {"label_names": {req.label: 1}, "clicks": clicked, "latencies": latencies}, path, name
 
 
-async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
-                 ) -> ClickEntry:
-    """Continue (or start) the key's click session with the request's new points; the entry with its answer."""
+async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload,
+                 client: str) -> ClickEntry:
+    """Continue (or start) the key's click session with the request's new points; the entry with its answer. A new
+    session is ``client``'s: it counts against that address's --max-sessions-per-client, as the NIM's sessions."""
     entry = clicks.find(key)
     step = None if entry is None or req.reset else mj.new_clicks(entry.foreground, entry.background, req)
     if step == ([], []):
@@ -393,7 +397,7 @@ async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj
         if entry is None:
             job = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
             session, grid, label_map = await slot.run(job, call.deadline, call.gone())
-            entry = ClickEntry(session=session, image=grid.image, grid=grid)
+            entry = ClickEntry(session=session, image=grid.image, grid=grid, owner=client)
             clicks.add(key, entry)
         else:
             job = mj.click(entry.session, points, labels, req.class_id, reset=step is None)

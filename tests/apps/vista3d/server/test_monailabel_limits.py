@@ -9,7 +9,9 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """The server's limits on 3D Slicer's MONAI Label calls, over a real socket, as on the NIM's endpoints: a client is
-its address (another loopback address is another machine); its share of the queue holds on ``/infer/``.
+its address (another loopback address is another machine); its uploads and sessions are its own (another client's
+request for them is a 404, as for one never made), its click sessions and uploads count against its own share
+(--max-sessions-per-client), and its share of the queue holds on ``/infer/``.
 
 Each test speaks from addresses of its own, so that the shares of one test are not those of another; the model is
 held with a gate (a forward pre-hook waiting on an event) and every step waits on the worker's own condition.
@@ -37,7 +39,8 @@ class TestMonaiLabelLimits(unittest.TestCase):
         cls._tmp = tempfile.TemporaryDirectory()
         cls.ct = write_phantom(Path(cls._tmp.name) / "ct.nii.gz")
         cls.network = tiny_vista3d_with_recorded_weights()
-        limits = Limits(queue_size=2, max_queue_per_client=1, request_timeout=120.0)
+        limits = Limits(queue_size=2, max_queue_per_client=1, max_sessions=16, max_sessions_per_client=2,
+                        request_timeout=120.0)
         cls.server = start_for_class(cls, settings(limits=limits), factory=lambda: tiny_pipeline(cls.network))
 
     @classmethod
@@ -49,6 +52,53 @@ class TestMonaiLabelLimits(unittest.TestCase):
         client = SlicerLikeClient(self.server.url, client_id=client_id, source=source)
         self.assertEqual(client.upload_image(self.ct, "ct").status, 200)
         return client
+
+    def test_another_client_cannot_use_ones_images_or_sessions(self):
+        mine = self._client("127.0.2.1")
+        theirs = SlicerLikeClient(self.server.url, client_id=mine.client_id, source="127.0.2.2")  # the same user id
+        created = mine.create_session(self.ct)
+        self.assertEqual(created.status, 200, created.body)
+        sid = created.json()["session_id"]
+        self.assertEqual(mine.infer_reply("vista3d_clicks", "ct", LIVER).status, 200)  # a click session on "ct"
+        for reply, words in ((theirs.infer_reply("vista3d_clicks", "ct", LIVER), "upload it first"),
+                             (theirs.infer_reply("vista3d", "ct", {"classes": "liver"}), "upload it first"),
+                             (theirs.get_session(sid), "is not on this server"),
+                             (theirs.remove_session(sid), "is not on this server"),
+                             (theirs.infer_reply("vista3d_clicks", "ct", LIVER, session_id=sid), "is not on this")):
+            self.assertEqual(reply.status, 404, reply.body)
+            self.assertIn(words, reply.json()["detail"])
+        # nothing of the owner's was touched: its session, its image and its clicks go on
+        self.assertEqual(mine.get_session(sid).status, 200)
+        self.assertEqual(mine.infer("vista3d_clicks", "ct", LIVER, session_id=sid).params["label_names"],
+                         {"liver": 1})
+        again = mine.infer("vista3d_clicks", "ct", LIVER)
+        self.assertEqual(again.params["latencies"], {})  # the same points on its click session: nothing ran again
+        self.assertEqual(mine.remove_session(sid).status, 200)
+        self.assertEqual(mine.get_session(sid).status, 410)  # the owner hears why it is gone; the other, nothing
+        self.assertEqual(theirs.get_session(sid).status, 404)
+
+    def _repeat_ran(self, client: SlicerLikeClient, label: str) -> bool:
+        """Whether the client's last request on ``label`` ran again when sent again (its click session had ended)."""
+        return client.infer("vista3d_clicks", "ct", {**LIVER, "label": label}).params["latencies"] != {}
+
+    def test_click_sessions_count_against_their_address_share(self):
+        # two sessions per client: a third of one client evicts that client's oldest, never another's
+        mine, theirs = self._client("127.0.3.1"), self._client("127.0.3.2")
+        for label in ("first", "second"):
+            self.assertTrue(self._repeat_ran(mine, label))
+        for label in ("first", "second", "third"):
+            self.assertTrue(self._repeat_ran(theirs, label))
+        self.assertEqual([self._repeat_ran(mine, label) for label in ("first", "second")], [False, False])
+        self.assertEqual([self._repeat_ran(theirs, label) for label in ("third", "first")], [False, True])
+
+    def test_uploads_count_against_their_address_share(self):
+        # two images per client: a third upload of one client evicts that client's oldest (410 saying why)
+        mine, theirs = (SlicerLikeClient(self.server.url, source=source) for source in ("127.0.4.1", "127.0.4.2"))
+        own = [mine.create_session(self.ct).json()["session_id"] for _ in range(2)]
+        other = [theirs.create_session(self.ct).json()["session_id"] for _ in range(3)]
+        self.assertEqual([mine.get_session(sid).status for sid in own], [200, 200])
+        self.assertEqual([theirs.get_session(sid).status for sid in other], [410, 200, 200])
+        self.assertIn("--max-sessions-per-client", theirs.get_session(other[0]).json()["detail"])
 
     def test_one_client_holds_only_its_share_of_the_queue(self):
         # three places, one per client: a second /infer/ of the client whose click runs is refused (429 naming the

@@ -82,6 +82,22 @@ class TestUploadStore(unittest.TestCase):
         self.assertIn("--max-sessions", message)
         self.assertTrue(a.path.exists())
 
+    def test_a_client_past_its_share_evicts_its_own_oldest(self):
+        store = UploadStore(self.root / "shared", max_images=4, ttl=10.0, clock=self.clock, per_client=1)
+        src = [self.root / f"shared-src-{i}" for i in range(3)]
+        for path in src:
+            path.write_text("x")
+        store.put("a1", src[0], "nifti", "ct", "a1", client="10.0.0.1")
+        store.put("b1", src[1], "nifti", "ct", "b1", client="10.0.0.2")
+        store.put("a2", src[2], "nifti", "ct", "a2", client="10.0.0.1")
+        self.assertEqual(len(store), 2)
+        store.get("b1", "", "")  # the other client's image stays
+        with self.assertRaises(ServeError) as caught:
+            store.get("a1", "image 'a1'", "upload it again")
+        self.assertEqual(caught.exception.status, 410)
+        self.assertIn("--max-sessions-per-client", caught.exception.message)
+        store.close()
+
     def test_expiry_after_ttl_of_disuse(self):
         upload = self._put("a")
         self.clock.now = 10.0
