@@ -54,7 +54,7 @@ from .errors import ServeError
 from .fetch import FormData, receive_form
 from .images import safe_stem
 from .monailabel_store import ClickEntry, ClickSessions, Upload, UploadStore
-from .routes import ServerState, sweep_sessions
+from .routes import ServerState, check_sizes, sweep_sessions
 
 __all__ = ["router", "MonaiLabelState"]
 
@@ -79,7 +79,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     folder = Path(tempfile.mkdtemp(prefix="monailabel-", dir=state.work_dir))
     limits = state.settings.limits
     uploads = UploadStore(folder, limits.max_sessions, limits.session_ttl, state.sessions.clock,
-                          on_end=lambda upload: clicks.drop_upload(upload.token), per_client=limits.max_sessions_per_client)
+                          on_end=lambda upload: clicks.drop_upload(upload.token),
+                          per_client=limits.max_sessions_per_client)
     app.state.monailabel = MonaiLabelState(uploads, clicks)
     sweeper = asyncio.ensure_future(sweep_sessions(uploads))  # an idle server deletes expired uploads too
     try:
@@ -334,6 +335,7 @@ async def infer(model: str, request: Request, image: str = "", session_id: str =
         form = await _form(request, call, "file", ("params",), required=False)
         call.body_received()
         params = mj.parse_params(form.fields.get("params"), model)
+        check_sizes(state.settings.limits, *mj.prompt_sizes(params))  # 413 naming --max-points / --max-classes
         if model == mj.AUTO_MODEL:
             answer, path, name = await _automatic(request, call, params, form, image, session_id)
         else:

@@ -11,7 +11,8 @@
 """The server's limits on 3D Slicer's MONAI Label calls, over a real socket, as on the NIM's endpoints: a client is
 its address (another loopback address is another machine); its uploads and sessions are its own (another client's
 request for them is a 404, as for one never made), its click sessions and uploads count against its own share
-(--max-sessions-per-client), and its share of the queue holds on ``/infer/``.
+(--max-sessions-per-client), and its share of the queue holds on ``/infer/``. A request's points and classes are
+bounded by --max-points and --max-classes (413 naming the flag).
 
 Each test speaks from addresses of its own, so that the shares of one test are not those of another; the model is
 held with a gate (a forward pre-hook waiting on an event) and every step waits on the worker's own condition.
@@ -40,7 +41,7 @@ class TestMonaiLabelLimits(unittest.TestCase):
         cls.ct = write_phantom(Path(cls._tmp.name) / "ct.nii.gz")
         cls.network = tiny_vista3d_with_recorded_weights()
         limits = Limits(queue_size=2, max_queue_per_client=1, max_sessions=16, max_sessions_per_client=2,
-                        request_timeout=120.0)
+                        max_points=4, max_classes=2, request_timeout=120.0)
         cls.server = start_for_class(cls, settings(limits=limits), factory=lambda: tiny_pipeline(cls.network))
 
     @classmethod
@@ -52,6 +53,21 @@ class TestMonaiLabelLimits(unittest.TestCase):
         client = SlicerLikeClient(self.server.url, client_id=client_id, source=source)
         self.assertEqual(client.upload_image(self.ct, "ct").status, 200)
         return client
+
+    def test_points_and_classes_bounded_by_the_servers_flags(self):
+        client = self._client("127.0.5.1")
+        at_limit = {"label": "liver", "foreground": [[20, 20, 18], [19, 20, 18], [18, 20, 18]],
+                    "background": [[2, 2, 2]]}
+        self.assertEqual(client.infer_reply("vista3d_clicks", "ct", at_limit).status, 200)
+        ran = dict(self.server.worker.counts)
+        past = {**at_limit, "background": [[2, 2, 2], [3, 3, 3]]}  # a fifth point on the segment
+        for model, params, flag in (("vista3d_clicks", past, "--max-points 4"),
+                                    ("vista3d", {"classes": "liver, spleen, aorta"}, "--max-classes 2"),
+                                    ("vista3d", {"classes": [1, 3, 6]}, "--max-classes 2")):
+            reply = client.infer_reply(model, "ct", params)
+            self.assertEqual(reply.status, 413, reply.body)
+            self.assertIn(flag, reply.json()["detail"])
+        self.assertEqual(self.server.worker.counts, ran)  # refused before the queue: no job ran for them
 
     def test_another_client_cannot_use_ones_images_or_sessions(self):
         mine = self._client("127.0.2.1")
