@@ -41,10 +41,11 @@ from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote_plus
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -139,6 +140,52 @@ def _session_info(upload: Upload, store: UploadStore) -> dict[str, Any]:
             "create_ts": int(upload.created), "expiry": round(max(0.0, store.ttl - (store.clock() - upload.last_used)))}
 
 
+# ------------------------------------------------------------------------------- bodies, for the schema
+def _form_body(media: str, fields: dict[str, dict[str, Any]], required: tuple[str, ...] = (),
+               examples: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a form with these ``fields`` and whole-body ``examples`` (the endpoints read
+    their bodies themselves, so FastAPI cannot see them; schema-driven clients and fuzzers read them here)."""
+    schema: dict[str, Any] = {"type": "object", "properties": fields}
+    if required:
+        schema["required"] = list(required)
+    content: dict[str, Any] = {"schema": schema}
+    if examples:
+        content["examples"] = {name: {"value": value} for name, value in examples.items()}
+    return {"requestBody": {"required": bool(required), "content": {media: content}}}
+
+
+def _file(text: str) -> dict[str, Any]:
+    return {"type": "string", "format": "binary", "description": text}
+
+
+def _params(text: str) -> dict[str, Any]:
+    return {"type": "string", "contentMediaType": "application/json", "description": f"a JSON object: {text}"}
+
+
+_IMAGE_FILE = "the image: NIfTI (.nii.gz, .nii) or NRRD"
+_LOGIN_BODY = _form_body("application/x-www-form-urlencoded", {
+    "username": {"type": "string", "description": "any name"},
+    "password": {"type": "string", "description": "the server's token (--token)"},
+    "grant_type": {"type": "string", "description": "password"}}, ("password",))
+_TRAIN_BODY = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
+    "type": "object", "description": "a training's parameters (training is not offered: always 404)"}}}}}
+_LABEL_BODY = _form_body("multipart/form-data", {
+    "label": _file("a label map (saving labels is not offered: always 404)"),
+    "params": _params("the label's info")}, ("label",))
+_UPLOAD_BODY = _form_body("multipart/form-data", {
+    "file": _file(_IMAGE_FILE), "params": _params('{"client_id": "<the client\'s id>"}')}, ("file",))
+_SESSION_BODY = _form_body("multipart/form-data", {
+    "files": _file(_IMAGE_FILE), "client_id": {"type": "string", "description": "the client's id"}}, ("files",))
+_INFER_BODY = _form_body("multipart/form-data", {
+    "params": _params('vista3d: {"classes": "everything" or names / ids}; vista3d_clicks: {"label": name, '
+                      '"foreground": [[i, j, k], ...], "background": [...], "reset_state": false}; both: '
+                      '"result_extension" (.nrrd, .nii.gz, .nii), "result_dtype", "client_id"'),
+    "file": _file("vista3d only: the image itself, for this request alone (else ?image= or ?session_id=)")},
+    examples={"automatic": {"params": json.dumps({"classes": "liver", "result_extension": ".nii.gz"})},
+              "clicks": {"params": json.dumps({"label": "liver", "foreground": [[10, 10, 10]], "background": [],
+                                               "result_extension": ".nii.gz"})}})
+
+
 # ------------------------------------------------------------------------------------------ login, app
 @router.get("/auth/")
 async def auth(request: Request) -> dict:
@@ -146,7 +193,7 @@ async def auth(request: Request) -> dict:
     return {"enabled": _states(request)[0].settings.token is not None}
 
 
-@router.post("/auth/token")
+@router.post("/auth/token", openapi_extra=_LOGIN_BODY)
 async def auth_token(request: Request) -> dict:
     """Trade the login form (any user name; the server's token as the password) for the bearer token."""
     token = _states(request)[0].settings.token
@@ -179,26 +226,25 @@ async def info(request: Request) -> dict:
 
 
 @router.get("/train/")
-@router.post("/train/")
+@router.post("/train/", openapi_extra=_TRAIN_BODY)
 @router.delete("/train/")
-@router.post("/train/{model}")
 async def train(request: Request) -> Response:
     """Training is not offered (404: also ``check_if_running``, which reads only 200 as "running")."""
     raise ServeError(404, _NOT_TRAINED)
 
 
-@router.put("/datastore/label")
+@router.post("/train/{model}", openapi_extra=_TRAIN_BODY)
+async def train_model(model: str, request: Request) -> Response:
+    """Training is not offered, for any model (404)."""
+    raise ServeError(404, _NOT_TRAINED)
+
+
+@router.put("/datastore/label", openapi_extra=_LABEL_BODY)
 async def save_label(request: Request) -> Response:
     raise ServeError(404, "saving labels on the server is not offered: save the segmentation in 3D Slicer itself")
 
 
 # ----------------------------------------------------------------------------------------------- images
-_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
-                   "params": {"type": "string", "description": 'JSON object: {"client_id": "..."}'}}}}}}}
-
-
 async def _receive_upload(request: Request, file_field: str, text_fields: tuple[str, ...],
                           key_of: Callable[[FormData], tuple[Hashable, str]]) -> Upload:
     """Store the image of an upload form (the file in ``file_field``) under the key and image id ``key_of`` reads
@@ -230,12 +276,6 @@ async def upload_image(request: Request, image: str | None = None) -> dict:
 
     upload = await _receive_upload(request, "file", ("params",), key_of)
     return {"image": upload.image_id}
-
-
-_SESSION_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["files"],
-    "properties": {"files": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
-                   "client_id": {"type": "string"}}}}}}}
 
 
 @router.put("/session/", openapi_extra=_SESSION_BODY)
@@ -313,16 +353,10 @@ def _answer(call: Call, output: str | None, params: dict, path: Path, filename: 
     return _multipart(params, path, filename, call)
 
 
-_INFER_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object", "properties": {
-    "params": {"type": "string", "description": 'JSON object; vista3d: {"classes": "everything"}; vista3d_clicks: '
-                                                '{"label": "liver", "foreground": [[i, j, k]], "background": []}; '
-                                                'both: result_extension (.nrrd, .nii.gz, .nii), result_dtype'},
-    "file": {"type": "string", "format": "binary", "description": "vista3d only: the image itself"}}}}}}}
-
-
 @router.post("/infer/{model}", openapi_extra=_INFER_BODY)
-async def infer(model: str, request: Request, image: str = "", session_id: str = "", output: str | None = None
-                ) -> Response:
+async def infer(model: Annotated[str, PathParam(examples=[mj.AUTO_MODEL, mj.CLICK_MODEL])], request: Request,
+                image: Annotated[str, Query(examples=["CTChest"])] = "", session_id: str = "",
+                output: str | None = None) -> Response:
     """Segment an uploaded image: automatically (``vista3d``) or from the points on one segment
     (``vista3d_clicks``, successive requests continuing one click session)."""
     mj.check_model(model)
