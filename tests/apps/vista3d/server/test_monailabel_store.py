@@ -21,14 +21,7 @@ from pathlib import Path
 from monai.apps.vista3d.server.errors import ServeError
 from monai.apps.vista3d.server.monailabel_store import ClickEntry, ClickSessions, UploadStore
 from monai.apps.vista3d.server.sessions import SessionStore
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.apps.vista3d.server.harness import ManualClock
 
 
 class TestUploadStore(unittest.TestCase):
@@ -36,7 +29,7 @@ class TestUploadStore(unittest.TestCase):
         self._tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self._tmp.cleanup)
         self.root = Path(self._tmp.name)
-        self.clock = _Clock()
+        self.clock = ManualClock()
         self.ended = []
         self.store = UploadStore(self.root / "uploads", max_images=2, ttl=10.0, clock=self.clock,
                                  on_end=self.ended.append)
@@ -129,7 +122,7 @@ class TestUploadStore(unittest.TestCase):
 
 class TestClickSessions(unittest.TestCase):
     def setUp(self):
-        self.store = SessionStore(max_sessions=2, ttl=10.0, clock=_Clock())
+        self.store = SessionStore(max_sessions=2, ttl=10.0, clock=ManualClock())
         self.clicks = ClickSessions(self.store)
 
     def test_find_add_and_drop(self):
