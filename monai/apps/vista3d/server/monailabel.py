@@ -25,9 +25,12 @@ uploaded image). It reads a multipart answer: a ``params`` part (JSON; ``label_n
 the file) and a part with a file name, the label map it loads. ``?output=image`` and ``?output=json`` ask for only
 the file or only the JSON.
 
-These endpoints share the server's gates (token, body size), its queue (a request that needs the model or stores an
-image takes a slot first: 429 when full, 503 while loading), its time limit and its click sessions' budget and expiry;
-every error is ``{"detail": one line}`` with a 4xx.
+These endpoints share the server's gates (token, body size, body deadline), its queue (a request that needs the
+model or stores an image reads its whole body first, then takes a place in its client's share: 429 when full, 503
+while loading), its time limit, its --max-points and --max-classes, and its click sessions' budget, per-client share
+and expiry. A client is its address, as on the NIM's endpoints (datastore images are kept per address and
+``client_id``); what it uploads and the sessions it opens are its own. Every error is ``{"detail": one line}``
+with a 4xx.
 """
 
 from __future__ import annotations
