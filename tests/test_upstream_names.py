@@ -1,5 +1,5 @@
 """Every public name of upstream MONAI 1.6.1's carried modules either imports from the fork as the same kind of
-object, or raises the fork's one-line "not part of this fork" ImportError.
+object, or raises the fork's one-line "not part of this fork" ImportError; so does every upstream module.
 
 The names are recorded from the 1.6.1 wheel by tests/testing_data/record_upstream_names.py.
 """
@@ -9,10 +9,15 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
+import subprocess
+import sys
 import unittest
 
+import pytest
 from parameterized import parameterized
 
+from tests.subprocess_env import ROOT, child_env
 from tests.testing_data.record_upstream_names import (
     kind_of,  # the recorder's kinds, by the same rule
 )
@@ -21,6 +26,7 @@ TESTING_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testing
 with open(os.path.join(TESTING_DATA, "upstream_public_names.json")) as _f:
     RECORD = json.load(_f)
 NAMES = [[f"{m}.{n}", m, n, kind] for m, names in sorted(RECORD["modules"].items()) for n, kind in sorted(names.items())]
+NOT_CARRIED = re.compile(r"^'(monai(?:\.\w+)*)' is not part of this fork\. [^\n]*upstream MONAI[^\n]*$")
 
 
 def import_name(module: str, name: str):
@@ -61,6 +67,33 @@ class TestUpstreamNames(unittest.TestCase):
     def test_unknown_name_is_not_called_upstream(self):
         with self.assertRaisesRegex(ImportError, "cannot import name 'no_such_name'"):
             import_name("monai.utils.profiling", "no_such_name")
+
+
+class TestUpstreamModules(unittest.TestCase):
+    @parameterized.expand([[m] for m in RECORD["submodules"]])
+    def test_module(self, module):
+        """An upstream module imports, or raises the one-line error naming the first package or module (itself or
+        one above it) that the fork lacks: ``import monai.data.meta_tensor`` names ``monai.data``."""
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            found = NOT_CARRIED.match(str(e))
+            self.assertIsNotNone(found, str(e))
+            missing = found.group(1)
+            self.assertTrue(module == missing or module.startswith(f"{missing}."), missing)
+            importlib.import_module(missing.rpartition(".")[0])  # the package above it is carried
+
+    @pytest.mark.slow
+    def test_run_as_main(self):
+        """``python -m monai.bundle run`` (upstream's bundle command line) names the module, not ``__main__``."""
+        done = subprocess.run([sys.executable, "-m", "monai.bundle", "run"], cwd=ROOT, env=child_env(),
+                              capture_output=True, text=True, timeout=300)
+        self.assertNotEqual(done.returncode, 0)
+        self.assertRegex(done.stderr.splitlines()[-1], r"^ImportError: 'monai\.bundle' is not part of this fork\. ")
+
+    def test_record(self):
+        self.assertIn("monai.networks.nets.vista3d", RECORD["submodules"])
+        self.assertGreater(len(RECORD["submodules"]), 400)
 
 
 class TestVista3dPackageNames(unittest.TestCase):

@@ -10,6 +10,8 @@
 # limitations under the License.
 """Inferers: whole-input and sliding-window inference."""
 
+from monai.utils.module import not_carried_names
+
 from .batch_size import AutoBatchSize, choose_sw_batch_size, even_batch_size
 from .inferer import Inferer, SimpleInferer, SlidingWindowInferer, SlidingWindowInfererAdapt
 from .utils import (
@@ -29,3 +31,5 @@ __all__ = [
     "dense_patch_slices", "get_scan_interval", "get_valid_patch_size", "plan_sliding_windows",
     "sliding_window_inference",
 ]
+
+__getattr__ = not_carried_names(__name__)  # upstream names the fork lacks raise its one-line ImportError

@@ -73,8 +73,9 @@ def check_sw_batch_size(sw_batch_size: Any) -> int | str:
             return "auto"
         if text.isdigit() and int(text) >= 1:
             return int(text)
-    elif isinstance(sw_batch_size, numbers.Integral) and not isinstance(sw_batch_size, bool) and int(sw_batch_size) >= 1:
-        return int(sw_batch_size)
+    elif isinstance(sw_batch_size, numbers.Integral) and not isinstance(sw_batch_size, bool):
+        if int(sw_batch_size) >= 1:
+            return int(sw_batch_size)
     raise ValueError(f"sw_batch_size must be a positive int or 'auto', got {sw_batch_size!r}.")
 
 

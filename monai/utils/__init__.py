@@ -11,7 +11,7 @@ from .misc import (
     unsqueeze_left,
     unsqueeze_right,
 )
-from .module import OptionalImportError, exact_version, min_version, optional_import
+from .module import OptionalImportError, exact_version, min_version, not_carried_names, optional_import
 from .profiling import StageTimer, format_timings
 
 __all__ = [
@@ -19,3 +19,5 @@ __all__ = [
     "fall_back_tuple", "has_option", "issequenceiterable", "look_up_option", "unsqueeze_left", "unsqueeze_right",
     "OptionalImportError", "exact_version", "min_version", "optional_import", "StageTimer", "format_timings",
 ]
+
+__getattr__ = not_carried_names(__name__)  # upstream names the fork lacks raise its one-line ImportError

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import importlib.util
+import sys
 from collections.abc import Callable, Iterable
+from types import ModuleType
 from typing import Any
 
 __all__ = [
@@ -13,10 +15,8 @@ __all__ = [
     "min_version",
     "exact_version",
     "OPTIONAL_IMPORT_MSG_FMT",
-    "NOT_CARRIED",
     "not_carried_error",
     "not_carried_names",
-    "names_from_submodules",
 ]
 
 UPSTREAM_HINT = (
@@ -25,68 +25,51 @@ UPSTREAM_HINT = (
     "Install upstream MONAI (`pip install monai==1.6.1`) in another environment for the rest."
 )
 
-# Top-level upstream subpackages that are deliberately absent here.
-NOT_CARRIED = (
-    "auto3dseg",
-    "bundle",
-    "config",
-    "data",
-    "engines",
-    "fl",
-    "handlers",
-    "losses",
-    "metrics",
-    "optimizers",
-    "visualize",
-)
-
-
 class OptionalImportError(ImportError):
     """An optional dependency was used but could not be imported."""
 
 
 def not_carried_error(name: str) -> ImportError:
-    """The ImportError raised for an upstream MONAI module or name this fork does not carry."""
-    return ImportError(f"'{name}' is not part of this fork. {UPSTREAM_HINT}")
+    """The ImportError raised for an upstream MONAI module or name this fork does not carry (its ``name`` is
+    ``name``)."""
+    return ImportError(f"'{name}' is not part of this fork. {UPSTREAM_HINT}", name=name)
+
+
+def _is_public(name: str) -> bool:
+    """Whether ``name`` could be a public name of an upstream module (an identifier without a leading underscore)."""
+    return name.isidentifier() and not name.startswith("_")
+
+
+def _submodule(package: str, name: str) -> ModuleType | None:
+    """The submodule ``name`` of ``package``, imported; ``None`` when ``package`` is no package or has no such
+    submodule. Importing the stub of an upstream module this fork lacks raises :func:`not_carried_error`."""
+    if not hasattr(sys.modules.get(package), "__path__"):
+        return None
+    fullname = f"{package}.{name}"
+    if importlib.util.find_spec(fullname) is None:
+        return None
+    return importlib.import_module(fullname)
 
 
 def not_carried_names(module: str, names: Iterable[str] | None = None) -> Callable[[str], Any]:
-    """A module ``__getattr__`` for the upstream MONAI names of ``module`` that this fork does not carry: using one
-    (``from monai.utils.profiling import PerfContext``) raises :func:`not_carried_error`; other names are missing.
-    ``names=None`` takes every public name this module lacks for upstream's."""
+    """A module ``__getattr__`` that explains the names of upstream MONAI's ``module`` that this fork lacks.
+
+    In a package a submodule is imported on first use, as ``from monai.networks import nets`` or ``monai.networks``
+    (upstream's packages import theirs with the package); the stub of a submodule upstream has and the fork lacks
+    raises :func:`not_carried_error` then. Any other public name of ``names`` (``None``: every public name), e.g.
+    ``from monai.networks.nets import SwinUNETR``, raises :func:`not_carried_error`; the rest are missing.
+    """
     upstream_only = None if names is None else frozenset(names)
 
     def __getattr__(name: str) -> Any:  # noqa: N807 - a module __getattr__, named as Python looks it up
-        if not name.startswith("_") and (upstream_only is None or name in upstream_only):
+        if not _is_public(name):
+            raise AttributeError(f"module '{module}' has no attribute '{name}'")
+        submodule = _submodule(module, name)
+        if submodule is not None:
+            return submodule
+        if upstream_only is None or name in upstream_only:
             raise not_carried_error(f"{module}.{name}")
         raise AttributeError(f"module '{module}' has no attribute '{name}'")
-
-    return __getattr__
-
-
-def names_from_submodules(package: str, path: Iterable[str]) -> Callable[[str], Any]:
-    """A package ``__getattr__`` that finds a public name of one of its submodules (their ``__all__``), so that
-    ``from monai.apps.vista3d import Vista3DPipeline`` works as ``from monai.apps.vista3d.core.pipeline import ...``.
-
-    The submodules are imported on the first name that is not found otherwise; a name none of them exports is
-    missing (``from package import name`` then raises :func:`not_carried_error` through ``monai``'s finder).
-    """
-    searching: list[str] = []
-
-    def __getattr__(name: str) -> Any:  # noqa: N807 - a module __getattr__, named as Python looks it up
-        if name.startswith("__") or name in searching:  # a submodule importing the package while it is searched
-            raise AttributeError(f"module '{package}' has no attribute '{name}'")
-        searching.append(name)
-        try:
-            for info in pkgutil.iter_modules(list(path)):
-                if info.name.startswith("_"):  # __main__ (the command line) and private modules
-                    continue
-                submodule = importlib.import_module(f"{package}.{info.name}")
-                if name in getattr(submodule, "__all__", ()):
-                    return getattr(submodule, name)
-        finally:
-            searching.remove(name)
-        raise AttributeError(f"module '{package}' has no attribute '{name}'")
 
     return __getattr__
 

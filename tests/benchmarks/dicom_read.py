@@ -13,10 +13,14 @@
     python -m tests.benchmarks.dicom_read [--size 512,512,300] [--repeats 3] [--device cpu] [--other-python PATH]
 
 Readers timed on the same files (best of ``--repeats``, each in this process after one warm-up read of the
-files into the page cache): ``load_dicom`` (this fork: pydicom + highdicom), pydicom then numpy by hand (read,
-sort along the normal, stack, rescale), and SimpleITK's ImageSeriesReader; with ``--other-python`` (an
-interpreter with dicom2nifti installed) dicom2nifti's ``dicom_series_to_nifti`` in that interpreter, timed there.
-Then the statistics of a label map of 117 structures on ``--device``, and the preview.
+files into the page cache): ``load_dicom`` (this fork: pydicom decodes, numpy stacks), pydicom then numpy by hand
+(read, sort along the normal, stack, rescale), highdicom's ``get_volume_from_series`` (what ``load_dicom`` used
+before) laid out as ``[X, Y, Z]``, and SimpleITK's ImageSeriesReader; with ``--other-python`` (an
+interpreter with dicom2nifti installed) dicom2nifti's ``dicom_series_to_nifti`` in that interpreter, timed there,
+on a copy of the series whose InstanceNumbers follow the slice positions (its generic converter stacks slices by
+InstanceNumber, and takes the shuffled numbers of the test series for several stacks). Then the statistics of a
+label map of 117 structures on ``--device``, and the preview: in this process (its first call, and warm), and its
+first call in a fresh interpreter (Pillow's import and font included; highdicom has imported Pillow here already).
 """
 
 from __future__ import annotations
@@ -45,10 +49,50 @@ s.disable_validate_slice_increment()
 best = 1e9
 for _ in range(int(sys.argv[2])):
     with tempfile.TemporaryDirectory() as d:
-        t = time.perf_counter(); dicom2nifti.dicom_series_to_nifti(sys.argv[1], os.path.join(d, 'x.nii'), reorient_nifti=False)
+        t = time.perf_counter()
+        dicom2nifti.dicom_series_to_nifti(sys.argv[1], os.path.join(d, 'x.nii'), reorient_nifti=False)
         best = min(best, time.perf_counter() - t)
 print(best)
 """
+
+
+_FRESH_PREVIEW = """
+import json, sys, time
+t0 = time.perf_counter()
+import numpy as np, torch
+from monai.apps.vista3d.io.preview import preview_slices, write_preview
+from tests.benchmarks.dicom_read import _labels
+shape = tuple(int(v) for v in sys.argv[1].split(","))
+image = torch.randint(-1000, 1500, shape, dtype=torch.int16).float()
+labels = _labels(shape, torch.device("cpu"))
+t1 = time.perf_counter()
+write_preview(preview_slices(image, labels, np.diag([0.7, 0.7, 1.0, 1.0])), sys.argv[2])
+t2 = time.perf_counter()
+print(json.dumps({"imports_and_volume_s": round(t1 - t0, 3), "first_preview_s": round(t2 - t1, 3)}))
+"""
+
+
+def _numbered_copy(folder: Path, dest: Path) -> Path:
+    """A copy of the series with InstanceNumber 1, 2, ... along the slice normal (what dicom2nifti stacks by)."""
+    import pydicom
+
+    dest.mkdir()
+    datasets = [(f, pydicom.dcmread(f)) for f in folder.iterdir()]
+    o = np.asarray(datasets[0][1].ImageOrientationPatient, dtype=float)
+    normal = np.cross(o[:3], o[3:])
+    datasets.sort(key=lambda fd: float(np.asarray(fd[1].ImagePositionPatient, dtype=float) @ normal))
+    for number, (f, ds) in enumerate(datasets, start=1):
+        ds.InstanceNumber = number
+        ds.save_as(dest / f.name, enforce_file_format=True)
+    return dest
+
+
+def _run_child(cmd: list[str]) -> str:
+    """The last line a child interpreter prints; its last error line when it fails."""
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} failed: {out.stderr.strip().splitlines()[-1:]}")
+    return out.stdout.strip().splitlines()[-1]
 
 
 def _by_hand(folder: Path) -> np.ndarray:
@@ -62,6 +106,17 @@ def _by_hand(folder: Path) -> np.ndarray:
     for k, d in enumerate(datasets):
         out[:, :, k] = d.pixel_array.T * float(d.RescaleSlope) + float(d.RescaleIntercept)
     return out
+
+
+def _highdicom(folder: Path) -> np.ndarray:
+    """What load_dicom did before it stacked the slices itself: highdicom's volume of the series, in its layout."""
+    import highdicom
+    import pydicom
+
+    datasets = [pydicom.dcmread(f) for f in folder.iterdir()]
+    volume = highdicom.get_volume_from_series(datasets, dtype=np.float32, apply_presentation_lut=False, rtol=0.01,
+                                              perpendicular_tol=0.01)
+    return np.ascontiguousarray(volume.array.transpose(2, 1, 0))
 
 
 def _sitk(folder: Path) -> np.ndarray:
@@ -116,11 +171,12 @@ def main() -> None:
         if not args.skip_readers:
             results["load_dicom_s"] = round(_best(lambda: load_dicom(folder), args.repeats), 3)
             results["pydicom_numpy_by_hand_s"] = round(_best(lambda: _by_hand(folder), args.repeats), 3)
+            results["highdicom_volume_s"] = round(_best(lambda: _highdicom(folder), args.repeats), 3)
             results["simpleitk_s"] = round(_best(lambda: _sitk(folder), args.repeats), 3)
             if args.other_python:
-                out = subprocess.run([args.other_python, "-c", _DICOM2NIFTI, str(folder), str(args.repeats)],
-                                     capture_output=True, text=True, check=True)
-                results["dicom2nifti_s"] = round(float(out.stdout.strip().splitlines()[-1]), 3)
+                numbered = _numbered_copy(folder, Path(tmp) / "numbered")
+                best = _run_child([args.other_python, "-c", _DICOM2NIFTI, str(numbered), str(args.repeats)])
+                results["dicom2nifti_s"] = round(float(best), 3)
         image, geom = load_dicom(folder, device=device)
         labels = _labels(shape, device)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -138,6 +194,8 @@ def main() -> None:
         results["preview_first_call_s"] = round(time.perf_counter() - start, 3)  # Pillow's imports and font included
         results["preview_s"] = round(_best(lambda: write_preview(preview_slices(image, labels, geom.affine, centre),
                                                                  Path(tmp) / "preview.png"), args.repeats), 3)
+        fresh = _run_child([sys.executable, "-c", _FRESH_PREVIEW, args.size, str(Path(tmp) / "fresh.png")])
+        results["preview_fresh_process"] = json.loads(fresh)
     print(json.dumps(results, indent=1))
 
 

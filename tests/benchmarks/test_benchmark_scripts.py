@@ -39,6 +39,7 @@ SCRIPTS = [
                     "--windows", "1", "--repeats", "1"], "loop/bcast"),
     ("batch_agreement", ["tests/benchmarks/vista3d_batch_agreement.py", "--device", "cpu", "--sizes", "48x48x48",
                          "--sw-batch-sizes", "1,2", "--classes", "3"], "labels = sw_batch_size 1"),
+    ("dicom_read", ["-m", "tests.benchmarks.dicom_read", "--size", "24,20,8", "--repeats", "1"], "load_dicom_s"),
     ("cli_benchmark", ["-m", "monai.apps.vista3d", "benchmark", "--device", "cpu", "--size", "48,48,40",
                        "--roi-size", "32", "--embed-dim", "8", "--sw-batch-sizes", "1,2", "--repeats", "1"],
      "sw_batch_size"),

@@ -8,7 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Record the public names of upstream MONAI's carried modules into ``upstream_public_names.json`` (names only).
+"""Record the public names of upstream MONAI's carried modules, and the names of all its public modules, into
+``upstream_public_names.json`` (names only).
 
 Run with upstream MONAI 1.6.1 installed (e.g. ``pip install --target /tmp/up monai==1.6.1``) and from a directory
 where this fork's ``monai`` is not importable::
@@ -18,6 +19,8 @@ where this fork's ``monai`` is not importable::
 A module's public names are its ``__all__``, else the names of ``dir(module)`` without a leading underscore; of
 those that are modules only its own submodules count (not e.g. ``torch``), and ``annotations`` (the
 ``from __future__`` feature) is left out. Each name is stored with its kind: module, class, function or value.
+``submodules`` lists every module and subpackage of upstream's ``monai`` whose dotted name has no part with a
+leading underscore, as found in its folders (none of them is imported for it).
 tests/test_upstream_names.py checks every one against the fork.
 """
 
@@ -28,6 +31,7 @@ import importlib
 import inspect
 import json
 import os
+import pkgutil
 import types
 
 MODULES = (
@@ -63,6 +67,19 @@ def public_names(module_name: str) -> dict[str, str]:
     return found
 
 
+def submodule_names(package_name: str, folder: str) -> list[str]:
+    """The public modules and subpackages under ``folder`` (the package ``package_name``), at every depth."""
+    found = []
+    for info in pkgutil.iter_modules([folder]):
+        if info.name.startswith("_"):
+            continue
+        name = f"{package_name}.{info.name}"
+        found.append(name)
+        if info.ispkg:
+            found += submodule_names(name, os.path.join(folder, info.name))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=OUT)
@@ -71,11 +88,16 @@ def main() -> None:
 
     if monai.__version__ != "1.6.1":
         raise SystemExit(f"needs upstream MONAI 1.6.1 on the path, found {monai.__version__} at {monai.__file__}")
-    record = {"monai_version": monai.__version__, "modules": {m: public_names(m) for m in MODULES}}
+    record = {
+        "monai_version": monai.__version__,
+        "modules": {m: public_names(m) for m in MODULES},
+        "submodules": sorted(submodule_names("monai", os.path.dirname(monai.__file__))),
+    }
     with open(args.out, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"{sum(map(len, record['modules'].values()))} names of {len(MODULES)} modules -> {args.out}")
+    names = sum(map(len, record["modules"].values()))
+    print(f"{names} names of {len(MODULES)} modules, {len(record['submodules'])} module names -> {args.out}")
 
 
 if __name__ == "__main__":

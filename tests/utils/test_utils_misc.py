@@ -93,6 +93,18 @@ class TestModules(unittest.TestCase):
         with self.assertRaisesRegex(ImportError, f"'{module}.{name}' is not part of this fork.*upstream MONAI"):
             exec(f"from {module} import {name}", {})
 
+    def test_package_getattr(self):
+        """A carried package's ``__getattr__``: its submodules on first use, upstream's other public names refused,
+        private and non-identifier names missing as usual (``getattr`` with a default answers it)."""
+        import monai.networks
+
+        self.assertIs(getattr(monai.networks, "nets"), importlib.import_module("monai.networks.nets"))
+        self.assertEqual(monai.networks.nets.VISTA3D.__name__, "VISTA3D")
+        for name in ("_private", "a.b", "nets.VISTA3D"):
+            self.assertIsNone(getattr(monai.networks, name, None))
+        with self.assertRaisesRegex(ImportError, r"^'monai.networks.eval_mode' is not part of this fork"):
+            getattr(monai.networks, "eval_mode", None)  # one line that says why, not a silent None
+
     def test_carried_modules_still_import(self):
         from monai.networks.nets import VISTA3D, vista3d132  # noqa: F401
         from monai.transforms import utils  # noqa: F401

@@ -26,6 +26,7 @@ __all__ = [
     "OutputPathError",
     "OutputCollisionError",
     "ResourceError",
+    "DicomChoiceError",
     "WorkerError",
 ]
 
@@ -65,6 +66,23 @@ class OutputCollisionError(Vista3DOutputError):
 class ResourceError(Vista3DInputError):
     """Settings or an image that cannot run here (a window the network cannot take, not enough memory); raised
     before any work, with what it needs."""
+
+
+class DicomChoiceError(Vista3DInputError):
+    """A DICOM input that a reading option would let through: several series (``option`` is ``"series"``, which
+    picks one) or a modality other than CT (``"allow_modality"``).
+
+    Args:
+        message: the whole line, naming the option as the command line spells it.
+        problem: what the input holds, without the path and the remedy (``"holds 2 series: ..."``), for front
+            ends that word their own (the server, which takes no such option).
+        option: the :class:`~monai.apps.vista3d.config.DicomOptions` field that would let it through.
+    """
+
+    def __init__(self, message: str, problem: str, option: str):
+        super().__init__(message)
+        self.problem = problem
+        self.option = option
 
 
 class WorkerError(RuntimeError):

@@ -10,6 +10,8 @@
 # limitations under the License.
 """Building blocks used by the VISTA3D networks."""
 
+from monai.utils.module import not_carried_names
+
 from .acti_norm import ADN
 from .activation import GEGLU, Swish
 from .convolutions import Convolution
@@ -22,3 +24,5 @@ __all__ = [
     "ADN", "GEGLU", "Swish", "Convolution", "UnetBasicBlock", "UnetResBlock", "get_output_padding", "get_padding",
     "MLPBlock", "UnetrBasicBlock", "UpSample", "Upsample",
 ]
+
+__getattr__ = not_carried_names(__name__)  # upstream names the fork lacks raise its one-line ImportError

@@ -10,6 +10,8 @@
 # limitations under the License.
 """Layer factories and helpers used by the VISTA3D networks."""
 
+from monai.utils.module import not_carried_names
+
 from .convutils import same_padding, stride_minus_kernel_padding
 from .factories import Act, Conv, Dropout, LayerFactory, Norm, Pool, split_args
 from .utils import get_act_layer, get_dropout_layer, get_norm_layer
@@ -18,3 +20,5 @@ __all__ = [
     "same_padding", "stride_minus_kernel_padding", "Act", "Conv", "Dropout", "LayerFactory", "Norm", "Pool",
     "split_args", "get_act_layer", "get_dropout_layer", "get_norm_layer",
 ]
+
+__getattr__ = not_carried_names(__name__)  # upstream names the fork lacks raise its one-line ImportError

@@ -10,7 +10,11 @@
 # limitations under the License.
 """The VISTA3D network and its SegResNetDS image encoder."""
 
+from monai.utils.module import not_carried_names
+
 from .segresnet_ds import SegResEncoder, SegResNetDS, SegResNetDS2
 from .vista3d import VISTA3D, vista3d132
 
 __all__ = ["SegResEncoder", "SegResNetDS", "SegResNetDS2", "VISTA3D", "vista3d132"]
+
+__getattr__ = not_carried_names(__name__)  # upstream names the fork lacks raise its one-line ImportError

@@ -143,9 +143,11 @@ def _dataset(spec: SeriesSpec, k: int, values: np.ndarray, uids: dict, number: i
     return ds
 
 
-def write_series(spec: SeriesSpec, folder: str | Path, uids: dict | None = None) -> dict:
+def write_series(spec: SeriesSpec, folder: str | Path, uids: dict | None = None, values: np.ndarray | None = None
+                 ) -> dict:
     """Write ``spec`` into ``folder`` (one file per slice, names and InstanceNumbers in a shuffled order); returns
-    the UIDs used (``study``, ``series``, ``frame``), so a second series can share the study."""
+    the UIDs used (``study``, ``series``, ``frame``), so a second series can share the study. ``values``: the
+    ``[X, Y, Z]`` HU volume to store (integers after the rescale is undone; :func:`ct_values` when None)."""
     rng = np.random.default_rng(spec.seed + 1000)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +155,7 @@ def write_series(spec: SeriesSpec, folder: str | Path, uids: dict | None = None)
     uids.setdefault("study", _uid(rng))
     uids.setdefault("frame", _uid(rng))
     uids["series"] = spec.series_uid or _uid(rng)
-    values = ct_values(spec)
+    values = ct_values(spec) if values is None else np.asarray(values, dtype=np.float64)
     slices = [k for k in range(spec.shape[2]) if k not in spec.drop] + list(spec.duplicate)
     order = rng.permutation(len(slices))
     for number, i in enumerate(order, start=1):

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zipfile
 from pathlib import Path
 
 import nibabel as nib
@@ -86,6 +87,36 @@ class TestDicomRead(unittest.TestCase):
         np.testing.assert_array_equal(image.numpy(), nifti.numpy())
         np.testing.assert_allclose(geom.affine, ngeom.affine, atol=1e-4)
 
+    def test_more_slices_and_rows_than_a_tile(self):
+        """The slices are laid out 16 at a time, 128 rows at a time (io/dicom.py): a volume with several of each,
+        and a partial last one, against SimpleITK."""
+        spec = SeriesSpec(shape=(21, 259, 37), orientation=OBLIQUE)
+        write_series(spec, self.dir / "s")
+        image, geom = load_dicom(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), ct_values(spec))
+        sitk_values, sitk_affine = _sitk_volume(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), sitk_values)
+        np.testing.assert_allclose(geom.affine, sitk_affine, atol=1e-4)
+
+    def test_rescale_of_each_slice(self):
+        """RescaleSlope and RescaleIntercept may differ from slice to slice: each slice's own apply."""
+        import pydicom
+
+        spec = SeriesSpec()  # axial: a slice's index is its z position's
+        write_series(spec, self.dir / "s")
+        expected = ct_values(spec)
+        for f in sorted((self.dir / "s").iterdir())[::3]:
+            ds = pydicom.dcmread(f)
+            k = round((float(ds.ImagePositionPatient[2]) - spec.origin[2]) / spec.spacing[2])
+            stored = ds.pixel_array // 2
+            ds.PixelData = stored.astype(np.int16).tobytes()
+            ds.RescaleSlope, ds.RescaleIntercept = 2.0, -1000.0
+            ds.save_as(f, enforce_file_format=True)
+            expected[:, :, k] = (2.0 * stored - 1000.0).T
+        image, _ = load_dicom(self.dir / "s")
+        np.testing.assert_array_equal(image[0].numpy(), expected)
+        np.testing.assert_array_equal(image[0].numpy(), _sitk_volume(self.dir / "s")[0])
+
     def test_spacing_from_positions_not_slice_thickness(self):
         spec = SeriesSpec(spacing=(0.8, 0.7, 1.25), slice_thickness=5.0)
         write_series(spec, self.dir / "s")
@@ -96,13 +127,30 @@ class TestDicomRead(unittest.TestCase):
         spec = SeriesSpec(orientation=CORONAL)
         write_series(spec, self.dir / "s")
         zip_folder(self.dir / "s", self.dir / "s.zip")
+        zip_folder(self.dir / "s", self.dir / "upload")  # a zip known by its bytes, as the server saves one
         write_multiframe(spec, self.dir / "multi.dcm")
-        for src in (self.dir / "s.zip", self.dir / "multi.dcm", self.dir / "s"):
+        for src in (self.dir / "s.zip", self.dir / "upload", self.dir / "multi.dcm", self.dir / "s"):
             self.assertEqual(input_kind(src), "dicom")
             image, geom = load_input(src, torch.device("cpu"))
             np.testing.assert_array_equal(image[0].numpy(), ct_values(spec), err_msg=str(src))
             np.testing.assert_allclose(geom.affine, expected_affine(spec), atol=1e-4, err_msg=str(src))
         self.assertEqual(input_kind(self.dir / "x.nii.gz"), "nifti")
+
+    def test_only_dicom_members_are_inflated_whole(self):
+        """A member of a zip without the DICOM marker is not inflated to its end: one whose CRC is wrong (zipfile
+        checks it there) does not stop the read."""
+        write_series(SeriesSpec(shape=(8, 8, 4)), self.dir / "s")
+        path = zip_folder(self.dir / "s", self.dir / "s.zip")
+        with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as z:
+            z.writestr("notes.bin", bytes(1 << 20))
+        data = bytearray(path.read_bytes())
+        central = data.rindex(b"PK\x01\x02", 0, data.rindex(b"notes.bin"))
+        data[central + 16:central + 20] = b"\xde\xad\xbe\xef"  # the central directory's CRC-32 of notes.bin
+        path.write_bytes(bytes(data))
+        with zipfile.ZipFile(path) as z, self.assertRaises(zipfile.BadZipFile):
+            z.read("notes.bin")
+        image, _ = load_dicom(path)
+        self.assertEqual(tuple(image.shape), (1, 8, 8, 4))
 
     def test_output_header_is_the_affine(self):
         spec = SeriesSpec(orientation=SAGITTAL)

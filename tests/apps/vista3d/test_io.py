@@ -40,6 +40,7 @@ from monai.apps.vista3d.core.postprocess import ClassMasks, pack_masks
 from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
 from monai.apps.vista3d.io import label_transfer, nifti_read, nifti_write
 from monai.apps.vista3d.io import nifti as vio
+from monai.apps.vista3d.io.atomic import write_atomically
 from monai.apps.vista3d.io.gzip_codec import available_cores
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.nifti import load_image
@@ -257,6 +258,27 @@ class TestAtomicWrite(TempDirCase):
                 save_label_map(self.image > 100, self.geom, target)
         self.assertEqual(_sha(target), before)
         self.assertEqual(self._names(), ["in.nii.gz", "seg.nii.gz"])
+
+    @parameterized.expand([
+        ("full_disk", OSError(28, "No space left on device"), Vista3DOutputError, "writing failed"),
+        ("writer_error", ValueError("bad picture"), ValueError, "bad picture"),
+    ])
+    def test_small_file_failure_keeps_the_previous_one(self, _, error, raised, words):
+        """write_atomically (statistics, preview, SEG) fails as a label map does: the old file stays, no temporary
+        file is left, a full disk is one line."""
+        target = self.tmp / "statistics.json"
+        target.write_bytes(b"old")
+
+        def write(f):
+            f.write(b"partial")
+            raise error
+
+        with self.assertRaisesRegex(raised, words):
+            write_atomically(target, write)
+        self.assertEqual(target.read_bytes(), b"old")
+        self.assertEqual(self._names(), ["in.nii.gz", "statistics.json"])
+        self.assertEqual(write_atomically(target, lambda f: f.write(b"new")), target)
+        self.assertEqual((target.read_bytes(), self._names()), (b"new", ["in.nii.gz", "statistics.json"]))
 
     @parameterized.expand([(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
     def test_file_mode_follows_umask(self, umask, mode):

@@ -9,51 +9,24 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Library calls leave the process as they found it: umask, RNG states, cuDNN and precision flags, environment,
-threads; only ``__main__`` may change them."""
+threads, import hooks and global handlers (``tests.process_state``); only ``__main__`` may change them. Importing
+is covered by tests/test_import_side_effects.py."""
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import tempfile
 import unittest
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
 import torch
 
 from monai.apps.vista3d.batch.run import run_batch
 from monai.apps.vista3d.cli.phantom import write_phantom
 from tests.apps.vista3d.stub_vista import stub_job
-
-
-def _umask() -> str | None:
-    """The umask as the kernel reports it (Linux 4.7+), read without setting it; ``None`` elsewhere."""
-    try:
-        with open("/proc/self/status") as f:
-            return next((line.split()[1] for line in f if line.startswith("Umask:")), None)
-    except OSError:
-        return None
-
-
-def _process_state() -> dict:
-    cudnn = torch.backends.cudnn
-    return {
-        "umask": _umask(),
-        "torch_rng": torch.get_rng_state().tolist(),
-        "numpy_rng": repr(np.random.get_state()),
-        "python_rng": random.getstate(),
-        "cudnn": (cudnn.benchmark, cudnn.deterministic, cudnn.enabled, cudnn.allow_tf32),
-        "matmul": (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32),
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "threads": torch.get_num_threads(),
-        "dtype": torch.get_default_dtype(),
-        "grad": torch.is_grad_enabled(),
-        "environ": dict(os.environ),
-        "cwd": os.getcwd(),
-    }
+from tests.process_state import process_state
 
 
 class TestNoProcessWideChanges(unittest.TestCase):
@@ -64,7 +37,7 @@ class TestNoProcessWideChanges(unittest.TestCase):
 
     def test_run_batch(self):
         job = stub_job([1, 20])
-        before = _process_state()
+        before = process_state()
         forbidden = {
             "umask": mock.patch.object(os, "umask", side_effect=AssertionError("os.umask")),
             "seed": mock.patch.object(torch, "manual_seed", side_effect=AssertionError("torch.manual_seed")),
@@ -76,7 +49,7 @@ class TestNoProcessWideChanges(unittest.TestCase):
             self.addCleanup(patch.stop)
         result = run_batch(self.inputs, self.tmp / "out", job)
         self.assertEqual((result.exit_code, len(result.records)), (0, 2))
-        after = _process_state()
+        after = process_state()
         for key in before:
             self.assertEqual(after[key], before[key], f"run_batch changed the process's {key}")
 

@@ -12,20 +12,26 @@
 input's kind is decided, for the folder search and for the load.
 
 A DICOM file is a DICOM Part 10 file: 128 bytes of preamble, then ``DICM``. A folder with such files directly inside
-is one series (one image); a ``.zip`` is read as one series too.
+is one series (one image); a zip archive is read as one series too, known by its name (``.zip``) or by its bytes (a
+local file header first, and a central directory zipfile can read), so that a file saved under another name (the
+server's uploads and downloads) is one as well.
 """
 
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
-__all__ = ["input_kind", "is_dicom_file", "dicom_files_in", "is_series_folder", "DICOM_SUFFIXES"]
+__all__ = ["input_kind", "is_dicom_file", "is_zip_archive", "dicom_files_in", "is_series_folder", "DICOM_SUFFIXES",
+           "ZIP_MAGIC"]
 
 #: names an input given directly may end with and still be a DICOM image
 DICOM_SUFFIXES = (".zip", ".dcm", ".dicom")
 
 _MAGIC_AT, _MAGIC = 128, b"DICM"
+#: the first bytes of a zip archive (a local file header)
+ZIP_MAGIC = b"PK\x03\x04"
 
 
 def is_dicom_file(path: str | os.PathLike) -> bool:
@@ -36,6 +42,23 @@ def is_dicom_file(path: str | os.PathLike) -> bool:
     except OSError:
         return False
     return head[_MAGIC_AT:] == _MAGIC
+
+
+def is_zip_archive(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a regular file holding a zip archive: named ``.zip``, or starting with a local file header
+    and ending with a central directory (what :func:`zipfile.is_zipfile` finds)."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    if p.name.lower().endswith(".zip"):
+        return True
+    try:
+        with open(p, "rb") as f:
+            if f.read(len(ZIP_MAGIC)) != ZIP_MAGIC:
+                return False
+    except OSError:
+        return False
+    return zipfile.is_zipfile(p)
 
 
 def dicom_files_in(folder: str | os.PathLike) -> list[Path]:
@@ -59,9 +82,9 @@ def is_series_folder(folder: str | os.PathLike) -> bool:
 
 
 def input_kind(path: str | os.PathLike) -> str:
-    """``"dicom"`` for a folder, a ``.zip`` or a DICOM Part 10 file; ``"nifti"`` for anything else (whose load then
+    """``"dicom"`` for a folder, a zip archive or a DICOM Part 10 file; ``"nifti"`` for anything else (whose load then
     says what is wrong with it)."""
     p = Path(path)
-    if p.is_dir() or p.name.lower().endswith(".zip") or (p.is_file() and is_dicom_file(p)):
+    if p.is_dir() or is_zip_archive(p) or (p.is_file() and is_dicom_file(p)):
         return "dicom"
     return "nifti"

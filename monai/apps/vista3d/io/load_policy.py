@@ -47,9 +47,10 @@ def load_input(
     """Read a NIfTI file or a DICOM image for a pipeline on ``device``: ``([1, X, Y, Z] HU, ImageGeometry)``.
 
     What :meth:`Vista3DPipeline.load`, :meth:`Vista3DPipeline.segment_file` and the batch driver's loader
-    thread all call, so the command line, ``run_batch`` and ``segment_file`` read an image the same way. A folder,
-    a ``.zip`` or a DICOM file is read as DICOM (:func:`~.dicom.load_dicom`, with ``dicom``'s options; its
-    ``volume_index`` and ``nonfinite`` do not apply), anything else as NIfTI.
+    thread all call, so the command line, ``run_batch``, ``segment_file`` and the server read an image the same way.
+    A folder, a zip archive (known by its name or its bytes) or a DICOM file is read as DICOM
+    (:func:`~.dicom.load_dicom`, with ``dicom``'s options; its ``volume_index`` and ``nonfinite`` do not apply),
+    anything else as NIfTI.
     """
     if input_kind(path) == "dicom":
         from .dicom import load_dicom  # pydicom and highdicom: only where DICOM is read

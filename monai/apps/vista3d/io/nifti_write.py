@@ -19,7 +19,6 @@ import io
 import math
 import os
 import pathlib
-import secrets
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -31,11 +30,12 @@ import torch
 from ..config import DEFAULT_OUTPUT_DTYPE
 from ..errors import Vista3DInputError, Vista3DOutputError
 from ..labels import label_name
+from .atomic import commit, discard, write_temp
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .image_geometry import ImageGeometry
 from .label_transfer import file_order_slab, label_source
 from .nifti_read import header_from_bytes
-from .paths import TEMP_SUFFIX, class_mask_paths, same_file, temp_prefix
+from .paths import class_mask_paths, same_file
 
 __all__ = [
     "save_label_map",
@@ -203,7 +203,7 @@ def save_label_map(
     p = pathlib.Path(path)
     out_dtype, level = _check_save(p, geometry, dtype, compresslevel)
     threads = available_cores() if threads is None else max(1, int(threads))
-    _commit([(_write_part(labels, geometry, p, out_dtype, level, threads), p)])
+    commit([(_write_part(labels, geometry, p, out_dtype, level, threads), p)])
     return p
 
 
@@ -229,7 +229,7 @@ def _write_part(
 ) -> str:
     """Write ``labels`` complete and flushed to disk under a temporary name beside ``p``; return that name.
 
-    Nothing is left behind on failure. The caller renames the file to ``p`` (:func:`_commit`).
+    Nothing is left behind on failure. The caller renames the file to ``p`` (:func:`~.atomic.commit`).
     """
     name = p.name
     arr, check = label_source(labels, geometry, out_dtype)
@@ -243,79 +243,17 @@ def _write_part(
         functools.partial(file_order_slab, arr, k, min(k + step, nz), out_dtype, check) for k in range(0, nz, step)
     ]
 
-    parent = p.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_temp(parent, name)
-    except OSError as e:
-        raise Vista3DOutputError(
-            f"{p}: cannot write to folder {parent} ({e.strerror or e}); choose a writable output folder."
-        ) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if name.endswith(".gz"):
-                # ISA-L's level 0 still compresses; a stored (level 0) stream comes from zlib
-                codec = gzip_codec() if level > 0 else zlib
-                write_gzip(f, [head, *slabs], level, threads, codec)
-            else:
-                f.write(head)
-                for slab in slabs:
-                    f.write(memoryview(slab()).cast("B"))
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException as e:
-        _unlink_quietly([tmp])
-        if isinstance(e, OSError):
-            msg = f"{p}: writing failed ({e.strerror or e}); nothing was left under this name."
-            raise Vista3DOutputError(msg) from e
-        raise
-    return tmp
+    def write(f: Any) -> None:
+        if name.endswith(".gz"):
+            # ISA-L's level 0 still compresses; a stored (level 0) stream comes from zlib
+            codec = gzip_codec() if level > 0 else zlib
+            write_gzip(f, [head, *slabs], level, threads, codec)
+        else:
+            f.write(head)
+            for slab in slabs:
+                f.write(memoryview(slab()).cast("B"))
 
-
-def _create_temp(parent: pathlib.Path, name: str) -> tuple[int, str]:
-    """Open a new ``.<name>.<8 hex>.part`` beside the output for writing; return its descriptor and path.
-
-    Created with mode 0o666 so that the kernel applies the umask (and any default ACL) as for a plain ``open``:
-    the renamed output gets the permissions the user expects, and the umask is never read or changed
-    (``os.umask`` is process-wide, so reading it by setting it races with other threads).
-    """
-    for _ in range(100):
-        tmp = os.path.join(parent, f"{temp_prefix(name)}{secrets.token_hex(4)}{TEMP_SUFFIX}")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{parent}: no unused temporary name for {name}")
-
-
-def _unlink_quietly(paths: list[str]) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-
-
-def _commit(parts: list[tuple[str, pathlib.Path]]) -> None:
-    """Rename written temporary files to their names; on failure remove the temporary files not yet renamed."""
-    for k, (tmp, p) in enumerate(parts):
-        try:
-            os.replace(tmp, p)
-        except BaseException as e:
-            _unlink_quietly([t for t, _ in parts[k:]])
-            if isinstance(e, OSError):
-                msg = f"{p}: writing failed ({e.strerror or e}); nothing was left under this name."
-                raise Vista3DOutputError(msg) from e
-            raise
-    for parent in dict.fromkeys(p.parent for _, p in parts):
-        try:  # make the renames themselves durable; not possible on every platform
-            dfd = os.open(parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:
-            pass
+    return write_temp(p, write)
 
 
 # ------------------------------------------------------------------------------------------ per-class masks
@@ -367,7 +305,7 @@ def save_class_masks(
                     raise
                 raise type(e)(f"mask of class {label_id} ({label_name(label_id)}): {e}") from None
     except BaseException:
-        _unlink_quietly([tmp for tmp, _ in written])
+        discard([tmp for tmp, _ in written])
         raise
-    _commit(written)
+    commit(written)
     return paths

@@ -8,7 +8,8 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""Image files as the server receives and answers them: NIfTI, and NRRD where ``pynrrd`` is installed.
+"""Image files as the server receives and answers them: NIfTI, NRRD where ``pynrrd`` is installed, and a zip
+archive of one DICOM series where the ``dicom`` extra is (checked by :mod:`~.dicom_zip`, answered as NIfTI).
 
 :func:`inspect_image` looks at a file before any model work: what it is (by its bytes, not its name), how many
 voxels its header claims (refused over ``--max-voxels`` before anything is inflated) and, for compressed data,
@@ -27,6 +28,7 @@ import re
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -35,9 +37,11 @@ import nibabel as nib
 import numpy as np
 import torch
 
+from ..io.dicom_files import ZIP_MAGIC
 from ..io.gzip_codec import GZIP_MAGIC, gzip_codec
 from ..io.image_geometry import ImageGeometry
 from ..io.nifti_write import save_label_map
+from .dicom_zip import inspect_dicom_zip
 from .errors import ServeError
 
 __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
@@ -45,7 +49,7 @@ __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_i
 
 _CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
 _SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
-_NIFTI_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".gz")
+_NIFTI_SUFFIXES = (".nii.gz", ".nii", ".nrrd", ".nhdr", ".gz", ".zip")
 
 
 def nrrd_available() -> bool:
@@ -59,8 +63,9 @@ def nrrd_available() -> bool:
 
 @dataclass(frozen=True)
 class ImageInfo:
-    """What :func:`inspect_image` found: ``format`` is ``"nifti"`` or ``"nrrd"``, ``shape`` the header's dims,
-    ``inflated_bytes`` what the file's gzip stream should inflate to (``None``: not compressed)."""
+    """What :func:`inspect_image` found: ``format`` is ``"nifti"``, ``"nrrd"`` or ``"dicom"`` (a zip of a series),
+    ``shape`` the header's dims, ``inflated_bytes`` what the file's gzip stream should inflate to (``None``: not
+    compressed, or a zip, whose members :func:`~.dicom_zip.inspect_dicom_zip` has checked)."""
 
     format: str
     shape: tuple[int, ...]
@@ -189,14 +194,18 @@ def _gunzip_head(path: Path, n: int) -> bytes:
 
 def _not_an_image(head: bytes) -> ServeError:
     if len(head) >= 132 and head[128:132] == b"DICM":
-        return ServeError(415, "DICOM files are not read here: convert the series to NIfTI (e.g. dcm2niix) first")
-    return ServeError(415, "the file is neither NIfTI (.nii, .nii.gz) nor NRRD (.nrrd); send one of those")
+        return ServeError(415, "a single DICOM file: send the whole series as one zip archive of its folder (zip -r "
+                               "series.zip SERIES_FOLDER)")
+    return ServeError(415, "the file is neither NIfTI (.nii, .nii.gz), NRRD (.nrrd) nor a zip of a DICOM series; "
+                           "send one of those")
 
 
 def inspect_image(path: Path, max_voxels: int) -> ImageInfo:
     """Check an image file before the model reads it (format, voxel count, compressed size); see the module."""
     with open(path, "rb") as fh:
         head = fh.read(4096)
+    if head.startswith(ZIP_MAGIC):
+        return ImageInfo("dicom", inspect_dicom_zip(path, max_voxels).shape)
     gz = head[:2] == GZIP_MAGIC
     if gz:
         head = _gunzip_head(path, 4096)
@@ -382,8 +391,11 @@ def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
     return path
 
 
-def zip_one(src: Path, arcname: str, dest: Path) -> Path:
-    """A zip archive holding ``src`` as ``arcname`` (stored: the label map is compressed already)."""
+def zip_one(src: Path, arcname: str, dest: Path, more: Sequence[tuple[Path, str]] = ()) -> Path:
+    """A zip archive holding ``src`` as ``arcname`` (stored: the label map is compressed already), and each
+    ``(file, arcname)`` of ``more`` after it (deflated: a statistics JSON)."""
     with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_STORED) as z:
         z.write(src, arcname)
+        for path, name in more:
+            z.write(path, name, compress_type=zipfile.ZIP_DEFLATED)
     return dest

@@ -10,9 +10,10 @@
 # limitations under the License.
 """What runs on the model's thread: library calls only, each a function of the pipeline.
 
-A job reads the image (NIfTI through the pipeline's own load, NRRD through :func:`~.images.load_nrrd`) and calls
-``Vista3DPipeline.segment`` or a ``Vista3DSession``; the answer is written by the request afterwards, off this
-thread, while the next job runs.
+A job reads the image (NIfTI and a zip of a DICOM series through the pipeline's own load, NRRD through
+:func:`~.images.load_nrrd`) and calls ``Vista3DPipeline.segment`` or a ``Vista3DSession``; an inference job also
+takes the structures' statistics here, while the image and its label map are on the device. The answer is written by
+the request afterwards, off this thread, while the next job runs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch
 from ..core.feasibility import check_image
 from ..core.prompts import Prompt
 from ..core.session import Vista3DSession
-from ..errors import ResourceError
+from ..core.statistics import structure_statistics
+from ..errors import DicomChoiceError, ResourceError, Vista3DInputError
 from .errors import ServeError
 from .images import LoadedImage, load_nrrd
 
@@ -48,19 +50,44 @@ def load(pipeline: Any, path: Path, fmt: str, name: str) -> tuple[torch.Tensor, 
             raise ServeError(413, str(e).replace(f"{path}: ", "the image: ", 1)) from None
         image, geometry = pipeline.load(path)  # the pipeline's one load policy, as for a file it segments
         return image, geometry.affine, LoadedImage(name, "nifti", tuple(geometry.spatial_shape), geometry)
+    if fmt == "dicom":
+        return _load_dicom_zip(pipeline, path, name)
     image, affine, placement = load_nrrd(path)
     return image, affine, LoadedImage(name, "nrrd", tuple(image.shape[1:]), placement)
 
 
-def segment(path: Path, fmt: str, name: str, prompt: Prompt) -> Callable[[Any], tuple[torch.Tensor, LoadedImage, dict]]:
-    """The job of one inference request: ``(label map on the input grid, LoadedImage, seconds per stage)``."""
+def _load_dicom_zip(pipeline: Any, path: Path, name: str) -> tuple[torch.Tensor, Any, LoadedImage]:
+    """A checked zip of a DICOM series, read by the pipeline's load (which knows a zip by its bytes); its label map
+    is answered as NIfTI on the series' grid. The reader's refusals are said without the scratch path, and without
+    the command line's options, which a request does not have."""
+    try:
+        image, geometry = pipeline.load(path)
+    except DicomChoiceError as e:
+        remedy = "send a zip of one series" if e.option == "series" else "VISTA3D segments CT: send a CT series"
+        raise ServeError(422, f"the zip archive {e.problem}; {remedy}") from None
+    except Vista3DInputError as e:
+        raise ServeError(422, str(e).replace(f"{path}: ", "the zip archive: ", 1)) from None
+    return image, geometry.affine, LoadedImage(name, "nifti", tuple(geometry.spatial_shape), geometry)
 
-    def job(pipeline: Any) -> tuple[torch.Tensor, LoadedImage, dict]:
+
+def segment(path: Path, fmt: str, name: str, prompt: Prompt, statistics: bool = False
+            ) -> Callable[[Any], tuple[torch.Tensor, LoadedImage, dict, dict | None]]:
+    """The job of one inference request: ``(label map on the input grid, LoadedImage, seconds per stage, the
+    structures' statistics or None)``; the statistics (``statistics=True``) are computed where the image and the
+    label map are, as ``vista3d --statistics`` computes them."""
+
+    def job(pipeline: Any) -> tuple[torch.Tensor, LoadedImage, dict, dict | None]:
         start = time.perf_counter()
         image, affine, loaded = load(pipeline, path, fmt, name)
         seconds = time.perf_counter() - start
         result = pipeline.segment(image, affine, prompt)
-        return result.labels, loaded, {"load": seconds, **result.timings}
+        timings = {"load": seconds, **result.timings}
+        stats = None
+        if statistics:
+            start = time.perf_counter()
+            stats = structure_statistics(image, result.labels.to(pipeline.device), affine)  # image moves there
+            timings["statistics"] = time.perf_counter() - start
+        return result.labels, loaded, timings, stats
 
     return job
 

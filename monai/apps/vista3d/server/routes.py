@@ -22,6 +22,7 @@ is removed once sent.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 
 from ..config import OUTPUT_POSTFIX, embed_dim_of
 from ..core.prompts import parse_points
+from ..io.atomic import write_atomically
 from ..labels import everything_labels, label_names
 from . import jobs
 from .call import Call, client_of, media_type, read_limited
@@ -114,7 +116,7 @@ async def _image_of(call: Call, model: type, text_fields: tuple[str, ...]) -> tu
         if form.file is None:
             raise ServeError(422, "the form has no complete 'image' file part: upload the image as 'image'")
         fields: dict[str, Any] = dict(form.fields)
-        for key in ("prompts", "output"):
+        for key in ("prompts", "output", "statistics"):  # JSON in a text field (statistics: true or false)
             if key in fields:
                 fields[key] = load_json(fields[key], f"form field {key!r}")
         return parse_body(model, fields), form.file, safe_stem(form.filename or "image")
@@ -149,11 +151,19 @@ def _wants(request: Request, default: str) -> str:
     return default
 
 
-def _file_answer(call: Call, path: Path, name: str, packaging: str, headers: dict[str, str]) -> FileResponse:
+def _file_answer(call: Call, path: Path, name: str, packaging: str, headers: dict[str, str],
+                 more: tuple[tuple[Path, str], ...] = ()) -> FileResponse:
     if packaging == "zip":
-        path = zip_one(path, name, call.folder / (Path(name).name.split(".")[0] + ".zip"))
+        path = zip_one(path, name, call.folder / (Path(name).name.split(".")[0] + ".zip"), more)
         return call.file_answer(path, path.name, headers, media="application/zip")
     return call.file_answer(path, name, headers)
+
+
+def _write_statistics(stats: dict, image_name: str, label_map: str, path: Path) -> Path:
+    """``statistics.json`` of one answer, as ``vista3d --statistics`` writes it (the client's names, no server
+    path), whole or not at all."""
+    text = json.dumps({"image": image_name, "label_map": label_map, **stats}, indent=1).encode()
+    return write_atomically(path, lambda f: f.write(text))
 
 
 # ---------------------------------------------------------------------------------------------- the NIM's
@@ -216,14 +226,16 @@ _JSON_FIELD = "JSON, as the JSON body's field of this name"
 
 
 @router.post("/v1/vista3d/inference", openapi_extra=openapi_body(InferenceRequest, {
-    "prompts": _JSON_FIELD, "output": _JSON_FIELD, "local_working_dir": "a folder under --data-dir"}))
+    "prompts": _JSON_FIELD, "output": _JSON_FIELD, "local_working_dir": "a folder under --data-dir",
+    "statistics": "true: statistics.json in the zip answer (JSON: true or false)"}))
 async def inference(request: Request) -> Response:
     state = _state(request)
     state.worker.check_ready()  # 503 before the body is read
     ctx = state.call(request)
     try:
         # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
-        body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output"))
+        body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output",
+                                                                   "statistics"))
         ctx.body_received()
         check_sizes(state.settings.limits, *prompt_sizes(body.prompts))
         prompt = nim_prompt(body.prompts)
@@ -231,25 +243,38 @@ async def inference(request: Request) -> Response:
         out_dir = None
         if body.local_working_dir:
             out_dir = confined_path(state.settings.data_dir, body.local_working_dir, "local_working_dir", "dir")
+        if body.statistics and out_dir is None and _wants(request, "zip") != "zip":
+            raise ServeError(406, "statistics come as statistics.json in the zip answer: accept application/zip "
+                                  "(the default), or leave statistics out")
         async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
                 path, name = await _obtain(ctx, state.settings, body.image)
             start = time.perf_counter()
             fmt = await ctx.image_format(path, state.settings.limits.max_voxels)
             check = time.perf_counter() - start
-            labels, loaded, timings = await slot.run(jobs.segment(path, fmt, name, prompt), ctx.deadline, ctx.gone())
-            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{answer.suffix or loaded.suffix}"
+            labels, loaded, timings, stats = await slot.run(jobs.segment(path, fmt, name, prompt, body.statistics),
+                                                            ctx.deadline, ctx.gone())
+            suffix = answer.suffix or loaded.suffix
+            fname = f"{loaded.name}_{OUTPUT_POSTFIX}{suffix}"
             start = time.perf_counter()
             out = await run_in_threadpool(write_label_map, labels, loaded, ctx.folder / fname, None, answer.dtype)
             if out_dir is not None:  # its own name there: never over another file, another client's answer
                 out = await run_in_threadpool(publish, out, out_dir, fname)
+            more: tuple[tuple[Path, str], ...] = ()
+            if stats is not None:  # named after the label map it describes (in local_working_dir, as published)
+                stats_file = await run_in_threadpool(_write_statistics, stats, loaded.name, out.name,
+                                                     ctx.folder / f"{out.name[:-len(suffix)]}_statistics.json")
+                if out_dir is not None:
+                    stats_file = await run_in_threadpool(publish, stats_file, out_dir, stats_file.name)
+                more = ((stats_file, "statistics.json"),)
             # the server's own time for the request, in the order spent: the file's check, the job, the answer
             spent = {"check": check, **timings, "write": time.perf_counter() - start}
             headers = {"Server-Timing": _timing_header(spent), **answer.note()}
             if out_dir is not None:
                 return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
+                                     **({"statistics": str(more[0][0])} if more else {}),
                                      **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
-            return _file_answer(ctx, out, fname, _wants(request, "zip"), headers)
+            return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
     finally:
         ctx.close()
 

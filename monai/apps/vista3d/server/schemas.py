@@ -29,7 +29,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ..core.prompts import Prompt, parse_prompt
 from ..labels import parse_classes
@@ -74,12 +74,15 @@ class OutputOptions(BaseModel):
 
 
 class InferenceRequest(_Strict):
-    """The NIM's inference body; ``image`` is a URL or a path under ``--data-dir`` (absent for an upload)."""
+    """The NIM's inference body; ``image`` is a URL or a path under ``--data-dir`` (absent for an upload), a NIfTI,
+    NRRD or zip of a DICOM series file. ``statistics`` (this server's): the structures' statistics as
+    ``statistics.json`` in the zip answer (or beside the label map in ``local_working_dir``)."""
 
     image: str | None = None
     prompts: Prompts | None = None
     local_working_dir: str | None = None
     output: OutputOptions | None = None
+    statistics: StrictBool = False
 
 
 class SessionRequest(_Strict):

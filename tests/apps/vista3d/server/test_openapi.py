@@ -83,7 +83,7 @@ class TestOpenApi(unittest.TestCase):
                     self.assertLessEqual(set(schema.get("required", ())), set(schema["properties"]), path)
         nim = with_body[("POST", "/v1/vista3d/inference")]["requestBody"]["content"]
         self.assertEqual(set(nim["application/json"]["schema"]["properties"]),
-                         {"image", "prompts", "local_working_dir", "output"})
+                         {"image", "prompts", "local_working_dir", "output", "statistics"})
         self.assertEqual(nim["multipart/form-data"]["schema"]["properties"]["image"]["format"], "binary")
 
     @parameterized.expand([
