@@ -11,7 +11,8 @@
 """``vista3d serve``: VISTA3D over HTTP, with the NVIDIA VISTA-3D NIM's API and click sessions.
 
 Rooms: :mod:`.settings` (what the server runs with, checked once), :mod:`.app` (the ASGI application, its gates and
-error shape), :mod:`.routes` (the endpoints), :mod:`.schemas` (request bodies and their prompts), :mod:`.worker`
+error shape), :mod:`.routes` (the endpoints), :mod:`.call` (one request's scratch folder, clock and disconnect
+watch, on either protocol), :mod:`.schemas` (request bodies and their prompts), :mod:`.worker`
 (one model thread, a bounded queue), :mod:`.jobs` (the library calls it runs), :mod:`.sessions` (click sessions,
 TTL and LRU), :mod:`.fetch` (URLs, server paths, uploads and their rules), :mod:`.images` (NIfTI/NRRD checks and
 answers), :mod:`.cli` (the subcommand); for 3D Slicer's MONAI Label module, :mod:`.monailabel` (its endpoints),

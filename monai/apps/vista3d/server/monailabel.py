@@ -25,9 +25,12 @@ uploaded image). It reads a multipart answer: a ``params`` part (JSON; ``label_n
 the file) and a part with a file name, the label map it loads. ``?output=image`` and ``?output=json`` ask for only
 the file or only the JSON.
 
-These endpoints share the server's gates (token, body size), its queue (a request that needs the model or stores an
-image takes a slot first: 429 when full, 503 while loading), its time limit and its click sessions' budget and expiry;
-every error is ``{"detail": one line}`` with a 4xx.
+These endpoints share the server's gates (token, body size, body deadline), its queue (a request that needs the
+model or stores an image reads its whole body first, then takes a place in its client's share: 429 when full, 503
+while loading), its time limit, its --max-points and --max-classes, and its click sessions' budget, per-client share
+and expiry. A client is its address, as on the NIM's endpoints (datastore images are kept per address and
+``client_id``); what it uploads and the sessions it opens are its own. Every error is ``{"detail": one line}``
+with a 4xx.
 """
 
 from __future__ import annotations
@@ -36,26 +39,26 @@ import asyncio
 import hmac
 import json
 import secrets
-import shutil
 import tempfile
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote_plus
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import monailabel_jobs as mj
+from .call import Call, client_of, media_type, read_limited
 from .errors import ServeError
 from .fetch import FormData, receive_form
-from .images import check_inflated_size, inspect_image, safe_stem
+from .images import safe_stem
 from .monailabel_store import ClickEntry, ClickSessions, Upload, UploadStore
-from .routes import ServerState, sweep_every
+from .routes import ServerState, check_sizes, sweep_sessions
 
 __all__ = ["router", "MonaiLabelState"]
 
@@ -78,16 +81,12 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: ServerState = app.state.vista3d  # the app's own lifespan has made its work folder
     clicks = ClickSessions(state.sessions)
     folder = Path(tempfile.mkdtemp(prefix="monailabel-", dir=state.work_dir))
-    uploads = UploadStore(folder, state.settings.limits.max_sessions, state.settings.limits.session_ttl,
-                          state.sessions.clock, on_end=lambda upload: clicks.drop_upload(upload.token))
+    limits = state.settings.limits
+    uploads = UploadStore(folder, limits.max_sessions, limits.session_ttl, state.sessions.clock,
+                          on_end=lambda upload: clicks.drop_upload(upload.token),
+                          per_client=limits.max_sessions_per_client)
     app.state.monailabel = MonaiLabelState(uploads, clicks)
-
-    async def sweep() -> None:  # an idle server deletes expired uploads too
-        while True:
-            await asyncio.sleep(sweep_every(state.sessions))
-            uploads.sweep()
-
-    sweeper = asyncio.ensure_future(sweep())
+    sweeper = asyncio.ensure_future(sweep_sessions(uploads))  # an idle server deletes expired uploads too
     try:
         yield
     finally:
@@ -103,56 +102,19 @@ def _states(request: Request) -> tuple[ServerState, MonaiLabelState]:
 
 
 def _owner(request: Request, params: dict[str, Any]) -> tuple[str, str]:
-    """Whose datastore an image id names: the client's address and its ``client_id``."""
-    return (request.client.host if request.client else "", str(params.get("client_id", "")))
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-class _Call:
-    """One request's scratch folder, deadline and disconnect watch (the folder goes once it is answered)."""
-
-    def __init__(self, state: ServerState, request: Request):
-        self.request = request
-        self.folder = state.scratch()
-        self.deadline = asyncio.get_running_loop().time() + state.settings.limits.request_timeout
-        self._gone: asyncio.Task | None = None
-
-    def gone(self) -> asyncio.Task:
-        if self._gone is None:
-            self._gone = asyncio.ensure_future(_disconnected(self.request))
-        return self._gone
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def close(self, keep: bool) -> None:
-        if self._gone is not None:
-            self._gone.cancel()
-        if not keep:
-            self.cleanup()
+    """Whose datastore an image id names: the client's address and its ``client_id`` (two users of one machine keep
+    their images apart; the queue's share and the sessions' cap are the address's, as on the NIM's endpoints)."""
+    return (client_of(request), str(params.get("client_id", "")))
 
 
 async def _small_body(request: Request) -> bytes:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_SMALL_BODY:
-            raise ServeError(413, f"this request's body may be at most {_MAX_SMALL_BODY} bytes")
-    return bytes(body)
+    return await read_limited(request, _MAX_SMALL_BODY, f"this request's body may be at most {_MAX_SMALL_BODY} bytes")
 
 
-def _content_type(request: Request) -> str:
-    return request.headers.get("content-type", "").split(";")[0].strip().lower()
-
-
-async def _form(request: Request, call: _Call, file_field: str, text_fields: tuple[str, ...],
+async def _form(request: Request, call: Call, file_field: str, text_fields: tuple[str, ...],
                 required: bool) -> FormData:
     """The request's form: multipart (the file streamed to the scratch folder), url-encoded, or none."""
-    ctype = _content_type(request)
+    ctype = media_type(request)
     if ctype == "multipart/form-data":
         return await receive_form(request, call.folder / "upload", file_field, text_fields)
     if required:
@@ -170,14 +132,6 @@ async def _form(request: Request, call: _Call, file_field: str, text_fields: tup
     return FormData()
 
 
-async def _checked_format(request: Request, path: Path) -> str:
-    """The uploaded file's format once its header and its compressed size pass the server's checks."""
-    limits = _states(request)[0].settings.limits
-    info = await run_in_threadpool(inspect_image, path, limits.max_voxels)
-    await run_in_threadpool(check_inflated_size, path, info)
-    return info.format
-
-
 def _image_id(text: str) -> str:
     if not text or len(text) > 256 or any(ord(c) < 32 for c in text):
         raise ServeError(422, "the image id must be 1 to 256 printable characters")
@@ -189,6 +143,52 @@ def _session_info(upload: Upload, store: UploadStore) -> dict[str, Any]:
             "create_ts": int(upload.created), "expiry": round(max(0.0, store.ttl - (store.clock() - upload.last_used)))}
 
 
+# ------------------------------------------------------------------------------- bodies, for the schema
+def _form_body(media: str, fields: dict[str, dict[str, Any]], required: tuple[str, ...] = (),
+               examples: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The OpenAPI ``requestBody`` of a form with these ``fields`` and whole-body ``examples`` (the endpoints read
+    their bodies themselves, so FastAPI cannot see them; schema-driven clients and fuzzers read them here)."""
+    schema: dict[str, Any] = {"type": "object", "properties": fields}
+    if required:
+        schema["required"] = list(required)
+    content: dict[str, Any] = {"schema": schema}
+    if examples:
+        content["examples"] = {name: {"value": value} for name, value in examples.items()}
+    return {"requestBody": {"required": bool(required), "content": {media: content}}}
+
+
+def _file(text: str) -> dict[str, Any]:
+    return {"type": "string", "format": "binary", "description": text}
+
+
+def _params(text: str) -> dict[str, Any]:
+    return {"type": "string", "contentMediaType": "application/json", "description": f"a JSON object: {text}"}
+
+
+_IMAGE_FILE = "the image: NIfTI (.nii.gz, .nii) or NRRD"
+_LOGIN_BODY = _form_body("application/x-www-form-urlencoded", {
+    "username": {"type": "string", "description": "any name"},
+    "password": {"type": "string", "description": "the server's token (--token)"},
+    "grant_type": {"type": "string", "description": "password"}}, ("password",))
+_TRAIN_BODY = {"requestBody": {"required": False, "content": {"application/json": {"schema": {
+    "type": "object", "description": "a training's parameters (training is not offered: always 404)"}}}}}
+_LABEL_BODY = _form_body("multipart/form-data", {
+    "label": _file("a label map (saving labels is not offered: always 404)"),
+    "params": _params("the label's info")}, ("label",))
+_UPLOAD_BODY = _form_body("multipart/form-data", {
+    "file": _file(_IMAGE_FILE), "params": _params('{"client_id": "<the client\'s id>"}')}, ("file",))
+_SESSION_BODY = _form_body("multipart/form-data", {
+    "files": _file(_IMAGE_FILE), "client_id": {"type": "string", "description": "the client's id"}}, ("files",))
+_INFER_BODY = _form_body("multipart/form-data", {
+    "params": _params('vista3d: {"classes": "everything" or names / ids}; vista3d_clicks: {"label": name, '
+                      '"foreground": [[i, j, k], ...], "background": [...], "reset_state": false}; both: '
+                      '"result_extension" (.nrrd, .nii.gz, .nii), "result_dtype", "client_id"'),
+    "file": _file("vista3d only: the image itself, for this request alone (else ?image= or ?session_id=)")},
+    examples={"automatic": {"params": json.dumps({"classes": "liver", "result_extension": ".nii.gz"})},
+              "clicks": {"params": json.dumps({"label": "liver", "foreground": [[10, 10, 10]], "background": [],
+                                               "result_extension": ".nii.gz"})}})
+
+
 # ------------------------------------------------------------------------------------------ login, app
 @router.get("/auth/")
 async def auth(request: Request) -> dict:
@@ -196,7 +196,7 @@ async def auth(request: Request) -> dict:
     return {"enabled": _states(request)[0].settings.token is not None}
 
 
-@router.post("/auth/token")
+@router.post("/auth/token", openapi_extra=_LOGIN_BODY)
 async def auth_token(request: Request) -> dict:
     """Trade the login form (any user name; the server's token as the password) for the bearer token."""
     token = _states(request)[0].settings.token
@@ -229,73 +229,74 @@ async def info(request: Request) -> dict:
 
 
 @router.get("/train/")
-@router.post("/train/")
+@router.post("/train/", openapi_extra=_TRAIN_BODY)
 @router.delete("/train/")
-@router.post("/train/{model}")
 async def train(request: Request) -> Response:
     """Training is not offered (404: also ``check_if_running``, which reads only 200 as "running")."""
     raise ServeError(404, _NOT_TRAINED)
 
 
-@router.put("/datastore/label")
+@router.post("/train/{model}", openapi_extra=_TRAIN_BODY)
+async def train_model(model: str, request: Request) -> Response:
+    """Training is not offered, for any model (404)."""
+    raise ServeError(404, _NOT_TRAINED)
+
+
+@router.put("/datastore/label", openapi_extra=_LABEL_BODY)
 async def save_label(request: Request) -> Response:
     raise ServeError(404, "saving labels on the server is not offered: save the segmentation in 3D Slicer itself")
 
 
 # ----------------------------------------------------------------------------------------------- images
-_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file"],
-    "properties": {"file": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
-                   "params": {"type": "string", "description": 'JSON object: {"client_id": "..."}'}}}}}}}
+async def _receive_upload(request: Request, file_field: str, text_fields: tuple[str, ...],
+                          key_of: Callable[[FormData], tuple[Hashable, str]]) -> Upload:
+    """Store the image of an upload form (the file in ``file_field``) under the key and image id ``key_of`` reads
+    from the form. The whole body arrives first (within --body-timeout), as on the NIM's endpoints; only then does
+    the file's check take a place in the queue (429 when full, or when this client holds its share)."""
+    state, ml = _states(request)
+    state.worker.check_ready()  # 503 before the body is read
+    async with state.call(request) as call:
+        form = await _form(request, call, file_field, text_fields, required=True)
+        call.body_received()
+        if form.file is None:
+            raise ServeError(422, f"the form has no complete {file_field!r} part: send the image in the field "
+                                  f"{file_field!r}")
+        key, image_id = key_of(form)
+        async with state.worker.reserve(client_of(request)):
+            fmt = await call.image_format(form.file, state.settings.limits.max_voxels)
+        return ml.uploads.put(key, form.file, fmt, safe_stem(form.filename or image_id), image_id, client_of(request))
 
 
 @router.put("/datastore/", openapi_extra=_UPLOAD_BODY)
 @router.put("/datastore/image", openapi_extra=_UPLOAD_BODY)
 async def upload_image(request: Request, image: str | None = None) -> dict:
     """Store an image under ``image`` (default: the file's name) for this client's later ``/infer/`` requests."""
-    state, ml = _states(request)
-    async with state.worker.reserve():
-        call = _Call(state, request)
-        try:
-            form = await _form(request, call, "file", ("params",), required=True)
-            if form.file is None:
-                raise ServeError(422, "the form has no complete 'file' part: send the image in the field 'file'")
-            params = mj.parse_params(form.fields.get("params"))
-            image_id = _image_id(image or safe_stem(form.filename or ""))
-            fmt = await _checked_format(request, form.file)
-            ml.uploads.put((_owner(request, params), image_id), form.file, fmt, safe_stem(form.filename or image_id),
-                           image_id)
-        finally:
-            call.close(False)
-    return {"image": image_id}
 
+    def key_of(form: FormData) -> tuple[Hashable, str]:
+        params = mj.parse_params(form.fields.get("params"))
+        image_id = _image_id(image or safe_stem(form.filename or ""))
+        return (_owner(request, params), image_id), image_id
 
-_SESSION_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["files"],
-    "properties": {"files": {"type": "string", "format": "binary", "description": "the image: NIfTI or NRRD"},
-                   "client_id": {"type": "string"}}}}}}}
+    upload = await _receive_upload(request, "file", ("params",), key_of)
+    return {"image": upload.image_id}
 
 
 @router.put("/session/", openapi_extra=_SESSION_BODY)
 async def create_session(request: Request) -> dict:
     """Store an image under a new session id (``/infer/...&session_id=<id>`` segments it)."""
-    state, ml = _states(request)
-    async with state.worker.reserve():
-        call = _Call(state, request)
-        try:
-            form = await _form(request, call, "files", ("client_id",), required=True)
-            if form.file is None:
-                raise ServeError(422, "the form has no complete 'files' part: send one image in the field 'files'")
-            fmt = await _checked_format(request, form.file)
-            sid = secrets.token_urlsafe(16)
-            upload = ml.uploads.put(("session", sid), form.file, fmt, safe_stem(form.filename or "image"), sid)
-        finally:
-            call.close(False)
-    return {"session_id": sid, "session_info": _session_info(upload, ml.uploads)}
+
+    def key_of(form: FormData) -> tuple[Hashable, str]:
+        sid = secrets.token_urlsafe(16)
+        return _session_key(request, sid)[0], sid
+
+    upload = await _receive_upload(request, "files", ("client_id",), key_of)
+    return {"session_id": upload.image_id, "session_info": _session_info(upload, _states(request)[1].uploads)}
 
 
-def _session_key(session_id: str) -> tuple[tuple[str, str], str, str]:
-    return ("session", session_id), f"session {session_id[:64]!r}", "create a new one with PUT /session/"
+def _session_key(request: Request, session_id: str) -> tuple[tuple[str, str, str], str, str]:
+    """``(key, what, how)`` of the session ``session_id`` of the request's client (another client's is not found)."""
+    key = ("session", client_of(request), session_id)
+    return key, f"session {session_id[:64]!r}", "create a new one with PUT /session/"
 
 
 @router.get("/session/{session_id}")
@@ -304,29 +305,29 @@ async def session_info(session_id: str, request: Request, image: bool = False) -
     if image:
         raise ServeError(422, "a session's image is not sent back (the client has it); leave out image=true")
     uploads = _states(request)[1].uploads
-    return _session_info(uploads.get(*_session_key(session_id)), uploads)
+    return _session_info(uploads.get(*_session_key(request, session_id)), uploads)
 
 
 @router.delete("/session/{session_id}")
 async def delete_session(session_id: str, request: Request) -> dict:
     """End the session: its image and its click sessions are gone."""
     uploads = _states(request)[1].uploads
-    return _session_info(uploads.remove(*_session_key(session_id)), uploads)
+    return _session_info(uploads.remove(*_session_key(request, session_id)), uploads)
 
 
 # ------------------------------------------------------------------------------------------------ infer
-def _upload_key(owner: tuple[str, str], image: str, session_id: str) -> tuple[Any, str, str]:
+def _upload_key(request: Request, params: dict[str, Any], image: str, session_id: str) -> tuple[Any, str, str]:
     """``(key, what, how)`` of the image a request names, for :meth:`UploadStore.use`."""
     if session_id:
-        return _session_key(session_id)
+        return _session_key(request, session_id)
     if image:
         how = f"upload it first with PUT /datastore/?image={quote_plus(image)}"
-        return (owner, image), f"image {image[:64]!r}", how
+        return (_owner(request, params), image), f"image {image[:64]!r}", how
     raise ServeError(422, "name the image: ?image=<id> of an image uploaded with PUT /datastore/?image=<id>, or "
                           "?session_id=<id> of PUT /session/")
 
 
-def _multipart(params: dict, path: Path, filename: str, call: _Call) -> Response:
+def _multipart(params: dict, path: Path, filename: str, call: Call) -> Response:
     """The answer MONAI Label clients read by default: a ``params`` JSON part, then the file's part."""
     boundary = secrets.token_hex(16)
     head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"params\"\r\nContent-Type: application/json\r\n"
@@ -343,92 +344,85 @@ def _multipart(params: dict, path: Path, filename: str, call: _Call) -> Response
 
     length = len(head) + path.stat().st_size + len(tail)
     return StreamingResponse(body(), media_type=f"multipart/form-data; boundary={boundary}",
-                             headers={"Content-Length": str(length)}, background=BackgroundTask(call.cleanup))
+                             headers={"Content-Length": str(length)}, background=call.after_sent())
 
 
-def _answer(call: _Call, output: str | None, params: dict, path: Path, filename: str) -> tuple[Response, bool]:
-    """The answer ``output`` asks for, and whether the scratch folder stays until it is sent."""
+def _answer(call: Call, output: str | None, params: dict, path: Path, filename: str) -> Response:
+    """The answer ``output`` asks for (the scratch folder stays until a file in it is sent)."""
     if output == "json":
-        return JSONResponse(params), False
+        return JSONResponse(params)
     if output == "image":
-        media = "application/gzip" if filename.endswith(".gz") else "application/octet-stream"
-        return FileResponse(path, media_type=media, filename=filename, background=BackgroundTask(call.cleanup)), True
-    return _multipart(params, path, filename, call), True
-
-
-_INFER_BODY = {"requestBody": {"content": {"multipart/form-data": {"schema": {"type": "object", "properties": {
-    "params": {"type": "string", "description": 'JSON object; vista3d: {"classes": "everything"}; vista3d_clicks: '
-                                                '{"label": "liver", "foreground": [[i, j, k]], "background": []}; '
-                                                'both: result_extension (.nrrd, .nii.gz, .nii), result_dtype'},
-    "file": {"type": "string", "format": "binary", "description": "vista3d only: the image itself"}}}}}}}
+        return call.file_answer(path, filename)
+    return _multipart(params, path, filename, call)
 
 
 @router.post("/infer/{model}", openapi_extra=_INFER_BODY)
-async def infer(model: str, request: Request, image: str = "", session_id: str = "", output: str | None = None
-                ) -> Response:
+async def infer(model: Annotated[str, PathParam(examples=[mj.AUTO_MODEL, mj.CLICK_MODEL])], request: Request,
+                image: Annotated[str, Query(examples=["CTChest"])] = "", session_id: str = "",
+                output: str | None = None) -> Response:
     """Segment an uploaded image: automatically (``vista3d``) or from the points on one segment
     (``vista3d_clicks``, successive requests continuing one click session)."""
     mj.check_model(model)
     if output is not None and output not in _OUTPUTS:
         raise ServeError(422, f"output={output!r} is not offered; leave it out (multipart), or use image or json")
     state = _states(request)[0]
-    async with state.worker.reserve() as slot:
-        call, keep = _Call(state, request), False
-        try:
-            form = await _form(request, call, "file", ("params",), required=False)
-            params = mj.parse_params(form.fields.get("params"), model)
-            if model == mj.AUTO_MODEL:
-                answer, path, name = await _automatic(request, call, slot, params, form, image, session_id)
-            else:
-                if form.file is not None:
-                    raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
-                                          "/datastore/?image=<id>, then send ?image=<id> without a file")
-                answer, path, name = await _clicks(request, call, slot, params, image, session_id)
-            response, keep = _answer(call, output, answer, path, name)
-            return response
-        finally:
-            call.close(keep)
+    state.worker.check_ready()  # 503 before the body is read
+    async with state.call(request) as call:
+        # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
+        form = await _form(request, call, "file", ("params",), required=False)
+        call.body_received()
+        params = mj.parse_params(form.fields.get("params"), model)
+        check_sizes(state.settings.limits, *mj.prompt_sizes(params))  # 413 naming --max-points / --max-classes
+        if model == mj.AUTO_MODEL:
+            answer, path, name = await _automatic(request, call, params, form, image, session_id)
+        else:
+            if form.file is not None:
+                raise ServeError(422, "the click model works on an uploaded image: upload it with PUT "
+                                      "/datastore/?image=<id>, then send ?image=<id> without a file")
+            answer, path, name = await _clicks(request, call, params, image, session_id)
+        return _answer(call, output, answer, path, name)
 
 
-async def _automatic(request: Request, call: _Call, slot: Any, params: dict, form: FormData, image: str,
-                     session_id: str) -> tuple[dict, Path, str]:
-    ml = _states(request)[1]
+async def _automatic(request: Request, call: Call, params: dict, form: FormData, image: str, session_id: str
+                     ) -> tuple[dict, Path, str]:
+    state, ml = _states(request)
     req = mj.auto_request(params)
-    if form.file is not None:  # the image itself, for this request only
-        fmt = await _checked_format(request, form.file)
-        source = Upload("file", "file", form.file, fmt, safe_stem(form.filename or "image"))
-        job = mj.segment(source.path, source.format, source.name, req.prompt)
-        labels, grid, timings = await slot.run(job, call.deadline, call.gone())
-    else:
-        with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
+    # the image itself, for this request only, or an upload (held until the answer is written)
+    held = nullcontext(None) if form.file is not None else ml.uploads.use(
+        *_upload_key(request, params, image, session_id))
+    with held as upload:
+        async with state.worker.reserve(client_of(request)) as slot:
+            source = upload or Upload("file", "file", form.file, await call.image_format(
+                form.file, state.settings.limits.max_voxels), safe_stem(form.filename or "image"))
+            result = mj.result_format(params, source.format)
             job = mj.segment(source.path, source.format, source.name, req.prompt)
             labels, grid, timings = await slot.run(job, call.deadline, call.gone())
-    fmt = mj.result_format(params, source.format)
-    values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
-    name = f"{source.name}_vista3d{fmt.suffix}"
-    path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, fmt)
+            values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
+            name = f"{source.name}_vista3d{result.suffix}"
+            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
     return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
 
 
-async def _clicks(request: Request, call: _Call, slot: Any, params: dict, image: str, session_id: str
-                  ) -> tuple[dict, Path, str]:
-    ml = _states(request)[1]
+async def _clicks(request: Request, call: Call, params: dict, image: str, session_id: str) -> tuple[dict, Path, str]:
+    state, ml = _states(request)
     req = mj.click_request(params)
-    with ml.uploads.use(*_upload_key(_owner(request, params), image, session_id)) as source:
-        fmt = mj.result_format(params, source.format)
+    with ml.uploads.use(*_upload_key(request, params, image, session_id)) as source:
+        result = mj.result_format(params, source.format)
         key = (_owner(request, params), source.token, req.label)
-        async with ml.clicks.serialized(key):
-            entry = await _click(call, slot, ml.clicks, key, req, source)
-    name = f"{source.name}_{safe_stem(req.label)}{fmt.suffix}"
-    path = await run_in_threadpool(mj.write_result, entry.answer, entry.grid, call.folder / name, fmt)
-    answer = {"label_names": {req.label: 1}, "clicks": len(entry.foreground) + len(entry.background),
-              "latencies": {k: round(v, 4) for k, v in entry.latencies.items()}}
-    return answer, path, name
+        async with state.worker.reserve(client_of(request)) as slot:
+            async with ml.clicks.serialized(key):
+                entry = await _click(call, slot, ml.clicks, key, req, source, client_of(request))
+                values, grid, clicked = entry.answer, entry.grid, len(entry.foreground) + len(entry.background)
+                latencies = {k: round(v, 4) for k, v in entry.latencies.items()}
+            name = f"{source.name}_{safe_stem(req.label)}{result.suffix}"
+            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
+    return {"label_names": {req.label: 1}, "clicks": clicked, "latencies": latencies}, path, name
 
 
-async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload
-                 ) -> ClickEntry:
-    """Continue (or start) the key's click session with the request's new points; the entry with its answer."""
+async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj.ClickRequest, source: Upload,
+                 client: str) -> ClickEntry:
+    """Continue (or start) the key's click session with the request's new points; the entry with its answer. A new
+    session is ``client``'s: it counts against that address's --max-sessions-per-client, as the NIM's sessions."""
     entry = clicks.find(key)
     step = None if entry is None or req.reset else mj.new_clicks(entry.foreground, entry.background, req)
     if step == ([], []):
@@ -442,7 +436,7 @@ async def _click(call: _Call, slot: Any, clicks: ClickSessions, key: Any, req: m
         if entry is None:
             job = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
             session, grid, label_map = await slot.run(job, call.deadline, call.gone())
-            entry = ClickEntry(session=session, image=grid.image, grid=grid)
+            entry = ClickEntry(session=session, image=grid.image, grid=grid, owner=client)
             clicks.add(key, entry)
         else:
             job = mj.click(entry.session, points, labels, req.class_id, reset=step is None)

@@ -47,14 +47,12 @@ from . import jobs
 from .errors import ServeError
 from .images import LoadedImage, nrrd_available
 
-__all__ = ["AUTO_MODEL", "CLICK_MODEL", "MAX_POINTS", "ResultFormat", "AutoRequest", "ClickRequest", "Grid",
-           "app_info", "check_model", "parse_params", "result_format", "auto_request", "click_request", "new_clicks",
-           "renumber", "object_mask", "write_result", "segment", "first_click", "click"]
+__all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "Grid", "app_info",
+           "check_model", "parse_params", "prompt_sizes", "result_format", "auto_request", "click_request",
+           "new_clicks", "renumber", "object_mask", "write_result", "segment", "first_click", "click"]
 
 AUTO_MODEL = "vista3d"
 CLICK_MODEL = "vista3d_clicks"
-#: points of one object (every click so far goes to the network with each new one)
-MAX_POINTS = 100
 RESULT_SUFFIXES = (".nrrd", ".nii.gz", ".nii")
 RESULT_DTYPES = ("uint8", "int16", "uint16", "int32", "float32", "float64")
 
@@ -142,6 +140,19 @@ def parse_params(text: str | None, model: str | None = None) -> dict[str, Any]:
     return params
 
 
+def prompt_sizes(params: dict[str, Any]) -> tuple[int, int]:
+    """``(points, classes)`` a request's ``params`` ask for, as given and before they are parsed: what the server's
+    --max-points and --max-classes bound. The click model's points are every point of the object so far (each
+    request sends them all, and each goes to the network again); ``everything`` counts as no class list."""
+    points = sum(len(v) for v in (params.get("foreground"), params.get("background")) if isinstance(v, list))
+    classes = params.get("classes")
+    if isinstance(classes, str):
+        classes = classes.split(",")
+    if not isinstance(classes, list) or [str(c).strip().lower() for c in classes] == ["everything"]:
+        return points, 0
+    return points, len(classes)
+
+
 @dataclass(frozen=True)
 class ResultFormat:
     """The answer's file: ``suffix`` (``.nrrd``, ``.nii.gz`` or ``.nii``) and voxel type ``dtype``."""
@@ -220,15 +231,12 @@ def click_request(params: dict[str, Any]) -> ClickRequest:
     """The click model's request from its ``params``.
 
     Raises:
-        ServeError: 422 without a ``label``, with points that are not voxel indices, or with too many.
+        ServeError: 422 without a ``label``, or with points that are not voxel indices.
     """
     label = params.get("label")
     if not isinstance(label, str) or not label.strip() or len(label) > 256:
         raise ServeError(422, "parameter 'label' is required: the name of the segment the points belong to")
     fg, bg = _points(params.get("foreground"), "foreground"), _points(params.get("background"), "background")
-    if len(fg) + len(bg) > MAX_POINTS:
-        raise ServeError(422, f"{len(fg) + len(bg)} points on one object; at most {MAX_POINTS} are taken: start a "
-                              "new segment, or remove points")
     reset = params.get("reset_state", False)
     if not isinstance(reset, bool):
         raise ServeError(422, "parameter 'reset_state' must be true or false")

@@ -12,11 +12,14 @@
 
 :class:`UploadStore` holds the uploaded files under the server's work folder, by key: ``(owner, image id)`` for
 ``PUT /datastore/`` (an image id is the client's name for its volume, so two clients may use the same one) and
-``("session", id)`` for ``PUT /session/``. Each lives ``ttl`` seconds after its last use, at most ``max_images``
-are held (a new one evicts the least recently used), and a file still read by a request is deleted only once that
+``("session", address, id)`` for ``PUT /session/`` (so that another client's request for the id finds nothing, as
+for an id never issued). Each lives ``ttl`` seconds after its last use, at most ``max_images`` are held (a new one
+evicts the least recently used), one client (an address) holds at most ``per_client`` of them (a new one past that
+evicts its own least recently used, never another's), and a file still read by a request is deleted only once that
 request lets it go. :class:`ClickSessions` says which of the server's click sessions (the
-:class:`~.sessions.SessionStore` the rest of the server uses, so that one budget and one expiry bound them all)
-continues the clicks of an ``(owner, upload, label)``; an upload that ends takes its click sessions with it.
+:class:`~.sessions.SessionStore` the rest of the server uses, so that one budget, one expiry and one share per
+client bound them all) continues the clicks of an ``(owner, upload, label)``; an upload that ends takes its click
+sessions with it.
 """
 
 from __future__ import annotations
@@ -46,11 +49,12 @@ class Upload:
     """One uploaded image.
 
     Attributes:
-        key: the store's key (``(owner, image id)`` or ``("session", id)``).
+        key: the store's key (``(owner, image id)`` or ``("session", address, id)``).
         image_id: the client's image id (or the session id).
         path: the file, under the store's folder, named by the server.
         format: ``"nifti"`` or ``"nrrd"`` (read from its bytes).
         name: the stem of the answers' file names.
+        client: the address that uploaded it (whose share it counts against).
         token: unique to this upload: an image re-uploaded under the same id is another upload.
         created: wall-clock time of the upload (seconds since the epoch).
         last_used: the store's clock at the last use.
@@ -61,6 +65,7 @@ class Upload:
     path: Path
     format: str
     name: str
+    client: str = ""
     token: str = field(default_factory=lambda: secrets.token_hex(8))
     created: float = field(default_factory=time.time)
     last_used: float = 0.0
@@ -77,12 +82,14 @@ class UploadStore:
         ttl: seconds an image lives after its last use.
         clock: seconds, monotonic.
         on_end: called with each upload that ends (replaced, evicted, expired or removed).
+        per_client: images one client may hold (None: all of them).
     """
 
     def __init__(self, folder: Path, max_images: int, ttl: float, clock: Callable[[], float] = time.monotonic,
-                 on_end: Callable[[Upload], None] | None = None) -> None:
+                 on_end: Callable[[Upload], None] | None = None, per_client: int | None = None) -> None:
         self.folder = folder
         self.max_images = max_images
+        self.per_client = per_client or max_images
         self.ttl = ttl
         self.clock = clock
         self.on_end = on_end
@@ -128,15 +135,21 @@ class UploadStore:
         self._ended_hook(gone)
         return len(gone)
 
-    def put(self, key: Hashable, src: Path, fmt: str, name: str, image_id: str) -> Upload:
-        """Move ``src`` into the store under ``key`` (replacing what the key held, evicting the least recently
-        used image when full); the new :class:`Upload`."""
-        upload = Upload(key, image_id, self.folder / f"{secrets.token_hex(12)}.{fmt}", fmt, name)
+    def put(self, key: Hashable, src: Path, fmt: str, name: str, image_id: str, client: str = "") -> Upload:
+        """Move ``src`` into the store under ``key`` for ``client`` (replacing what the key held; past the client's
+        share evicting its least recently used image, and when full the least recently used of all); the new
+        :class:`Upload`."""
+        upload = Upload(key, image_id, self.folder / f"{secrets.token_hex(12)}.{fmt}", fmt, name, client)
         shutil.move(str(src), upload.path)  # src lies in a request's scratch folder under the same work folder
         with self._lock:
             gone = self._sweep_locked()
             if key in self._live:
                 gone.append(self._end(key, "replaced by a newer upload"))
+            own = [k for k, u in self._live.items() if u.client == client]
+            if len(own) >= self.per_client:
+                gone.append(self._end(own[0], f"evicted: one client holds at most {self.per_client} uploaded images "
+                                              "(--max-sessions-per-client) and it was that client's least recently "
+                                              "used"))
             while len(self._live) >= self.max_images:
                 oldest = next(iter(self._live))
                 gone.append(self._end(oldest, f"evicted: the server keeps at most {self.max_images} uploaded "
@@ -232,40 +245,41 @@ class ClickSessions:
     def __init__(self, store: SessionStore, remembered: int = 1024) -> None:
         self.store = store
         self._remembered = remembered
-        self._ids: OrderedDict[Hashable, str] = OrderedDict()
+        self._ids: OrderedDict[Hashable, tuple[str, str]] = OrderedDict()  # key -> (session id, its owner)
         self._turns: dict[Hashable, list] = {}  # key -> [lock, requests holding or awaiting it]
 
     def find(self, key: Hashable) -> ClickEntry | None:
         """The live session of ``key``, or None (never started, or ended: expired, evicted, dropped)."""
-        sid = self._ids.get(key)
-        if sid is None:
+        held = self._ids.get(key)
+        if held is None:
             return None
         try:
-            entry = self.store.get(sid)
+            entry = self.store.get(*held)
         except ServeError:  # ended in the store: the key starts again
             self._ids.pop(key, None)
             return None
         return entry if isinstance(entry, ClickEntry) else None
 
     def add(self, key: Hashable, entry: ClickEntry) -> None:
-        """Hold ``entry`` in the server's sessions as the one of ``key`` (ending the key's previous one)."""
+        """Hold ``entry`` in the server's sessions as the one of ``key`` (ending the key's previous one); it counts
+        against the share of its ``owner``."""
         self.drop(key)
-        self._ids[key] = self.store.add(entry)
+        self._ids[key] = (self.store.add(entry), entry.owner)
         while len(self._ids) > self._remembered:
-            _, sid = self._ids.popitem(last=False)
-            self._remove(sid)
+            _, held = self._ids.popitem(last=False)
+            self._remove(held)
 
-    def _remove(self, sid: str) -> None:
+    def _remove(self, held: tuple[str, str]) -> None:
         try:
-            self.store.remove(sid)
+            self.store.remove(*held)
         except ServeError:
             pass  # it had ended already
 
     def drop(self, key: Hashable) -> None:
         """End the session of ``key`` (a failed click leaves no half-updated session behind)."""
-        sid = self._ids.pop(key, None)
-        if sid is not None:
-            self._remove(sid)
+        held = self._ids.pop(key, None)
+        if held is not None:
+            self._remove(held)
 
     def drop_upload(self, token: str) -> None:
         """End the sessions on the upload ``token`` (keys ``(owner, token, label)``)."""

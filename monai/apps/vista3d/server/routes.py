@@ -13,46 +13,35 @@
 The NIM's: ``GET /v1/health/live``, ``GET /v1/health/ready``, ``GET /v1/license``, ``GET /v1/vista3d/info``,
 ``POST /v1/vista3d/inference``. This server's: ``POST /v1/vista3d/sessions``, ``GET|DELETE
 /v1/vista3d/sessions/{id}``, ``POST /v1/vista3d/sessions/{id}/clicks``. A request that needs the model reads its
-whole body first (an upload into its own scratch folder; :class:`~.app.BodyDeadline` bounds how long that may take)
-and checks it; only then does it take a place in the queue (429 when full), fetch a URL's image, check the image
-and wait for its job; the answer file is written off the model's thread and the folder is removed once sent.
+whole body first (an upload into the scratch folder of its :class:`~.call.Call`; :class:`~.app.BodyDeadline`
+bounds how long that may take) and checks it; only then does it take a place in the queue (429 when full), fetch a
+URL's image, check the image and wait for its job; the answer file is written off the model's thread and the folder
+is removed once sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
-from starlette.background import BackgroundTask
 
 from ..config import OUTPUT_POSTFIX, embed_dim_of
 from ..core.prompts import parse_points
 from ..io.atomic import write_atomically
 from ..labels import everything_labels, label_names
 from . import jobs
+from .call import Call, client_of, media_type, read_limited
 from .errors import ServeError
 from .fetch import confined_path, download, has_scheme, receive_form
-from .images import (
-    AnswerFormat,
-    LoadedImage,
-    check_inflated_size,
-    inspect_image,
-    nrrd_available,
-    safe_stem,
-    write_label_map,
-    zip_one,
-)
+from .images import AnswerFormat, LoadedImage, nrrd_available, safe_stem, write_label_map, zip_one
 from .outputs import publish
 from .schemas import (
     ClickRequest,
@@ -68,7 +57,7 @@ from .sessions import SessionEntry, SessionStore
 from .settings import Limits, ServerSettings
 from .worker import ModelWorker
 
-__all__ = ["router", "ServerState", "client_of"]
+__all__ = ["router", "ServerState", "client_of", "check_sizes", "sweep_sessions"]
 
 router = APIRouter()
 
@@ -86,98 +75,44 @@ class ServerState:
     sessions: SessionStore
     work_dir: Path | None = None
 
-    def scratch(self) -> Path:
-        """A new folder for one request's files."""
-        return Path(tempfile.mkdtemp(prefix="req-", dir=self.work_dir))
+    def call(self, request: Request) -> Call:
+        """The :class:`~.call.Call` of one request that does work: its scratch folder, clock and disconnect watch."""
+        return Call(request, self.work_dir, self.settings.limits.request_timeout)
 
 
 def _state(request: Request) -> ServerState:
     return request.app.state.vista3d
 
 
-def client_of(request: Request) -> str:
-    """Who sent a request, for the per-client shares and the sessions' owners: its address (as uvicorn reads it,
-    from a trusted proxy's ``X-Forwarded-For`` where one forwards it)."""
-    return request.client.host if request.client is not None else ""
-
-
 async def read_json(request: Request) -> Any:
     """The request's JSON body (at most 1 MiB; 400 when it is not JSON, 415 for another content type)."""
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    ctype = media_type(request, "application/json")
     if ctype not in ("application/json", "text/json", ""):
         raise ServeError(415, f"send the request as JSON (application/json) or as an upload (multipart/form-data), "
                               f"not {ctype}")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_JSON:
-            raise ServeError(413, f"a JSON request body may be at most {_MAX_JSON} bytes; upload images as "
-                                  "multipart/form-data")
+    body = await read_limited(request, _MAX_JSON, f"a JSON request body may be at most {_MAX_JSON} bytes; upload "
+                                                  "images as multipart/form-data")
     if not body:
         raise ServeError(400, "the request has no body: send a JSON object (see the API reference)")
     return load_json(body)
 
 
-def _is_form(request: Request) -> bool:
-    return request.headers.get("content-type", "").lower().startswith("multipart/form-data")
-
-
-async def _gone(request: Request) -> None:
-    """Completes when the client disconnects (after the body has been read)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-class _Request:
-    """One model request's scratch folder, deadline and disconnect watch; the folder goes when it is answered."""
-
-    def __init__(self, state: ServerState, request: Request):
-        self.state, self.request = state, request
-        self.folder = state.scratch()
-        self.deadline = math.inf
-        self._gone: asyncio.Task | None = None
-
-    def body_received(self) -> None:
-        """Start the request's clock (--request-timeout): its body is in, its work begins."""
-        self.deadline = asyncio.get_running_loop().time() + self.state.settings.limits.request_timeout
-
-    def gone(self) -> asyncio.Task:
-        if self._gone is None:
-            self._gone = asyncio.ensure_future(_gone(self.request))
-        return self._gone
-
-    def left(self) -> float:
-        return max(0.0, self.deadline - asyncio.get_running_loop().time())
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-    def close(self, keep: bool) -> None:
-        if self._gone is not None:
-            self._gone.cancel()
-        if not keep:
-            self.cleanup()
-
-
-async def _obtain(ctx: _Request, image: str) -> tuple[Path, str]:
+async def _obtain(call: Call, settings: ServerSettings, image: str) -> tuple[Path, str]:
     """The file of an ``image`` field (a URL, fetched into the scratch folder, or a path under --data-dir)."""
-    settings = ctx.state.settings
     if has_scheme(image):
         try:
-            name = await asyncio.wait_for(download(image, ctx.folder / "download", settings), ctx.left())
+            name = await asyncio.wait_for(download(image, call.folder / "download", settings), call.left())
         except asyncio.TimeoutError:
             raise ServeError(504, "fetching the image ran out of time (--request-timeout)") from None
-        return ctx.folder / "download", name
+        return call.folder / "download", name
     path = confined_path(settings.data_dir, image, "image")
     return path, safe_stem(path.name)
 
 
-async def _image_of(ctx: _Request, model: type, text_fields: tuple[str, ...]) -> tuple[Any, Path, str]:
+async def _image_of(call: Call, model: type, text_fields: tuple[str, ...]) -> tuple[Any, Path, str]:
     """The parsed request and its image file: a JSON body naming the image, or a form with the file."""
-    if _is_form(ctx.request):
-        form = await receive_form(ctx.request, ctx.folder / "upload", "image", text_fields)
+    if media_type(call.request) == "multipart/form-data":
+        form = await receive_form(call.request, call.folder / "upload", "image", text_fields)
         if form.file is None:
             raise ServeError(422, "the form has no complete 'image' file part: upload the image as 'image'")
         fields: dict[str, Any] = dict(form.fields)
@@ -185,7 +120,7 @@ async def _image_of(ctx: _Request, model: type, text_fields: tuple[str, ...]) ->
             if key in fields:
                 fields[key] = load_json(fields[key], f"form field {key!r}")
         return parse_body(model, fields), form.file, safe_stem(form.filename or "image")
-    body = parse_body(model, await read_json(ctx.request))
+    body = parse_body(model, await read_json(call.request))
     if not body.image:
         raise ServeError(422, "field 'image' is required: an http(s) URL, a path under --data-dir, or upload the "
                               "file as multipart/form-data")
@@ -216,26 +151,12 @@ def _wants(request: Request, default: str) -> str:
     return default
 
 
-def _file_answer(ctx: _Request, path: Path, name: str, packaging: str, headers: dict[str, str],
+def _file_answer(call: Call, path: Path, name: str, packaging: str, headers: dict[str, str],
                  more: tuple[tuple[Path, str], ...] = ()) -> FileResponse:
     if packaging == "zip":
-        path = zip_one(path, name, ctx.folder / (Path(name).name.split(".")[0] + ".zip"), more)
-        media, filename = "application/zip", path.name
-    else:
-        media = "application/gzip" if name.endswith(".gz") else "application/octet-stream"
-        filename = name
-    return FileResponse(path, media_type=media, filename=filename, headers=headers,
-                        background=BackgroundTask(ctx.cleanup))
-
-
-async def _checked(ctx: _Request, path: Path) -> str:
-    """The file's format once its header passes; a file the client sent (an upload or a download, both in the
-    request's scratch folder) also has its gzip stream counted against the header before the model reads it. The
-    operator's files under --data-dir are not: the load inflates them once, as ``vista3d`` does."""
-    info = await run_in_threadpool(inspect_image, path, ctx.state.settings.limits.max_voxels)
-    if ctx.folder in path.parents:
-        await run_in_threadpool(check_inflated_size, path, info)
-    return info.format
+        path = zip_one(path, name, call.folder / (Path(name).name.split(".")[0] + ".zip"), more)
+        return call.file_answer(path, path.name, headers, media="application/zip")
+    return call.file_answer(path, name, headers)
 
 
 def _write_statistics(stats: dict, image_name: str, label_map: str, path: Path) -> Path:
@@ -310,7 +231,7 @@ _JSON_FIELD = "JSON, as the JSON body's field of this name"
 async def inference(request: Request) -> Response:
     state = _state(request)
     state.worker.check_ready()  # 503 before the body is read
-    ctx, keep = _Request(state, request), False
+    ctx = state.call(request)
     try:
         # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
         body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output",
@@ -327,9 +248,9 @@ async def inference(request: Request) -> Response:
                                   "(the default), or leave statistics out")
         async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
-                path, name = await _obtain(ctx, body.image)
+                path, name = await _obtain(ctx, state.settings, body.image)
             start = time.perf_counter()
-            fmt = await _checked(ctx, path)
+            fmt = await ctx.image_format(path, state.settings.limits.max_voxels)
             check = time.perf_counter() - start
             labels, loaded, timings, stats = await slot.run(jobs.segment(path, fmt, name, prompt, body.statistics),
                                                             ctx.deadline, ctx.gone())
@@ -353,10 +274,9 @@ async def inference(request: Request) -> Response:
                 return JSONResponse({"local_working_dir": body.local_working_dir, "output": str(out),
                                      **({"statistics": str(more[0][0])} if more else {}),
                                      **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
-            keep = True
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
     finally:
-        ctx.close(keep)
+        ctx.close()
 
 
 # ------------------------------------------------------------------------------------------ click sessions
@@ -364,18 +284,18 @@ async def inference(request: Request) -> Response:
 async def create_session(request: Request) -> Response:
     state = _state(request)
     state.worker.check_ready()
-    ctx = _Request(state, request)
+    ctx = state.call(request)
     try:
         body, path, name = await _image_of(ctx, SessionRequest, ())  # the body before the place, as inference
         ctx.body_received()
         async with state.worker.reserve(client_of(request)) as slot:
             if path is None:
-                path, name = await _obtain(ctx, body.image)
-            fmt = await _checked(ctx, path)
+                path, name = await _obtain(ctx, state.settings, body.image)
+            fmt = await ctx.image_format(path, state.settings.limits.max_voxels)
             session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
             sid = state.sessions.add(SessionEntry(session, loaded, owner=client_of(request)))
     finally:
-        ctx.close(False)
+        ctx.close()
     return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid, client_of(request))),
                         status_code=201)
 
@@ -426,7 +346,7 @@ async def clicks(session_id: str, request: Request) -> Response:
     labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
     async with state.worker.reserve(client_of(request)) as slot, entry.lock:
-        ctx, keep = _Request(state, request), False
+        ctx = state.call(request)
         ctx.body_received()
         try:
             job = jobs.click(entry.session, body.points, labels, body.object_class, body.reset)
@@ -442,19 +362,26 @@ async def clicks(session_id: str, request: Request) -> Response:
                 headers["X-Vista3D-Box"] = ",".join(str(v) for v in (*(s.start for s in box), *(s.stop for s in box)))
             fname = f"{entry.image.name}_click{entry.session.clicks}{entry.image.suffix}"
             out = await run_in_threadpool(write_label_map, now, entry.image, ctx.folder / fname, box)
-            keep = True
             return _file_answer(ctx, out, fname, _wants(request, "raw"), headers)
         finally:
-            ctx.close(keep)
+            ctx.close()
 
 
-def sweep_every(store: SessionStore) -> float:
-    """How often expired sessions are swept: a quarter of the TTL, between 1 s and 60 s."""
+class Expiring(Protocol):
+    """A store whose entries expire ``ttl`` seconds after their last use (the sessions, MONAI Label's uploads)."""
+
+    ttl: float
+
+    def sweep(self) -> int: ...
+
+
+def sweep_every(store: Expiring) -> float:
+    """How often expired entries are swept: a quarter of the TTL, between 1 s and 60 s."""
     return min(60.0, max(1.0, store.ttl / 4))
 
 
-async def sweep_sessions(store: SessionStore) -> None:
-    """End expired sessions on a schedule, so that an idle server frees their memory too."""
+async def sweep_sessions(store: Expiring) -> None:
+    """End expired entries on a schedule, so that an idle server frees their memory (and files) too."""
     while True:
         await asyncio.sleep(sweep_every(store))
         store.sweep()

@@ -35,7 +35,8 @@ from monai.apps.vista3d.server.settings import Limits, ServerSettings
 from tests.apps.vista3d.stub_vista import phantom
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
 
-__all__ = ["LiveServer", "ImageHost", "Gate", "tiny_pipeline", "write_phantom", "PHANTOM_SHAPE", "settings"]
+__all__ = ["LiveServer", "ImageHost", "Gate", "ManualClock", "tiny_pipeline", "write_phantom", "PHANTOM_SHAPE",
+           "settings"]
 
 PHANTOM_SHAPE = (40, 40, 36)
 
@@ -58,6 +59,16 @@ def settings(**kwargs: Any) -> ServerSettings:
     limits = kwargs.pop("limits", Limits(request_timeout=120.0))
     model = SegmentJob(options=PipelineOptions(roi_size=16), device="cpu", network=tiny_vista3d_with_recorded_weights())
     return ServerSettings(model=model, limits=limits, **kwargs)
+
+
+class ManualClock:
+    """A clock that stands still until a test moves ``now`` (the session stores' expiry without waiting)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Gate:

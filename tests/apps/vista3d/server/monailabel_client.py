@@ -97,11 +97,13 @@ class SlicerLikeClient:
     Args:
         url: ``http://host:port``.
         client_id: the module's "Client/User-ID" setting.
+        source: the local address to connect from (another loopback address is another client machine).
     """
 
-    def __init__(self, url: str, client_id: str = "user-xyz"):
+    def __init__(self, url: str, client_id: str = "user-xyz", source: str | None = None):
         self.url = url.rstrip("/")
         self.client_id = client_id
+        self.source = source
         self.headers: dict[str, str] = {}
         parts = urlsplit(self.url)
         self._host, self._port = parts.hostname, parts.port
@@ -112,7 +114,8 @@ class SlicerLikeClient:
         sent = dict(self.headers if headers is None else headers)
         if body is not None:
             sent.update({"content-type": content_type or "text/plain", "content-length": str(len(body))})
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=300)
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=300,
+                                          source_address=(self.source, 0) if self.source else None)
         try:
             conn.request(method, selector, body=body, headers=sent)
             response = conn.getresponse()
@@ -151,9 +154,10 @@ class SlicerLikeClient:
 
     def create_session(self, path: Path) -> Reply:
         """``PUT /session/`` through a standard multipart encoder: the file as ``files``, the client id beside it."""
-        with open(path, "rb") as f:
-            response = httpx.put(f"{self.url}/session/", files=[("files", (Path(path).name, f))],
-                                 data={"client_id": self.client_id}, headers=self.headers, timeout=300)
+        transport = httpx.HTTPTransport(local_address=self.source) if self.source else None
+        with open(path, "rb") as f, httpx.Client(transport=transport, timeout=300) as http:
+            response = http.put(f"{self.url}/session/", files=[("files", (Path(path).name, f))],
+                                data={"client_id": self.client_id}, headers=self.headers)
         return Reply(response.status_code, dict(response.headers), response.content)
 
     def get_session(self, session_id: str) -> Reply:

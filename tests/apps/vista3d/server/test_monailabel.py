@@ -29,7 +29,14 @@ from parameterized import parameterized
 from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.server.monailabel_jobs import auto_request, object_mask, renumber
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import Gate, settings, start_for_class, tiny_pipeline, write_phantom
+from tests.apps.vista3d.server.harness import (
+    Gate,
+    ManualClock,
+    settings,
+    start_for_class,
+    tiny_pipeline,
+    write_phantom,
+)
 from tests.apps.vista3d.server.monailabel_client import SlicerLikeClient, hand_built_multipart
 from tests.apps.vista3d.server.test_monailabel_jobs import LPS, nrrd_affine
 from tests.networks.tiny_vista3d import tiny_vista3d_with_recorded_weights
@@ -54,14 +61,6 @@ def _read(answer_name: str, data: bytes, folder: Path) -> tuple[np.ndarray, dict
 def _new_points(before: tuple, now: tuple) -> tuple[list, list]:
     fg, bg = now[0][len(before[0]):], now[1][len(before[1]):]
     return fg + bg, [1] * len(fg) + [0] * len(bg)
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TestSlicerProtocol(unittest.TestCase):
@@ -277,7 +276,7 @@ class TestSharedGates(unittest.TestCase):
         cls.folder = Path(cls._tmp.name)
         cls.ct = write_phantom(cls.folder / "ct.nii.gz")
         cls.network = tiny_vista3d_with_recorded_weights()
-        cls.clock = _Clock()
+        cls.clock = ManualClock()
         limits = Limits(queue_size=0, max_body_bytes=200_000, session_ttl=100.0, request_timeout=120.0)
         cls.server = start_for_class(cls, settings(token=TOKEN, limits=limits),
                                      factory=lambda: tiny_pipeline(cls.network), clock=cls.clock)

@@ -132,6 +132,18 @@ class TestParams(unittest.TestCase):
         with self.assertRaises(ServeError):
             mj.auto_request({"classes": [True]})
 
+    @parameterized.expand([
+        ("nothing", {}, (0, 0)),
+        ("clicks", {"label": "x", "foreground": [[1, 2, 3]] * 3, "background": [[4, 5, 6]]}, (4, 0)),
+        ("not_lists", {"foreground": "1,2,3", "classes": 7}, (0, 0)),
+        ("everything", {"classes": " Everything "}, (0, 0)),
+        ("everything_listed", {"classes": ["everything"]}, (0, 0)),
+        ("names_as_given", {"classes": "liver, spleen,liver"}, (0, 3)),
+        ("a_list", {"classes": [1, "aorta"]}, (0, 2)),
+    ])
+    def test_prompt_sizes_as_given(self, _, params, sizes):
+        self.assertEqual(mj.prompt_sizes(params), sizes)
+
     @parameterized.expand([("Liver", 1), ("left  kidney", 14), ("hepatic tumor", 26), ("tumor", None),
                            ("3", None), ("Segment_1", None)])
     def test_click_label_to_class(self, label, class_id):
@@ -143,7 +155,6 @@ class TestParams(unittest.TestCase):
         ("text", {"label": "liver", "background": [["1", 2, 3]]}, "voxel indices"),
         ("bool", {"label": "liver", "foreground": [[True, 2, 3]]}, "voxel indices"),
         ("nan", {"label": "liver", "foreground": [[float("nan"), 2, 3]]}, "voxel indices"),
-        ("too_many", {"label": "liver", "foreground": [[1, 2, 3]] * (mj.MAX_POINTS + 1)}, "at most"),
         ("reset", {"label": "liver", "reset_state": "yes"}, "reset_state"),
     ])
     def test_click_request_refused(self, _, params, words):

@@ -21,14 +21,7 @@ from pathlib import Path
 from monai.apps.vista3d.server.errors import ServeError
 from monai.apps.vista3d.server.monailabel_store import ClickEntry, ClickSessions, UploadStore
 from monai.apps.vista3d.server.sessions import SessionStore
-
-
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.apps.vista3d.server.harness import ManualClock
 
 
 class TestUploadStore(unittest.TestCase):
@@ -36,7 +29,7 @@ class TestUploadStore(unittest.TestCase):
         self._tmp = tempfile.TemporaryDirectory()
         self.addCleanup(self._tmp.cleanup)
         self.root = Path(self._tmp.name)
-        self.clock = _Clock()
+        self.clock = ManualClock()
         self.ended = []
         self.store = UploadStore(self.root / "uploads", max_images=2, ttl=10.0, clock=self.clock,
                                  on_end=self.ended.append)
@@ -82,6 +75,22 @@ class TestUploadStore(unittest.TestCase):
         self.assertIn("--max-sessions", message)
         self.assertTrue(a.path.exists())
 
+    def test_a_client_past_its_share_evicts_its_own_oldest(self):
+        store = UploadStore(self.root / "shared", max_images=4, ttl=10.0, clock=self.clock, per_client=1)
+        src = [self.root / f"shared-src-{i}" for i in range(3)]
+        for path in src:
+            path.write_text("x")
+        store.put("a1", src[0], "nifti", "ct", "a1", client="10.0.0.1")
+        store.put("b1", src[1], "nifti", "ct", "b1", client="10.0.0.2")
+        store.put("a2", src[2], "nifti", "ct", "a2", client="10.0.0.1")
+        self.assertEqual(len(store), 2)
+        store.get("b1", "", "")  # the other client's image stays
+        with self.assertRaises(ServeError) as caught:
+            store.get("a1", "image 'a1'", "upload it again")
+        self.assertEqual(caught.exception.status, 410)
+        self.assertIn("--max-sessions-per-client", caught.exception.message)
+        store.close()
+
     def test_expiry_after_ttl_of_disuse(self):
         upload = self._put("a")
         self.clock.now = 10.0
@@ -113,7 +122,7 @@ class TestUploadStore(unittest.TestCase):
 
 class TestClickSessions(unittest.TestCase):
     def setUp(self):
-        self.store = SessionStore(max_sessions=2, ttl=10.0, clock=_Clock())
+        self.store = SessionStore(max_sessions=2, ttl=10.0, clock=ManualClock())
         self.clicks = ClickSessions(self.store)
 
     def test_find_add_and_drop(self):

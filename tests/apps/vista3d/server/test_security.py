@@ -342,12 +342,13 @@ class TestBadRequests(unittest.TestCase):
 
     def test_only_client_bytes_are_counted(self):
         # the operator's files under --data-dir are read once by the load; what a client sends is counted first
-        from monai.apps.vista3d.server import routes
+        from monai.apps.vista3d.server import call
 
         small = (self.host.folder / "small.nii.gz").read_bytes()
-        with mock.patch.object(routes, "check_inflated_size", wraps=routes.check_inflated_size) as counted:
+        with mock.patch.object(call, "check_inflated_size", wraps=call.check_inflated_size) as counted:
             (self.data / "small.nii.gz").write_bytes(small)
-            self.assertEqual(self.http.post("/v1/vista3d/inference", json={"image": "small.nii.gz", **LIVER}).status_code, 200)
+            served = self.http.post("/v1/vista3d/inference", json={"image": "small.nii.gz", **LIVER})
+            self.assertEqual(served.status_code, 200)
             self.assertEqual(counted.call_count, 0)
             upload = self.http.post("/v1/vista3d/inference", data={"prompts": json.dumps(LIVER["prompts"])},
                                     files={"image": ("small.nii.gz", small)})

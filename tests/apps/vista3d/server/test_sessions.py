@@ -28,6 +28,7 @@ from monai.apps.vista3d.server.routes import changed_box
 from monai.apps.vista3d.server.settings import Limits
 from tests.apps.vista3d.server.harness import (
     LiveServer,
+    ManualClock,
     settings,
     start_for_class,
     tiny_pipeline,
@@ -43,21 +44,13 @@ def _image(data: bytes) -> nib.Nifti1Image:
     return nib.Nifti1Image.from_bytes(gzip.decompress(data))
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class TestSessions(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls._tmp = tempfile.TemporaryDirectory()
         cls.data = Path(cls._tmp.name)
         cls.ct = write_phantom(cls.data / "ct.nii.gz")
-        cls.clock = _Clock()
+        cls.clock = ManualClock()
         limits = Limits(max_sessions=2, session_ttl=100.0, request_timeout=120.0, max_points=6,
                         max_sessions_per_client=2)
         cls.server = start_for_class(cls, settings(data_dir=cls.data, limits=limits), clock=cls.clock)

@@ -23,9 +23,11 @@ import unittest
 from pathlib import Path
 
 import httpx
+from parameterized import parameterized
 
 from monai.apps.vista3d.server.settings import Limits
 from tests.apps.vista3d.server.harness import LiveServer, settings, write_phantom
+from tests.apps.vista3d.server.monailabel_client import hand_built_multipart
 
 WAIT = 60  # seconds a socket waits for the server before the test fails
 
@@ -90,13 +92,25 @@ class TestSlowClients(unittest.TestCase):
         server.wait_ready()
         return server
 
-    def test_slow_bodies_take_no_place_and_get_408(self):
-        # nine clients send a JSON body at a byte per 0.3 s into a queue of nine places: a normal request is still
-        # served (not 429), and each slow one gets 408 once --body-timeout has passed, then its socket is closed
+    def _slow_body(self, protocol: str) -> tuple[str, str, bytes]:
+        """``(request line, content type, body)`` of a request that needs the queue, on either protocol."""
+        if protocol == "nim":
+            body = json.dumps({"image": "ct.nii.gz", "prompts": {"classes": ["liver"]}}).encode()
+            return "POST /v1/vista3d/inference", "application/json", body
+        # 3D Slicer's upload of the image it shows: its hand-built multipart form
+        params = json.dumps({"client_id": "slow"})
+        ctype, body = hand_built_multipart({"params": params}, {"file": self.data / "ct.nii.gz"})
+        return "PUT /datastore/?image=ct", ctype, body
+
+    @parameterized.expand([("nim",), ("monailabel",)])
+    def test_slow_bodies_take_no_place_and_get_408(self, protocol):
+        # nine clients send a body (the NIM's JSON, or MONAI Label's upload) at a byte per 0.3 s into a queue of
+        # nine places: a normal request is still served (not 429), and each slow one gets 408 once --body-timeout
+        # has passed, then its socket is closed
         server = self._server(body_timeout=1.0, queue_size=8)
-        body = json.dumps({"image": "ct.nii.gz", "prompts": {"classes": ["liver"]}}).encode()
-        head = (b"POST /v1/vista3d/inference HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        line, ctype, body = self._slow_body(protocol)
+        head = (f"{line} HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+                ).encode()
         slow = [_Trickle(_connect(server.port), head, body) for _ in range(9)]
         for t in slow:
             t.start()
