@@ -134,7 +134,7 @@ class TestDicomRead(unittest.TestCase):
             image, geom = load_input(src, torch.device("cpu"))
             np.testing.assert_array_equal(image[0].numpy(), ct_values(spec), err_msg=str(src))
             np.testing.assert_allclose(geom.affine, expected_affine(spec), atol=1e-4, err_msg=str(src))
-        self.assertEqual(input_kind(self.dir / "x.nii.gz"), "nifti")
+        self.assertEqual(input_kind(self.dir / "x.nii.gz"), "missing")
 
     def test_only_dicom_members_are_inflated_whole(self):
         """A member of a zip without the DICOM marker is not inflated to its end: one whose CRC is wrong (zipfile
@@ -204,7 +204,7 @@ class TestDicomRead(unittest.TestCase):
         (self.dir / "empty" / "notes.txt").write_text("no images")
         with self.assertRaises(Vista3DInputError) as cm:
             load_input(self.dir / "empty", torch.device("cpu"))
-        self.assertIn("no DICOM image found", str(cm.exception))
+        self.assertIn("is a folder with no DICOM file directly inside, not an image", str(cm.exception))
 
     def test_single_slice(self):
         write_series(SeriesSpec(shape=(8, 8, 3), drop=(1, 2)), self.dir / "s")

@@ -347,7 +347,7 @@ class TestBadInput(TempDirCase):
     def test_missing(self):
         with self.assertRaisesRegex(Vista3DInputError, "no such file"):
             load_image(self.tmp / "nope.nii.gz")
-        with self.assertRaisesRegex(Vista3DInputError, "is a folder, not an image"):
+        with self.assertRaisesRegex(Vista3DInputError, "is a folder with no DICOM file directly inside, not an image"):
             load_image(self.tmp)
 
     @parameterized.expand(
