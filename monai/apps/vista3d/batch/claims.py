@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..io.paths import OutputLayout, lock_path, own_summary_name
+from monai.apps.vista3d.io.paths import OutputLayout, lock_path, own_summary_name
 
 __all__ = ["Claim", "OutputClaims", "OutputTaken", "claim", "claim_owner", "claim_summary", "missing_folders"]
 
@@ -174,7 +174,7 @@ def claim_summary(path: str | os.PathLike, started: float) -> tuple[Path, Claim 
     return other, claim(other)
 
 
-class OutputTaken(Exception):
+class OutputTaken(Exception):  # noqa: N818 - a signal to skip an output, not an error
     """An output that this process will not write: another live process claimed it (``status`` "busy"), or it
     was written since the run was planned (``status`` "skipped")."""
 

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..config import TorchrunEnv
-from ..core.feasibility import failure_reason
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.config import TorchrunEnv
+from monai.apps.vista3d.core.feasibility import failure_reason
+from monai.apps.vista3d.errors import Vista3DInputError
 
 __all__ = ["shard_by_size", "dist_context", "on_device", "agree_on_setup", "gather_records"]
 
@@ -43,7 +43,7 @@ def shard_by_size(sizes: Sequence[int], world_size: int) -> list[list[int]]:
     return [sorted(p) for p in plan]
 
 
-class dist_context:
+class dist_context:  # noqa: N801 - used as a function: with dist_context() as (rank, world, local)
     """``(rank, world_size, local_rank)``; starts a process group from torchrun's variables if none exists.
 
     The group is destroyed on exit only if this context started it. The backend is gloo (``backend`` overrides):

@@ -18,12 +18,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..config import OUTPUT_POSTFIX
-from ..errors import OutputCollisionError, Vista3DInputError
-from ..io.dicom_files import is_series_folder
-from ..io.input_kind import NIFTI_SUFFIXES, input_kind, looks_like_label_map
-from ..io.nifti_write import is_vista3d_output
-from ..io.paths import output_path
+from monai.apps.vista3d.config import OUTPUT_POSTFIX
+from monai.apps.vista3d.errors import OutputCollisionError, Vista3DInputError
+from monai.apps.vista3d.io.dicom_files import is_series_folder
+from monai.apps.vista3d.io.input_kind import NIFTI_SUFFIXES, input_kind, looks_like_label_map
+from monai.apps.vista3d.io.nifti_write import is_vista3d_output
+from monai.apps.vista3d.io.paths import output_path
 
 __all__ = ["read_input_list", "collect_inputs", "plan_outputs"]
 

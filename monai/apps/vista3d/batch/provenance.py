@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from ..core.job import SegmentJob
-from ..errors import OutputPathError
-from ..io.nifti_write import read_output_record
+from monai.apps.vista3d.core.job import SegmentJob
+from monai.apps.vista3d.errors import OutputPathError
+from monai.apps.vista3d.io.nifti_write import read_output_record
+
 from .segmenter import PipelineSegmenter, Segmenter
 
 __all__ = ["Provenance", "output_settings", "check_made_alike", "weights_digest"]

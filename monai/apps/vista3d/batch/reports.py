@@ -27,14 +27,14 @@ from typing import Any
 
 import torch
 
-from ..config import ImageOutputs, SettingError
-from ..core.statistics import label_centroids, structure_statistics
-from ..io.atomic import write_atomically
-from ..io.image_geometry import ImageGeometry
-from ..io.input_kind import input_kind
-from ..io.paths import extra_output_paths
-from ..io.preview import PreviewSlices, pillow_missing, preview_slices, write_preview
-from ..labels import label_name
+from monai.apps.vista3d.config import ImageOutputs, SettingError
+from monai.apps.vista3d.core.statistics import label_centroids, structure_statistics
+from monai.apps.vista3d.io.atomic import write_atomically
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.input_kind import input_kind
+from monai.apps.vista3d.io.paths import extra_output_paths
+from monai.apps.vista3d.io.preview import PreviewSlices, pillow_missing, preview_slices, write_preview
+from monai.apps.vista3d.labels import label_name
 
 __all__ = ["ImageReports", "image_reports", "write_reports", "check_extras", "report_files"]
 
@@ -123,7 +123,7 @@ def write_reports(reports: ImageReports | None, labels: Any, geometry: ImageGeom
         if reports.preview is not None:
             written.append(write_preview(reports.preview, paths["preview"]))
         if reports.seg:
-            from ..io.dicom_seg import write_dicom_seg
+            from monai.apps.vista3d.io.dicom_seg import write_dicom_seg
 
             written.append(write_dicom_seg(labels, geometry, paths["seg"]))
     except BaseException:

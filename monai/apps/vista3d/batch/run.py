@@ -41,21 +41,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from monai.utils.profiling import StageTimer
-
-from ..config import BatchOptions, DicomOptions, ImageOutputs
-from ..core.feasibility import check_environment, check_image, failure_reason
-from ..core.job import SegmentJob
-from ..errors import Vista3DInputError
-from ..io.input_kind import input_problem
-from ..io.nifti import read_header
-from ..io.paths import (
+from monai.apps.vista3d.config import BatchOptions, DicomOptions, ImageOutputs
+from monai.apps.vista3d.core.feasibility import check_environment, check_image, failure_reason
+from monai.apps.vista3d.core.job import SegmentJob
+from monai.apps.vista3d.errors import Vista3DInputError
+from monai.apps.vista3d.io.input_kind import input_problem
+from monai.apps.vista3d.io.nifti import read_header
+from monai.apps.vista3d.io.paths import (
     check_output,
     check_output_folder,
     class_mask_paths,
     part_summary_name,
     summary_path_for,
 )
+from monai.utils.profiling import StageTimer
+
 from .claims import OutputClaims, OutputTaken, missing_folders
 from .distributed import (
     agree_on_setup,

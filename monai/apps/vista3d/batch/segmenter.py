@@ -25,13 +25,13 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from ..config import DEFAULT_OUTPUT_DTYPE, check_nonfinite, check_output_dtype
-from ..core.job import SegmentJob
-from ..core.pipeline import Vista3DPipeline
-from ..core.progress import text_bar
-from ..core.prompts import Prompt, parse_prompt
-from ..core.results import SegmentationResult
-from ..io.image_geometry import ImageGeometry
+from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE, check_nonfinite, check_output_dtype
+from monai.apps.vista3d.core.job import SegmentJob
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+from monai.apps.vista3d.core.progress import text_bar
+from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
+from monai.apps.vista3d.core.results import SegmentationResult
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
 
 __all__ = [
     "Segmenter",

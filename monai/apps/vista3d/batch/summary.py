@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.feasibility import os_message
-from ..errors import OutputPathError, Vista3DOutputError
-from ..io.paths import TEMP_SUFFIX, check_name_lengths, temp_prefix
+from monai.apps.vista3d.core.feasibility import os_message
+from monai.apps.vista3d.errors import OutputPathError, Vista3DOutputError
+from monai.apps.vista3d.io.paths import TEMP_SUFFIX, check_name_lengths, temp_prefix
+
 from .claims import claim_summary
 from .image_record import ImageRecord
 from .summary_merge import done_now, keep_earlier_done

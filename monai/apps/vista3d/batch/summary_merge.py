@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..io.paths import summary_kind
+from monai.apps.vista3d.io.paths import summary_kind
 
 __all__ = ["done_now", "merge_summaries", "format_summary", "keep_earlier_done"]
 
@@ -116,7 +116,7 @@ def merge_summaries(folder: str | os.PathLike, check_disk: bool = True) -> dict[
 def _check_on_disk(status: dict[str, str], files_of: dict[str, list[str]], root: Path) -> dict[str, str]:
     """``{output: what is wrong}`` for each image reported done or skipped whose files are not all whole on disk
     (the label map and its masks; relative paths are taken from the working folder, then from ``root``)."""
-    from ..io.nifti_write import output_problem
+    from monai.apps.vista3d.io.nifti_write import output_problem
 
     wrong = {}
     for key, s in status.items():

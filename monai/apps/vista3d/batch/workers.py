@@ -25,16 +25,16 @@ from typing import Any
 
 import torch
 
+from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE, DicomOptions
+from monai.apps.vista3d.core.feasibility import failure_reason
+from monai.apps.vista3d.errors import WorkerError
+from monai.apps.vista3d.io.handoff import get_from
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.label_transfer import label_map_to_host
+from monai.apps.vista3d.io.load_policy import load_input
+from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.utils.profiling import StageTimer
 
-from ..config import DEFAULT_OUTPUT_DTYPE, DicomOptions
-from ..core.feasibility import failure_reason
-from ..errors import WorkerError
-from ..io.handoff import get_from
-from ..io.image_geometry import ImageGeometry
-from ..io.label_transfer import label_map_to_host
-from ..io.load_policy import load_input
-from ..io.nifti_write import save_class_masks, save_label_map
 from .distributed import on_device
 from .reports import ImageReports, write_reports
 
@@ -168,7 +168,7 @@ class Loader:
     def _work(self) -> None:
         try:
             self._load_all()
-        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which raises it
+        except BaseException as e:  # handed to the main thread, which raises it
             self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {failure_reason(e)}")))
 
     def _hand_on(self, item: tuple) -> None:

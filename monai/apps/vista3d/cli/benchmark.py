@@ -24,9 +24,8 @@ from typing import Any
 
 import torch
 
+from monai.apps.vista3d.config import DEFAULT_EMBED_DIM
 from monai.utils.profiling import WINDOW_STAGES
-
-from ..config import DEFAULT_EMBED_DIM
 
 __all__ = ["BenchSetup", "stage_table", "total_seconds", "bench_segment", "best_of", "print_header", "print_tables",
            "write_json"]
@@ -57,7 +56,7 @@ class BenchSetup:
 
 def stage_table(timings: dict[str, float]) -> str:
     """The ``--timing`` table: each pipeline stage's seconds and share, the sliding window's under inference."""
-    from ..core.results import STAGES
+    from monai.apps.vista3d.core.results import STAGES
 
     total = total_seconds(timings)
     rows = [f"{'stage':<28}{'seconds':>10}{'share':>8}"]
@@ -76,7 +75,7 @@ def stage_table(timings: dict[str, float]) -> str:
 
 def total_seconds(timings: dict[str, float]) -> float:
     """The pipeline stages' seconds added up (their sub-stages, ``inference/...``, are inside ``inference``)."""
-    from ..core.results import STAGES
+    from monai.apps.vista3d.core.results import STAGES
 
     return sum(timings.get(s, 0.0) for s in STAGES)
 

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..config import DEFAULT_EMBED_DIM, DEFAULT_ROI_SIZE, SettingError
-from ..errors import (
+from monai.apps.vista3d.config import DEFAULT_EMBED_DIM, DEFAULT_ROI_SIZE, SettingError
+from monai.apps.vista3d.errors import (
     ClassPromptError,
     OutputCollisionError,
     OutputPathError,
@@ -46,6 +46,7 @@ from ..errors import (
     ResourceError,
     WorkerError,
 )
+
 from .benchmark import (
     BenchSetup,
     bench_segment,
@@ -71,7 +72,7 @@ from .parser import (
 )
 
 if TYPE_CHECKING:
-    from ..batch.summary import BatchResult
+    from monai.apps.vista3d.batch.summary import BatchResult
 
 __all__ = ["main"]
 
@@ -104,7 +105,7 @@ class _Terminated(KeyboardInterrupt):
 
 def _collect_images(args: argparse.Namespace) -> list[Any]:
     """The images and folders named on the command line, the lines of ``--input-list`` expanded."""
-    from ..batch.inputs import read_input_list
+    from monai.apps.vista3d.batch.inputs import read_input_list
 
     items: list[Any] = [Path(p) for p in (*args.images, *args.inputs)]  # a missing one fails as its image
     if args.input_list:
@@ -121,7 +122,7 @@ def _collect_images(args: argparse.Namespace) -> list[Any]:
 
 
 def _list_classes() -> int:
-    from ..labels import everything_labels, label_names
+    from monai.apps.vista3d.labels import everything_labels, label_names
 
     everything = set(everything_labels())
     print("id   name  (* = in --classes everything)")
@@ -135,7 +136,7 @@ def _list_classes() -> int:
 
 def _seed_and_warn(args: argparse.Namespace, warn: bool = True) -> None:
     """The process's seed (random weights are drawn from it) and the random-weights warning, printed once."""
-    from ..core.network_ready import RANDOM_WEIGHTS_WARNING
+    from monai.apps.vista3d.core.network_ready import RANDOM_WEIGHTS_WARNING
 
     torch.manual_seed(getattr(args, "seed", 0))
     if warn and args.weights is None:
@@ -143,10 +144,10 @@ def _seed_and_warn(args: argparse.Namespace, warn: bool = True) -> None:
 
 
 def _segment(args: argparse.Namespace) -> int:
-    from ..batch.run import run_batch
-    from ..config import TorchrunEnv
-    from ..core.feasibility import check_environment
-    from ..core.prompts import parse_prompt
+    from monai.apps.vista3d.batch.run import run_batch
+    from monai.apps.vista3d.config import TorchrunEnv
+    from monai.apps.vista3d.core.feasibility import check_environment
+    from monai.apps.vista3d.core.prompts import parse_prompt
 
     if args.list_classes:
         return _list_classes()
@@ -176,8 +177,8 @@ def _segment(args: argparse.Namespace) -> int:
 
 def _dicom_and_extras(args: argparse.Namespace) -> tuple[Any, Any]:
     """How DICOM inputs are read and what each image gets beside its label map, from their flags."""
-    from ..config import DicomOptions, ImageOutputs
-    from ..labels import parse_classes
+    from monai.apps.vista3d.config import DicomOptions, ImageOutputs
+    from monai.apps.vista3d.labels import parse_classes
 
     classes = () if args.classes == "everything" or not args.preview else tuple(parse_classes(args.classes))
     return (DicomOptions(args.series, args.allow_modality),
@@ -190,10 +191,10 @@ def _segment_outputs(
     """``(images, their outputs, output folder, part)`` from the inputs, ``-o`` / ``--output-dir`` and ``--part``:
     the folders walked once, here, and everything checked before any work (an output name the disk refuses, two
     images with one output, a folder without images). The output folder is None for ``-o FILE.nii.gz``."""
-    from ..batch.inputs import plan_outputs
-    from ..io.dicom_files import is_series_folder
-    from ..io.input_kind import folder_problem
-    from ..io.paths import check_output
+    from monai.apps.vista3d.batch.inputs import plan_outputs
+    from monai.apps.vista3d.io.dicom_files import is_series_folder
+    from monai.apps.vista3d.io.input_kind import folder_problem
+    from monai.apps.vista3d.io.paths import check_output
 
     output, output_dir = args.output, args.output_dir
     if output is not None and not str(output).lower().endswith((".nii", ".nii.gz")):
@@ -222,7 +223,7 @@ def _named_output(
     name: str, plan: list[tuple[Path, Path]], output_dir: str, part: tuple[int, int] | None
 ) -> tuple[list[Path], list[Path], str | None, tuple[int, int] | None]:
     """The one input's outputs under ``--output-name``: ``OUTPUT/NAME/NAME_<postfix>.nii.gz``."""
-    from ..io.paths import output_path
+    from monai.apps.vista3d.io.paths import output_path
 
     if len(plan) != 1:
         raise UsageError(f"--output-name names one image's outputs; the inputs hold {len(plan)} images")
@@ -269,7 +270,7 @@ def _say_totals(result: BatchResult, quiet: bool, seconds: float, rank: int) -> 
 
 
 def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
-    from ..batch.parts import parse_part
+    from monai.apps.vista3d.batch.parts import parse_part
 
     if text is None:
         return None
@@ -295,10 +296,9 @@ def _usable_kernel_cache() -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
+    from monai.apps.vista3d.labels import everything_labels
     from monai.networks.nets import VISTA3D
     from monai.utils.triton_support import kernel_cache_dir
-
-    from ..labels import everything_labels
 
     sw = 1 if args.sw_batch_size == "auto" else None  # "auto" runs its one-window probe
     cuda = torch.cuda.is_available()  # without one the flags are still checked, for the CPU
@@ -325,7 +325,8 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from ..server.serve import serve
+    from monai.apps.vista3d.server.serve import serve
+
     from .serve import settings_from_args
 
     try:
@@ -339,7 +340,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from ..batch.summary_merge import format_summary, merge_summaries
+    from monai.apps.vista3d.batch.summary_merge import format_summary, merge_summaries
 
     folder = Path(args.folder)
     if not folder.is_dir():
@@ -366,8 +367,8 @@ def _one_line(e: BaseException) -> str:
 
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
-    from ..config import resolve_device
-    from ..core.prompts import parse_prompt
+    from monai.apps.vista3d.config import resolve_device
+    from monai.apps.vista3d.core.prompts import parse_prompt
 
     device = resolve_device(args.device)
     cuda = device.type == "cuda"
@@ -386,7 +387,8 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    from ..core.prompts import parse_prompt
+    from monai.apps.vista3d.core.prompts import parse_prompt
+
     from .phantom import write_phantom
 
     setup = _bench_setup(args)

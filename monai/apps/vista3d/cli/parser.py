@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import (
+from monai.apps.vista3d.config import (
     DEFAULT_EMBED_DIM,
     DEFAULT_OUTPUT_DTYPE,
     DEFAULT_OVERLAP,
@@ -32,7 +32,7 @@ from ..config import (
 )
 
 if TYPE_CHECKING:
-    from ..core.job import SegmentJob
+    from monai.apps.vista3d.core.job import SegmentJob
 
 __all__ = [
     "COMMANDS",
@@ -338,8 +338,8 @@ def job_from_flags(
     :class:`~monai.apps.vista3d.core.job.SegmentJob`: a bad value is a
     :class:`~monai.apps.vista3d.config.SettingError` that names its field, which the command line words as the flag, and
     nothing has been loaded yet. ``roi`` and ``embed_dim`` are the defaults where the flags are not given."""
-    from ..config import PipelineOptions
-    from ..core.job import SegmentJob
+    from monai.apps.vista3d.config import PipelineOptions
+    from monai.apps.vista3d.core.job import SegmentJob
 
     sw = getattr(args, "sw_batch_size", None)
     if sw is not None and "sw_batch_size" not in options:

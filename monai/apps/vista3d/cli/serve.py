@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..server.settings import ServerSettings
+    from monai.apps.vista3d.server.settings import ServerSettings
 
 __all__ = ["settings_from_args"]
 
@@ -31,7 +31,8 @@ def settings_from_args(args: argparse.Namespace) -> ServerSettings:
     checked :class:`~monai.apps.vista3d.core.job.SegmentJob` of :func:`~.parser.job_from_flags` (a
     :class:`~monai.apps.vista3d.config.SettingError` naming the field), the server's own (``ValueError`` naming the
     flag). Nothing is loaded."""
-    from ..server.settings import Limits, ServerSettings
+    from monai.apps.vista3d.server.settings import Limits, ServerSettings
+
     from .parser import job_from_flags
 
     model = job_from_flags(args, progress=False)

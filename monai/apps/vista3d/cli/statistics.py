@@ -50,10 +50,10 @@ def run_statistics(args: argparse.Namespace) -> int:
     """The ``statistics`` command: read the CT and the label map, check they share a grid, print or write the JSON."""
     import torch
 
-    from ..config import DicomOptions, resolve_device
-    from ..core.statistics import structure_statistics
-    from ..io.load_policy import load_input
-    from ..io.nifti import load_image
+    from monai.apps.vista3d.config import DicomOptions, resolve_device
+    from monai.apps.vista3d.core.statistics import structure_statistics
+    from monai.apps.vista3d.io.load_policy import load_input
+    from monai.apps.vista3d.io.nifti import load_image
 
     names = read_label_names(args.label_names) if args.label_names else None
     device = resolve_device(args.device)
@@ -67,7 +67,7 @@ def run_statistics(args: argparse.Namespace) -> int:
                                  exclude_border_structures=args.exclude_border_structures)
     text = json.dumps({"image": str(args.ct), "label_map": str(args.labels), **stats}, indent=1)
     if args.output:
-        from ..io.atomic import write_atomically
+        from monai.apps.vista3d.io.atomic import write_atomically
 
         write_atomically(args.output, lambda f: f.write(text.encode()))
     else:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import CheckpointError
+from monai.apps.vista3d.errors import CheckpointError
 
 __all__ = ["build_network", "load_checkpoint", "network_from_checkpoint"]
 
@@ -163,7 +163,7 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             f"checkpoint {str(path)!r} holds pickled Python objects{held}, not only tensors: a whole network saved "
             f"with torch.save(model) or another program's pickle; save model.state_dict() instead; {_EXPECTED}"
         ) from None
-    except Exception as e:  # noqa: BLE001 - any other unreadable file is reported the same way
+    except Exception as e:  # any other unreadable file is reported the same way
         with open(path, "rb") as f:
             zipped = f.read(4) == b"PK\x03\x04"  # torch's own format: a zip archive that no longer reads
         if zipped or isinstance(e, EOFError):

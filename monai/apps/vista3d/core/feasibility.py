@@ -28,12 +28,11 @@ from pathlib import Path
 
 import torch
 
+from monai.apps.vista3d.config import DEFAULT_OVERLAP, PipelineOptions, SettingError
+from monai.apps.vista3d.errors import ResourceError, Vista3DInputError
+from monai.apps.vista3d.io.nifti import ImageHeader, read_header
+from monai.apps.vista3d.io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
 from monai.inferers import get_scan_interval
-
-from ..config import DEFAULT_OVERLAP, PipelineOptions, SettingError
-from ..errors import ResourceError, Vista3DInputError
-from ..io.nifti import ImageHeader, read_header
-from ..io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
 
 __all__ = [
     "failure_reason",
@@ -142,8 +141,8 @@ def check_environment() -> None:
     Raises:
         ResourceError: the variable's value, and what it may be.
     """
-    from ..errors import Vista3DInputError
-    from ..io.gzip_codec import gzip_codec, gzip_reader_choice
+    from monai.apps.vista3d.errors import Vista3DInputError
+    from monai.apps.vista3d.io.gzip_codec import gzip_codec, gzip_reader_choice
 
     try:
         gzip_codec()

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from ..config import (
+from monai.apps.vista3d.config import (
     ROI_MULTIPLE,
     PipelineOptions,
     SettingError,
@@ -32,6 +32,7 @@ from ..config import (
     embed_dim_of,
     resolve_device,
 )
+
 from .feasibility import check_network, check_window
 from .pipeline import Vista3DPipeline
 from .prompts import Prompt, parse_prompt

@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from ..config import DEFAULT_EMBED_DIM, embed_dim_of
+from monai.apps.vista3d.config import DEFAULT_EMBED_DIM, embed_dim_of
+
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 
 __all__ = ["RANDOM_WEIGHTS_WARNING", "check_network_kwargs", "ready_network", "encoder_shape"]

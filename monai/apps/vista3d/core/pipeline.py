@@ -48,9 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from monai.utils.profiling import StageTimer
-
-from ..config import (
+from monai.apps.vista3d.config import (
     OUTPUT_POSTFIX,
     ROI_MULTIPLE,
     PipelineOptions,
@@ -58,11 +56,13 @@ from ..config import (
     embed_dim_of,
     resolve_device,
 )
-from ..errors import PromptError, Vista3DInputError
-from ..io.image_geometry import ImageGeometry
-from ..io.load_policy import load_input
-from ..io.nifti_write import save_class_masks, save_label_map
-from ..io.paths import check_output, class_mask_dir, class_mask_paths, output_path
+from monai.apps.vista3d.errors import PromptError, Vista3DInputError
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.load_policy import load_input
+from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
+from monai.apps.vista3d.io.paths import check_output, class_mask_dir, class_mask_paths, output_path
+from monai.utils.profiling import StageTimer
+
 from .feasibility import check_image, check_network, check_window, check_window_passes
 from .network_ready import (
     RANDOM_WEIGHTS_WARNING,

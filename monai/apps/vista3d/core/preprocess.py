@@ -25,9 +25,9 @@ import nibabel.orientations as nio
 import numpy as np
 import torch
 
-from ..errors import EmptyForegroundError
-from ..io.load_policy import as_compute_layout
-from ..labels import bundle_config
+from monai.apps.vista3d.errors import EmptyForegroundError
+from monai.apps.vista3d.io.load_policy import as_compute_layout
+from monai.apps.vista3d.labels import bundle_config
 
 __all__ = [
     "AFFINE_TOL",

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any, Union
 import numpy as np
 import torch
 
-from ..errors import PromptError
-from ..labels import parse_classes, special_point_labels
+from monai.apps.vista3d.errors import PromptError
+from monai.apps.vista3d.labels import parse_classes, special_point_labels
+
 from .preprocess import input_to_preprocessed_coords
 
 if TYPE_CHECKING:
@@ -114,7 +115,8 @@ def parse_points(points, point_labels) -> tuple[np.ndarray | None, np.ndarray | 
         else:
             labs = _as_array(point_labels, np.int64).reshape(-1)
     except (ValueError, TypeError, OverflowError) as e:  # OverflowError: an integer no int64 holds
-        raise PromptError(f"cannot parse the points/labels ({e}): use points='x,y,z;x,y,z' point_labels='1,0'")
+        raise PromptError(
+            f"cannot parse the points/labels ({e}): use points='x,y,z;x,y,z' point_labels='1,0'") from None
     pts = pts.reshape(-1, pts.shape[-1]) if pts.size else pts.reshape(0, 3)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise PromptError(f"each point needs 3 coordinates x,y,z; got points of shape {tuple(pts.shape)}")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from ..io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+
 from .postprocess import ClassMasks
 from .preprocess import PreprocessRecord
 

@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from monai.apps.vista3d.errors import PromptError, Vista3DInputError
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.labels import parse_classes
 from monai.networks.nets import VISTA3D
 from monai.utils.profiling import StageTimer
 
-from ..errors import PromptError, Vista3DInputError
-from ..io.image_geometry import ImageGeometry
-from ..labels import parse_classes
 from .pipeline import Vista3DPipeline
 from .prompts import ClassSpec, Prompt, parse_points
 

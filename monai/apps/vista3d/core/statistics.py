@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..labels import label_names
+from monai.apps.vista3d.labels import label_names
 
 __all__ = ["structure_statistics", "label_centroids", "gather_totals", "StructureTotals", "BORDER_MARGIN",
            "SLAB_VOXELS"]

@@ -45,11 +45,11 @@ from typing import Any
 
 import torch
 
+from monai.apps.vista3d.config import DEFAULT_OVERLAP
 from monai.inferers.sliding_window import SlidingWindowSettings, run_sliding_window
 from monai.inferers.tile_stitcher import TileStitcher
 from monai.utils import BlendMode
 
-from ..config import DEFAULT_OVERLAP
 from .postprocess import logits_to_labels, pack_masks, packed_channels
 
 __all__ = ["sliding_window_label_inference", "LabelMapReduction"]  # post-transform re-exported

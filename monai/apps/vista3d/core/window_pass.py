@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
+from monai.apps.vista3d.errors import PromptError
 from monai.utils.profiling import WINDOW_STAGES
 
-from ..errors import PromptError
 from .postprocess import ClassMasks
 from .progress import WindowProgress, between_windows
 
@@ -180,7 +180,7 @@ class WindowPasses:
         point_start: int,
         predictor: CountingPredictor,
     ) -> tuple[torch.Tensor, WindowPass]:
-        from ..inferer import point_based_window_inferer
+        from monai.apps.vista3d.inferer import point_based_window_inferer
 
         pc = None if label_ids is None else torch.as_tensor(list(label_ids), device=self.device).view(-1, 1)
         predictor.start(WindowProgress(int(point_coords.shape[1]) - point_start, self.settings.progress))

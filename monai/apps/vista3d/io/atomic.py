@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import Vista3DOutputError
+from monai.apps.vista3d.errors import Vista3DOutputError
+
 from .paths import TEMP_SUFFIX, temp_prefix
 
 __all__ = ["write_atomically", "write_temp", "commit", "discard"]

@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..config import DicomOptions
-from ..errors import DicomChoiceError, Vista3DInputError
+from monai.apps.vista3d.config import DicomOptions
+from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError
+
 from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry
 
@@ -164,7 +165,7 @@ def _read_datasets(p: Path, pydicom: Any) -> list[Any]:
     for name, blob in blobs:
         try:
             ds = pydicom.dcmread(blob)
-        except Exception as e:  # noqa: BLE001 - pydicom raises several types for damaged files
+        except Exception as e:  # pydicom raises several types for damaged files
             raise Vista3DInputError(f"{p}: cannot read {Path(name).name} as DICOM ({_first_line(e)}).") from None
         if "PixelData" in ds:
             datasets.append(ds)
@@ -379,7 +380,7 @@ def _stored_values(p: Path, ds: Any, shape: tuple[int, int]) -> np.ndarray:
     """One slice's stored values ``[rows, columns]``, decoded by pydicom (its decoders, sign and bit depth)."""
     try:
         values = ds.pixel_array
-    except Exception as e:  # noqa: BLE001 - pydicom's decoders raise several types for damaged data
+    except Exception as e:  # pydicom's decoders raise several types for damaged data
         raise Vista3DInputError(f"{p}: the pixel data of a slice cannot be decoded ({_first_line(e)}); export the "
                                 "series again.") from None
     if values.shape != shape:
@@ -395,7 +396,7 @@ def _multiframe_volume(p: Path, ds: Any) -> tuple[np.ndarray, np.ndarray]:
     try:
         image = highdicom.Image.from_dataset(ds, copy=False)
         volume = image.get_volume(dtype=np.float32, apply_presentation_lut=False, rtol=SPACING_TOLERANCE)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         raise Vista3DInputError(f"{p}: the frames do not form one regular volume ({_first_line(e)}); missing or "
                                 "unevenly spaced frames, or a tilt.") from None
     return _to_ras_layout(volume.array, volume.affine)

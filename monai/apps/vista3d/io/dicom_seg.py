@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Vista3DInputError
-from ..labels import label_names
+from monai.apps.vista3d.errors import Vista3DInputError
+from monai.apps.vista3d.labels import label_names
+
 from .image_geometry import ImageGeometry
 from .label_colors import label_color
 

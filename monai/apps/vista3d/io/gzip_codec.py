@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.errors import Vista3DInputError
+
 from .handoff import get_from
 
 __all__ = [

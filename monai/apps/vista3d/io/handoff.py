@@ -22,7 +22,7 @@ import queue
 import threading
 from typing import Any
 
-from ..errors import WorkerError
+from monai.apps.vista3d.errors import WorkerError
 
 __all__ = ["get_from"]
 

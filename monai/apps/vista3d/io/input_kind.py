@@ -120,7 +120,8 @@ def _hidden(rel: pathlib.Path) -> bool:
 
 
 def folder_problem(folder: str | os.PathLike) -> str:
-    """Why the folder search found no image (NIfTI file, DICOM series folder) in ``folder``: what it holds instead, in one line with what to do."""
+    """Why the folder search found no image (NIfTI file, DICOM series folder) in ``folder``: what it holds instead,
+    in one line with what to do."""
     root = pathlib.Path(folder)
     if not root.is_dir():
         return input_problem(root) or f"{root}: not a folder"

@@ -20,14 +20,14 @@ keeps its colour across images, runs and versions.
 from __future__ import annotations
 
 import colorsys
-from functools import lru_cache
+from functools import cache
 
 __all__ = ["label_color", "GOLDEN_RATIO"]
 
 GOLDEN_RATIO = 0.6180339887498949
 
 
-@lru_cache(maxsize=None)
+@cache
 def label_color(label_id: int) -> tuple[int, int, int]:
     """The ``(r, g, b)`` (0-255) colour of a label id (background 0 is black)."""
     i = int(label_id)

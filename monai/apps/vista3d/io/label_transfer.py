@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.errors import Vista3DInputError
+
 from .image_geometry import ImageGeometry
 
 __all__ = ["label_map_to_host", "to_host_file_order", "label_source", "file_order_slab"]

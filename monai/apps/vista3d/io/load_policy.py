@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from ..config import DicomOptions
+from monai.apps.vista3d.config import DicomOptions
+
 from .image_geometry import ImageGeometry
 from .input_kind import input_kind
 from .nifti import load_image

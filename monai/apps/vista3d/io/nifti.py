@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.errors import Vista3DInputError
+
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
 from .input_kind import input_kind, input_problem
@@ -97,7 +98,7 @@ def read_header(path: str | os.PathLike) -> ImageHeader | None:
         zooms = [float(z) or 1.0 for z in np.linalg.norm(np.asarray(header.get_best_affine())[:3, :3], axis=0)]
         itemsize = np.dtype(header.get_data_dtype()).itemsize
         size = os.path.getsize(path)
-    except Exception:  # noqa: BLE001 - any unreadable header is the load's to report
+    except Exception:  # any unreadable header is the load's to report
         return None
     while len(shape) > 3 and shape[-1] == 1:
         shape.pop()

@@ -30,7 +30,8 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.errors import Vista3DInputError
+
 from .gzip_codec import GZIP_MAGIC, Gunzip, ParallelGunzip, ParallelInflateError, use_rapidgzip
 
 __all__ = [

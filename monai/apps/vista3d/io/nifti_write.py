@@ -28,9 +28,10 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..config import DEFAULT_OUTPUT_DTYPE
-from ..errors import Vista3DInputError, Vista3DOutputError
-from ..labels import label_name
+from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE
+from monai.apps.vista3d.errors import Vista3DInputError, Vista3DOutputError
+from monai.apps.vista3d.labels import label_name
+
 from .atomic import commit, discard, write_temp
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .image_geometry import ImageGeometry
@@ -133,7 +134,7 @@ def _keep_stored_geometry(hdr: Any, block: bytes) -> None:
     negative pixdim positive and resets odd codes, which moves the result against the input in other readers."""
     try:
         stored = type(hdr)(binaryblock=block, check=False)  # byte order from its sizeof_hdr
-    except Exception:  # noqa: BLE001 - a block this header class cannot take: keep nibabel's reading
+    except Exception:  # a block this header class cannot take: keep nibabel's reading
         return
     for name in _GEOMETRY_FIELDS:
         hdr[name] = stored[name]
@@ -271,7 +272,7 @@ def _check_save(
 ) -> tuple[np.dtype, int]:
     """Check a save's target and settings before any work: ``(little-endian output dtype, gzip level)``."""
     name = p.name
-    if not (name.endswith(".nii") or name.endswith(".nii.gz")):
+    if not name.endswith((".nii", ".nii.gz")):
         raise Vista3DInputError(f"{p}: output must end with .nii or .nii.gz.")
     if same_file(p, geometry.filename):
         raise Vista3DOutputError(f"{p}: the output path is the input file; choose another output folder or name.")

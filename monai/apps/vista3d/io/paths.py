@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import OUTPUT_POSTFIX
-from ..errors import OutputPathError
-from ..labels import label_name
+from monai.apps.vista3d.config import OUTPUT_POSTFIX
+from monai.apps.vista3d.errors import OutputPathError
+from monai.apps.vista3d.labels import label_name
 
 __all__ = [
     "OutputLayout",

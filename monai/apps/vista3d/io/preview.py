@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import Vista3DInputError
-from ..labels import label_names
+from monai.apps.vista3d.errors import Vista3DInputError
+from monai.apps.vista3d.labels import label_names
+
 from .label_colors import label_color
 
 __all__ = ["PreviewSlices", "preview_slices", "render_preview", "write_preview", "pillow_missing", "PANEL_PX"]

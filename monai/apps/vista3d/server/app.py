@@ -43,8 +43,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from ..core.network_ready import RANDOM_WEIGHTS_WARNING
-from ..errors import Vista3DInputError
+from monai.apps.vista3d.core.network_ready import RANDOM_WEIGHTS_WARNING
+from monai.apps.vista3d.errors import Vista3DInputError
+
 from .errors import ServeError
 from .monailabel import router as monailabel_router
 from .routes import ServerState, router, sweep_sessions
@@ -216,7 +217,7 @@ class CatchAll:
             if not started:  # the task ends here, answered: uvicorn would otherwise send a plain 500
                 await self._answer(send, 503, _STOPPING, [(b"retry-after", str(_STOPPING_RETRY).encode()),
                                                           (b"connection", b"close")])
-        except Exception as e:  # noqa: BLE001 - the last line of defence: logged here, one line to the client
+        except Exception as e:  # the last line of defence: logged here, one line to the client
             logger.exception("internal error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
                 await self._answer(send, 500, f"internal server error ({type(e).__name__}); the server logged it", [])

@@ -37,10 +37,11 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from ..io.dicom_files import ZIP_MAGIC
-from ..io.gzip_codec import GZIP_MAGIC, gzip_codec
-from ..io.image_geometry import ImageGeometry
-from ..io.nifti_write import save_label_map
+from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC
+from monai.apps.vista3d.io.gzip_codec import GZIP_MAGIC, gzip_codec
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.nifti_write import save_label_map
+
 from .dicom_zip import inspect_dicom_zip
 from .errors import ServeError
 

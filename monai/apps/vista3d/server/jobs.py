@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from ..core.feasibility import check_image
-from ..core.prompts import Prompt
-from ..core.session import Vista3DSession
-from ..core.statistics import structure_statistics
-from ..errors import DicomChoiceError, ResourceError, Vista3DInputError
+from monai.apps.vista3d.core.feasibility import check_image
+from monai.apps.vista3d.core.prompts import Prompt
+from monai.apps.vista3d.core.session import Vista3DSession
+from monai.apps.vista3d.core.statistics import structure_statistics
+from monai.apps.vista3d.errors import DicomChoiceError, ResourceError, Vista3DInputError
+
 from .errors import ServeError
 from .images import LoadedImage, load_nrrd
 

@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..core.prompts import Prompt, parse_prompt
-from ..core.session import Vista3DSession
-from ..io.image_geometry import ImageGeometry
-from ..io.nifti_write import save_label_map
-from ..labels import everything_labels, label_name, label_names
+from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
+from monai.apps.vista3d.core.session import Vista3DSession
+from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.nifti_write import save_label_map
+from monai.apps.vista3d.labels import everything_labels, label_name, label_names
+
 from . import jobs
 from .errors import ServeError
 from .images import LoadedImage, nrrd_available

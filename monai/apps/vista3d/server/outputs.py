@@ -24,7 +24,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from ..io.paths import TEMP_SUFFIX, temp_prefix
+from monai.apps.vista3d.io.paths import TEMP_SUFFIX, temp_prefix
+
 from .errors import ServeError
 
 __all__ = ["publish", "MAX_COPIES"]

@@ -33,10 +33,11 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from ..config import OUTPUT_POSTFIX, embed_dim_of
-from ..core.prompts import parse_points
-from ..io.atomic import write_atomically
-from ..labels import everything_labels, label_names
+from monai.apps.vista3d.config import OUTPUT_POSTFIX, embed_dim_of
+from monai.apps.vista3d.core.prompts import parse_points
+from monai.apps.vista3d.io.atomic import write_atomically
+from monai.apps.vista3d.labels import everything_labels, label_names
+
 from . import jobs
 from .call import Call, client_of, media_type, read_limited
 from .errors import ServeError

@@ -31,8 +31,9 @@ from typing import Annotated, Any, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from ..core.prompts import Prompt, parse_prompt
-from ..labels import parse_classes
+from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
+from monai.apps.vista3d.labels import parse_classes
+
 from .errors import ServeError
 
 __all__ = ["Prompts", "OutputOptions", "InferenceRequest", "SessionRequest", "ClickRequest", "parse_body",

@@ -27,8 +27,8 @@ def weights_problem(settings: ServerSettings) -> str | None:
     """What is wrong with the checkpoint of ``settings`` for the network it builds (None: nothing, or no checkpoint
     to read). Its keys and shapes are read memory-mapped (about a second for the published checkpoint), so that a
     file that cannot load is refused before the port opens, not once the server has started."""
-    from ..core.checkpoint import network_from_checkpoint
-    from ..errors import CheckpointError
+    from monai.apps.vista3d.core.checkpoint import network_from_checkpoint
+    from monai.apps.vista3d.errors import CheckpointError
 
     model = settings.model
     if model.weights is None or model.network is not None:

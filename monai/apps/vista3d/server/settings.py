@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.job import SegmentJob
+from monai.apps.vista3d.core.job import SegmentJob
 
 __all__ = ["Limits", "ServerSettings", "is_loopback", "TOKEN_ENV"]
 

@@ -31,7 +31,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
-from ..core.progress import stop_between_windows
+from monai.apps.vista3d.core.progress import stop_between_windows
+
 from .errors import ServeError
 
 __all__ = ["ModelWorker", "Slot", "JobCancelled", "ClientGone"]
@@ -42,11 +43,11 @@ logger = logging.getLogger("monai.apps.vista3d.server")
 LOADING_RETRY_AFTER = 5
 
 
-class JobCancelled(Exception):
+class JobCancelled(Exception):  # noqa: N818 - a signal that ends a job, not an error
     """Raised inside a running job before its next window once its request has given up."""
 
 
-class ClientGone(Exception):
+class ClientGone(Exception):  # noqa: N818 - a signal that ends a job, not an error
     """The client disconnected while its job was waiting or running; nothing is sent back."""
 
 
@@ -237,7 +238,7 @@ class ModelWorker:
 
     # ------------------------------------------------------------------------------------------- thread
     def _load(self) -> Any:
-        from ..labels import everything_labels
+        from monai.apps.vista3d.labels import everything_labels
 
         pipeline = self._factory()
         if self._warm_up:
