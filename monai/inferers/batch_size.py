@@ -27,6 +27,11 @@ This is the one definition of ``"auto"``, used by the one window loop
   gets the same batches whatever the free memory is then, so it runs the shapes the first one compiled and
   autotuned for.
 
+A predictor may name what its memory use depends on in an ``auto_batch_key`` attribute (a tuple of plain values:
+the network's kind, width and precision, the GPU model): the cache then keys its cost by that instead of by the
+predictor object, so two wrappers of one network share a probe and a cache written to disk can serve a later
+process.
+
 The probe leaves the caller's peak-memory statistics alone (no reset): when a peak of theirs from before the probe
 is higher than the probe's, it bounds the probe's cost from above, so the batch comes out smaller, never too large;
 ``info["probe_peak"]`` says ``"exact"`` or ``"upper bound"``. Reset the peak before the call for an exact probe.
@@ -139,8 +144,11 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 def auto_cache_key(
     predictor: Any, roi_size: Sequence[int], inputs: torch.Tensor, device: torch.device, args: tuple, kwargs: dict
 ) -> tuple:
-    """What the per-window memory of ``predictor`` depends on: the predictor, the window, the extra arguments."""
-    key = (_identity(predictor), tuple(roi_size), inputs.shape[1], str(inputs.dtype), str(device))
+    """What the per-window memory of ``predictor`` depends on: the predictor (its ``auto_batch_key`` when it has
+    one, else the object), the window, the extra arguments."""
+    named = getattr(predictor, "auto_batch_key", None)
+    identity = ("named", *named) if named is not None else _identity(predictor)
+    key = (identity, tuple(roi_size), inputs.shape[1], str(inputs.dtype), str(device))
     return key + _signature(tuple(args), dict(kwargs))
 
 

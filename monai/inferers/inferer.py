@@ -86,6 +86,8 @@ class SlidingWindowInferer(Inferer):
             (on for the fused VISTA3D path, see ``FusedConfig.window_add``); off: PyTorch's add.
         on_plan: called with each pass's :class:`~monai.inferers.windows.SlidingWindowPlan` before its first window
             (e.g. to size a caller's own progress bar from the one plan).
+        auto_cache: where ``sw_batch_size="auto"`` keeps its measured window costs across calls: a dict the caller
+            holds (shared by several inferers, or loaded from disk); None: the inferer's own.
         timing: measure where each call spends its time. After a call, ``timings`` holds seconds for ``total``,
             ``prepare`` (padding, window slicing, copies to ``sw_device``), ``forward`` (the network calls),
             ``stitch`` (weighting and adding window outputs), ``finalize`` (normalising and cropping) and
@@ -118,6 +120,7 @@ class SlidingWindowInferer(Inferer):
         timing: bool = False,
         window_add: bool = False,
         on_plan: Callable[[SlidingWindowPlan], Any] | None = None,
+        auto_cache: dict | None = None,
     ) -> None:
         super().__init__()
         self.roi_size = roi_size
@@ -138,7 +141,7 @@ class SlidingWindowInferer(Inferer):
         self.window_add = window_add
         self.on_plan = on_plan
         self.timings: dict[str, Any] = {}
-        self._auto_cache: dict = {}  # sw_batch_size="auto": measured per-window memory, reused across calls
+        self._auto_cache: dict = {} if auto_cache is None else auto_cache  # "auto": costs reused across calls
 
         # The Gaussian map is slow to build on the CPU: build it once when the window size cannot change.
         self.roi_weight_map: torch.Tensor | None = None

@@ -147,6 +147,27 @@ class TestAutoOnMockedGPU(unittest.TestCase):
         inferer(x, lambda w, extra: self.net(w), torch.zeros(3))
         self.assertEqual(self.calls[0], 1)
 
+    def test_named_predictors_share_a_cost(self):
+        """Two wrappers that name one network alike probe once between them, through a cache the caller holds;
+        unnamed ones are told apart by object."""
+
+        class Wrapper:
+            def __init__(self, owner, name):
+                self.owner, self.auto_batch_key = owner, name
+
+            def __call__(self, w):
+                return self.owner.net(w)
+
+        x = torch.rand(1, 1, 20, 20, 14)
+        cache: dict = {}
+        kept = []  # alive, so that no two unnamed wrappers share an id
+        for name, probes in ((("vista", 48), [1, 9, 8]), (("vista", 48), [9, 9]), (("vista", 96), [1, 9, 8]),
+                             (None, [1, 9, 8]), (None, [1, 9, 8])):
+            self.calls.clear()
+            kept.append(Wrapper(self, name))
+            SlidingWindowInferer(8, "auto", 0.25, auto_cache=cache)(x, kept[-1])
+            self.assertEqual(self.calls, probes, name)
+
     def test_same_size_same_batches(self):
         # the free memory moves between images (other allocations, the next image prefetched): an image of a size
         # already seen still gets that size's batches, so no new shape is compiled or autotuned for it
