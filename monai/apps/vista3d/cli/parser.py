@@ -115,8 +115,9 @@ def _add_network(p: argparse.ArgumentParser, sw_batch_size: bool = True) -> None
     if sw_batch_size:
         p.add_argument("--sw-batch-size", default="1",
                        help="windows per network call (default 1), or 'auto': on CUDA as many as the free GPU memory "
-                            "holds, measured on a first one-window call, elsewhere 4; split evenly (the same rule "
-                            "with and without --no-streaming; see monai.inferers.batch_size)")
+                            "holds, measured on a first one-window call once per GPU model and settings and kept in "
+                            "the kernel cache folder (vista3d-auto-batch.json), elsewhere 4; split evenly (the same "
+                            "rule with and without --no-streaming; see monai.inferers.batch_size)")
     p.add_argument("--amp", action=argparse.BooleanOptionalAction, default=None,
                    help="float16 autocast on CUDA (default: on for CUDA, off for CPU)")
     p.add_argument("--no-fuse", dest="fuse", action="store_false",

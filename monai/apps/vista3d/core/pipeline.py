@@ -63,6 +63,7 @@ from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.apps.vista3d.io.paths import check_output, class_mask_dir, class_mask_paths, output_path
 from monai.utils.profiling import StageTimer
 
+from .auto_batch_store import AutoBatchStore
 from .feasibility import check_image, check_network, check_window, check_window_passes
 from .network_ready import (
     RANDOM_WEIGHTS_WARNING,
@@ -171,7 +172,10 @@ class Vista3DPipeline:
         fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
         settings = PassSettings(self.roi_size, self.overlap, self.sw_batch_size, self.amp, self.progress, self.timing,
                                 window_add=fused is not None and fused.stitch_window_add)
-        self._passes = WindowPasses(self.network, self.device, settings)  # one per setting: "auto" probes per pass
+        # "auto"'s window costs outlive the process beside the kernel cache (GPU memory is what it measures)
+        keep = self.sw_batch_size == "auto" and self.device.type == "cuda"
+        store = AutoBatchStore.in_kernel_cache() if keep else None
+        self._passes = WindowPasses(self.network, self.device, settings, store)  # one per setting
 
     def replace(self, **options: Any) -> Vista3DPipeline:
         """A pipeline sharing this one's network with other options (``sw_batch_size``, ``streaming``, ...).

@@ -24,6 +24,7 @@ import torch
 from monai.apps.vista3d.errors import PromptError
 from monai.utils.profiling import WINDOW_STAGES
 
+from .auto_batch_store import AutoBatchStore, measured_costs, network_identity
 from .postprocess import ClassMasks
 from .progress import WindowProgress, between_windows
 
@@ -53,6 +54,7 @@ class CountingPredictor:
         self.network = network
         self.progress: WindowProgress | None = None
         self.batches: list[int] = []
+        self.auto_batch_key: tuple | None = None  # what "auto"'s costs are kept under (None: this object)
 
     def start(self, progress: WindowProgress) -> None:
         """Begin one image's pass."""
@@ -100,20 +102,36 @@ class PassSettings:
 class WindowPasses:
     """Runs a network over preprocessed images with one pipeline's settings.
 
-    It keeps what outlives an image: the sliding-window inferer and the streamed path's probe for
-    ``sw_batch_size="auto"`` (each probes once), and the counting wrapper of the network.
+    It keeps what outlives an image: the sliding-window inferer, the costs that ``sw_batch_size="auto"`` measured
+    (one probe for the full-logits and the streamed passes of one window, channels and classes), and the counting
+    wrapper of the network.
 
     Args:
         network: the VISTA3D-like module (called with ``transpose=True``).
         device: where the network runs; label maps and masks are returned there.
         settings: the resolved settings.
+        store: where the costs of ``"auto"`` outlive the process (:class:`~.auto_batch_store.AutoBatchStore`):
+            read here, written after a pass that measured a new one; None: kept in this object only.
     """
 
-    def __init__(self, network: Callable, device: torch.device, settings: PassSettings):
-        self.network, self.device, self.settings = network, device, settings
+    def __init__(
+        self, network: Callable, device: torch.device, settings: PassSettings, store: AutoBatchStore | None = None
+    ):
+        self.network, self.device, self.settings, self.store = network, device, settings, store
         self.counting = CountingPredictor(network)
         self._inferer: Any = None
         self._auto_cache: dict = {}
+        if store is not None:
+            # keyed by what the costs depend on, not by this process's objects: a later process finds them
+            self.counting.auto_batch_key = network_identity(network, device, settings.amp)
+            self._auto_cache = store.load()
+        self._stored = set(self._auto_cache)
+
+    def _keep_costs(self) -> None:
+        """Write the costs to the store when a pass measured one it did not hold."""
+        if self.store is not None and set(measured_costs(self._auto_cache)) - self._stored:
+            self.store.save(self._auto_cache)
+            self._stored = set(measured_costs(self._auto_cache))
 
     def autocast(self) -> Any:
         """float16 autocast where ``amp`` asks for it on CUDA, else nothing."""
@@ -168,6 +186,7 @@ class WindowPasses:
             stages = {f"inference/{k}": float(measured[k]) for k in (*WINDOW_STAGES, "other", "total")
                       if k in measured}
             run = predictor.finish(stages)
+        self._keep_costs()
         return logits, run
 
     def _point_logits(
@@ -215,6 +234,7 @@ class WindowPasses:
                 )
         finally:
             run = self.counting.finish()
+        self._keep_costs()
         if isinstance(out, tuple):  # the labels and, with masks, the packed masks
             labels, packed = out[0], out[1][0].to(self.device)
         else:
@@ -230,6 +250,6 @@ class WindowPasses:
             s = self.settings
             self._inferer = SlidingWindowInfererAdapt(
                 roi_size=s.roi_size, sw_batch_size=s.sw_batch_size, overlap=s.overlap, with_coord=True,
-                timing=s.timing, window_add=s.window_add,
+                timing=s.timing, window_add=s.window_add, auto_cache=self._auto_cache,
             )
         return self._inferer
