@@ -86,6 +86,12 @@ class TestParallelGunzip(ReaderCase):
         self.assertEqual(got, len(expected) - 540)
         self.assertEqual(buf[540:].tobytes(), expected[540:])
 
+    def test_read_after_close(self):
+        r = gz.ParallelGunzip(self.src, 1)
+        r.close()
+        with self.assertRaisesRegex(ValueError, "ct.nii.gz: read after close"):
+            r.read(10)
+
     @parameterized.expand([(kind,) for kind in DAMAGE + ["two_members", "zero_padding"]])
     def test_refuses(self, kind):
         if kind == "two_members":

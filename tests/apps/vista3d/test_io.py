@@ -42,7 +42,7 @@ from monai.apps.vista3d.io import label_transfer, nifti_read, nifti_write
 from monai.apps.vista3d.io import nifti as vio
 from monai.apps.vista3d.io.atomic import write_atomically
 from monai.apps.vista3d.io.gzip_codec import available_cores
-from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.apps.vista3d.io.paths import (
@@ -123,6 +123,18 @@ class TestPhantom(unittest.TestCase):
             make_phantom((16, 16, 16), (0.0, 1.0, 1.0))
         with tempfile.TemporaryDirectory() as d, self.assertRaises(ValueError):
             write_phantom(os.path.join(d, "x.nii"), (16, 16, 16), orientation="XYZ")
+
+
+class TestAsXyz(unittest.TestCase):
+    def test_three_values(self):
+        self.assertEqual(as_xyz(int(s) for s in np.zeros((4, 5, 6)).shape), (4, 5, 6))
+        geom = ImageGeometry(np.diag([0.5, 2.0, 3.0, 1.0]), (4, 5, 6), None, None, np.dtype(np.int16))
+        self.assertEqual(geom.spacing, (0.5, 2.0, 3.0))
+
+    @parameterized.expand([("two", (4, 5)), ("four", (1, 4, 5, 6))])
+    def test_other_counts_refused(self, _, values):
+        with self.assertRaisesRegex(ValueError, f"three values.*got {len(values)}"):
+            as_xyz(values)
 
 
 class TestRoundTrip(TempDirCase):
@@ -206,6 +218,14 @@ class TestRoundTrip(TempDirCase):
             self.assertEqual([e.get_code() for e in nib.load(out).header.extensions], [4] + [6] * (record is not None))
             self.assertTrue(nifti_write.is_vista3d_output(out))
             self.assertIsNone(nifti_write.output_problem(out))
+
+    @parameterized.expand([("list", b"[1, 3]"), ("number", b"7"), ("broken", b'{"classes": ')])
+    def test_settings_record_not_an_object(self, _, text):
+        """A record that is no JSON object (a rerun compares it key by key) reads as unreadable: None."""
+        img = nib.Nifti1Image(np.zeros((8, 8, 8), np.uint8), np.eye(4))
+        img.header.extensions.append(nib.nifti1.Nifti1Extension("comment", b"vista3d-settings " + text))
+        nib.save(img, self.tmp / "seg.nii.gz")
+        self.assertIsNone(nifti_write.read_output_record(self.tmp / "seg.nii.gz"))
 
     @parameterized.expand(NIBABEL_FILES)
     def test_nibabel_files(self, name):

@@ -53,7 +53,8 @@ class Claim:
     """
 
     def __init__(self, path: Path, lock: Path, fd: int, created: list[Path]) -> None:
-        self.path, self.lock, self._fd, self._created = path, lock, fd, created
+        self.path, self.lock, self._created = path, lock, created
+        self._fd: int | None = fd  # None once released
 
     @property
     def held(self) -> bool:

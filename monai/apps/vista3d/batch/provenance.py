@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from monai.apps.vista3d.config import check_roi_size
 from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.errors import OutputPathError
 from monai.apps.vista3d.io.nifti_write import read_output_record
@@ -71,11 +72,12 @@ class Provenance:
 
     def __init__(self, what: SegmentJob | Segmenter):
         self.settings = _settings(what)
-        self.weights = what.weights if isinstance(what, SegmentJob) else None
+        weights = what.weights if isinstance(what, SegmentJob) else None
+        self.weights = weights
         self._digest: list[str] = []
         self._thread: threading.Thread | None = None
-        if self.weights is not None:
-            self._thread = threading.Thread(target=lambda: self._digest.append(weights_digest(self.weights)),
+        if weights is not None:
+            self._thread = threading.Thread(target=lambda: self._digest.append(weights_digest(weights)),
                                             name="vista3d-weights-digest", daemon=True)
             self._thread.start()
 
@@ -118,7 +120,8 @@ def output_settings(job: SegmentJob) -> dict[str, Any]:
         "classes": prompt.label_ids,
         "points": None if prompt.points is None else prompt.points.tolist(),
         "point_labels": None if prompt.point_labels is None else prompt.point_labels.tolist(),
-        "roi_size": list(options.roi_size), "overlap": options.overlap, "output_dtype": options.output_dtype,
+        "roi_size": list(check_roi_size(options.roi_size)), "overlap": options.overlap,
+        "output_dtype": options.output_dtype,
         "unreached_label": options.unreached_label, "nonfinite": options.nonfinite, "per_class": options.per_class,
         "network": "vista3d132" if job.network is None else type(job.network).__name__,
         "network_kwargs": dict(job.network_kwargs), "weights": weights,
@@ -149,9 +152,10 @@ def check_made_alike(outputs: Sequence[Path], job: SegmentJob) -> None:
             differing.append((out, record))
     if not differing:
         return
+    assert ours is not None, "made when the first record was read"
     out, record = differing[0]
-    changes = [f"{key} {_shown(key, record.get(key))} then, {_shown(key, ours.get(key))} now"  # type: ignore
-               for key in sorted(set(record) | set(ours or {})) if record.get(key) != (ours or {}).get(key)]
+    changes = [f"{key} {_shown(key, record.get(key))} then, {_shown(key, ours.get(key))} now"
+               for key in sorted(set(record) | set(ours)) if record.get(key) != ours.get(key)]
     more = f" (and {len(differing) - 1} more outputs)" if len(differing) > 1 else ""
     raise OutputPathError(
         f"{out}{more} was made with other settings: {'; '.join(changes)}; pass overwrite=True to redo "

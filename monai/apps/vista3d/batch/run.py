@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from monai.apps.vista3d.config import BatchOptions, DicomOptions, ImageOutputs
 from monai.apps.vista3d.core.feasibility import check_environment, check_image, failure_reason
 from monai.apps.vista3d.core.job import SegmentJob
@@ -150,8 +152,9 @@ def run_batch(
     started = time.perf_counter()  # the run's wall clock
     began = time.time()  # the clock of file times: outputs written since are another process's
     claims = OutputClaims(began)
+    device = what.resolved_device if isinstance(what, SegmentJob) else what.device  # where images are read to
     # the run's GPU is current while it runs (kernels launch on the current device) and the caller's after
-    with on_device(what.device), dist_context(opts.backend) as (rank, world, _):
+    with on_device(device), dist_context(opts.backend) as (rank, world, _):
         made = Provenance(what) if rank == 0 else None  # the weights hashed while the run works
         result_of = functools.partial(BatchResult, world_size=world, host=socket.gethostname(), part=part,
                                       inputs=len(paths), started=began)
@@ -164,13 +167,13 @@ def run_batch(
         todo = _triage(records, what.mask_ids, overwrite, claims, report, opts.extras)
         jobs = _Jobs([ImageJob(i, paths[i], outs[i], volumes[i]) for i in todo], records, claims)
         try:
-            _segment_all(jobs, _Work(what, opts.prefetch, world, opts.dicom, opts.extras), report)
+            _segment_all(jobs, _Work(what, device, opts.prefetch, rank, world, opts.dicom, opts.extras), report)
         except BaseException:  # Ctrl-C, SIGTERM, a crash: what was finished is still recorded
             if rank == 0 and jobs.started:  # (a pipeline that could not be built started nothing)
                 stopped = stopped_records(records, paths, outs, sizes, pool)
                 wall = time.perf_counter() - started
-                settings = made.record() if made is not None else None
-                write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True, settings=settings))
+                made_with = made.record() if made is not None else None
+                write_summary(summary, result_of(stopped, wall_seconds=wall, interrupted=True, settings=made_with))
             raise
         every = gather_records([records[i].as_dict() for i in sorted(records)], world)
     result = result_of(every, wall_seconds=time.perf_counter() - started)
@@ -286,20 +289,23 @@ class _Work:
     :class:`Segmenter`."""
 
     what: SegmentJob | Segmenter
+    device: torch.device
     prefetch: int
+    rank: int
     world: int
     dicom: DicomOptions
     extras: ImageOutputs
 
     def loader(self, jobs: _Jobs) -> Loader:
         """Start reading this rank's images onto the segmenter's device, with the one load policy."""
-        load = functools.partial(load_for, device=self.what.device, nonfinite=self.what.nonfinite, dicom=self.dicom)
+        read = functools.partial(load_for, device=self.device, nonfinite=self.what.nonfinite, dicom=self.dicom)
         items = [(job.image, job.volume) for job in jobs.todo]
-        load = jobs.claims.claiming(load, [job.output for job in jobs.todo])  # each output claimed before its read
-        return Loader(load, items, self.prefetch, self.what.device)
+        load = jobs.claims.claiming(read, [job.output for job in jobs.todo])  # each output claimed before its read
+        return Loader(load, items, self.prefetch, self.device)
 
-    def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter:
-        """What segments each image; a job's pipeline is built here, while the loader reads the first image."""
+    def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter | None:
+        """What segments each image; a job's pipeline is built here, while the loader reads the first image (none
+        is built for a rank without images: None)."""
         job = self.what
         if not isinstance(job, SegmentJob):
             return job
@@ -310,7 +316,7 @@ class _Work:
             except Exception as e:
                 error = e
         agree_on_setup(error, self.world)
-        return built  # type: ignore[return-value]
+        return built
 
 
 class _Finisher:
@@ -334,7 +340,8 @@ class _Finisher:
                 remove_empty(created)
                 rec.status, rec.error = "failed", failure_reason(error, job.image)
             else:
-                rec.saved(fut.result()[1])  # type: ignore[union-attr]
+                assert fut is not None, "finished with neither the save's future nor an error"
+                rec.saved(fut.result()[1])
             if self.report is not None:
                 self.report(rec)
 
@@ -351,7 +358,6 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
         raise
     jobs.started = True
     finish = _Finisher(jobs, report)
-    rank = records[jobs.todo[0].index].rank if jobs.todo else 0
     try:
         record = output_settings(work.what) if isinstance(work.what, SegmentJob) else None  # in each label map
         with AsyncSaver(max_pending=1, save_fn=timed_save, dtype=work.what.output_dtype, record=record) as saver:
@@ -359,12 +365,13 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
                 # on CUDA it synchronises at the end, so the time includes the GPU work; a CPU job touches no GPU
-                timer = StageTimer(device=work.what.device)
+                timer = StageTimer(device=work.device)
                 try:
                     if err is not None:
                         raise err
+                    assert fn is not None, "a rank with images has its segmenter"
                     if isinstance(fn, PipelineSegmenter):
-                        fn.show_image(k, len(jobs.todo), job.image, rank, work.world)
+                        fn.show_image(k, len(jobs.todo), job.image, work.rank, work.world)
                     with timer.stage("segment"):
                         labels, info = labels_and_info(fn(image, geom))
                     if work.extras.any:  # while the image and its labels are still on the device

@@ -55,10 +55,19 @@ class Segmenter(Protocol):
         mask_ids: the classes whose masks each image gets, or None.
     """
 
-    device: torch.device
-    nonfinite: str
-    output_dtype: str
-    mask_ids: list[int] | None
+    # read-only members (properties), so that a frozen dataclass such as FunctionSegmenter is a Segmenter too
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def nonfinite(self) -> str: ...
+
+    @property
+    def output_dtype(self) -> str: ...
+
+    @property
+    def mask_ids(self) -> list[int] | None: ...
 
     def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> Any: ...
 

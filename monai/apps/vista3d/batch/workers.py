@@ -87,7 +87,7 @@ class AsyncSaver:
             labels = label_map_to_host(labels, geometry, dtype)
         self._slots.acquire()
         try:
-            save = self._save_fn or save_label_map
+            save: Callable[..., Any] = self._save_fn or save_label_map
             fut = self._pool.submit(save, labels, geometry, path, **{**self._defaults, **kwargs})
         except BaseException:
             self._slots.release()
@@ -189,6 +189,7 @@ class Loader:
             if self._stop.is_set():
                 return
             timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
+            item: tuple[Any, Any, float, BaseException | None]
             try:
                 with timer.stage("load"), torch.cuda.stream(side) if side is not None else nullcontext():
                     image, geom = self._load(path, volume_index)

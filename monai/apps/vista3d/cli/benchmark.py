@@ -36,8 +36,8 @@ class BenchSetup:
     """What ``benchmark`` runs: the phantom, the window settings and the batch sizes swept, on ``device``."""
 
     device: torch.device
-    size: tuple[int, ...]
-    spacing: tuple[float, ...]
+    size: tuple[int, int, int]
+    spacing: tuple[float, float, float]
     sws: tuple[Any, ...]
     roi: tuple[int, ...]
     embed_dim: int

@@ -302,8 +302,10 @@ def _prepare(args: argparse.Namespace) -> int:
 
     sw = 1 if args.sw_batch_size == "auto" else None  # "auto" runs its one-window probe
     cuda = torch.cuda.is_available()  # without one the flags are still checked, for the CPU
-    job = job_from_flags(args, device=None if cuda else "cpu", **({} if sw is None else {"sw_batch_size": sw}))
+    options: dict[str, Any] = {} if sw is None else {"sw_batch_size": sw}
+    job = job_from_flags(args, device=None if cuda else "cpu", **options)
     device = job.resolved_device
+    reason: str | None
     if device.type != "cuda":
         reason = "no CUDA GPU here" if not cuda else "the CPU was asked for"
     else:
@@ -368,12 +370,13 @@ def _one_line(e: BaseException) -> str:
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
     from monai.apps.vista3d.config import resolve_device
-    from monai.apps.vista3d.core.prompts import parse_prompt
+    from monai.apps.vista3d.io.image_geometry import as_xyz
+    from monai.apps.vista3d.labels import parse_classes
 
     device = resolve_device(args.device)
     cuda = device.type == "cuda"
-    size = parse_ints(args.size, 3, "--size") if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
-    spacing = parse_floats(args.spacing, 3, "--spacing")
+    size = as_xyz(parse_ints(args.size, 3, "--size")) if args.size else ((256, 256, 176) if cuda else (160, 160, 96))
+    spacing = as_xyz(parse_floats(args.spacing, 3, "--spacing"))
     sws: tuple[Any, ...] = (1, 4, 14) if cuda else (1, 2, 4)
     if args.sw_batch_sizes:
         sws = tuple("auto" if t.strip() == "auto" else parse_ints(t, what="--sw-batch-sizes")[0]
@@ -383,7 +386,7 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
     amp = (cuda if args.amp is None else args.amp) and cuda
-    return BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_prompt(args.classes).label_ids))
+    return BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_classes(args.classes)))
 
 
 def _benchmark(args: argparse.Namespace) -> int:
@@ -403,6 +406,7 @@ def _benchmark(args: argparse.Namespace) -> int:
     _seed_and_warn(args)
     base = job.build()
     prompt = parse_prompt(args.classes)
+    assert prompt.label_ids is not None, "a prompt of classes alone has its label ids"
     with tempfile.TemporaryDirectory(prefix="vista3d_bench_") as tmp:
         src = write_phantom(Path(tmp) / "phantom.nii.gz", shape=setup.size, spacing=setup.spacing, seed=args.seed)
         segment = functools.partial(bench_segment, src=src, out_dir=Path(tmp) / "out", prompt=prompt, setup=setup)

@@ -162,7 +162,7 @@ def _oblique(affine: np.ndarray) -> np.ndarray:
     a, b = np.deg2rad(20.0), np.deg2rad(10.0)
     rz = np.array([[np.cos(a), -np.sin(a), 0], [np.sin(a), np.cos(a), 0], [0, 0, 1]])
     rx = np.array([[1, 0, 0], [0, np.cos(b), -np.sin(b)], [0, np.sin(b), np.cos(b)]])
-    out = affine.copy()
+    out: np.ndarray = affine.copy()
     out[:3, :3] = rz @ rx @ affine[:3, :3]
     out[:3, 3] = rz @ rx @ affine[:3, 3]
     return out

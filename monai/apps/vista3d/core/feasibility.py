@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from monai.apps.vista3d.config import DEFAULT_OVERLAP, PipelineOptions, SettingError
+from monai.apps.vista3d.config import DEFAULT_OVERLAP, PipelineOptions, SettingError, check_roi_size
 from monai.apps.vista3d.errors import ResourceError, Vista3DInputError
 from monai.apps.vista3d.io.nifti import ImageHeader, read_header
 from monai.apps.vista3d.io.nifti_read import MAX_DEFLATE_RATIO, host_memory_available
@@ -216,7 +216,7 @@ def check_image(
                 "with more memory"
             )
     if options is not None:
-        check_window_passes(_resampled(header), options.roi_size, options.overlap, str(path))
+        check_window_passes(_resampled(header), check_roi_size(options.roi_size), options.overlap, str(path))
 
 
 def window_count(shape: Sequence[int], roi_size: Sequence[int], overlap: float) -> int:

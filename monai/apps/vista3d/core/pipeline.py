@@ -113,8 +113,8 @@ class Vista3DPipeline:
 
     Attributes:
         random_weights: True when the network was built here and no weights were loaded.
-        roi_size, overlap, sw_batch_size, amp, progress, timing, output_dtype, streaming, nonfinite, per_class: the
-            resolved :class:`PipelineOptions` (``options`` gives them back as one object).
+        roi_size, overlap, sw_batch_size, amp, progress, timing, output_dtype, streaming, nonfinite, per_class,
+            unreached_label: the resolved :class:`PipelineOptions` (``options`` gives them back as one object).
     """
 
     roi_size: tuple[int, int, int]
@@ -127,6 +127,7 @@ class Vista3DPipeline:
     streaming: bool
     nonfinite: str
     per_class: bool
+    unreached_label: int
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from monai.apps.vista3d.errors import EmptyForegroundError
+from monai.apps.vista3d.io.image_geometry import as_xyz
 from monai.apps.vista3d.io.load_policy import as_compute_layout
 from monai.apps.vista3d.labels import bundle_config
 
@@ -100,7 +101,7 @@ def spacing_geometry(
     if offset is None:
         offset = affine[:3, :3] @ (shape_f / 2.0) + affine[:3, 3] - new[:3, :3] @ (out_shape / 2.0)
     new[:3, 3] = offset
-    return new, tuple(int(s) for s in out_shape)  # type: ignore[return-value]
+    return new, as_xyz(int(s) for s in out_shape)
 
 
 def _is_separable(xform: np.ndarray) -> bool:
@@ -224,7 +225,7 @@ def foreground_box(
             lo, hi = max(lo, 0), min(hi, img.shape[d + 1])
         start.append(lo)
         end.append(hi)
-    return tuple(start), tuple(end)  # type: ignore[return-value]
+    return as_xyz(start), as_xyz(end)
 
 
 def _crop_or_pad(img: torch.Tensor, start: Sequence[int], end: Sequence[int]) -> torch.Tensor:
@@ -346,7 +347,7 @@ def preprocess(
     if image.ndim != 4:
         raise ValueError(f"image must be [C, X, Y, Z], got shape {tuple(image.shape)}")
     in_aff = np.asarray(torch.as_tensor(affine, dtype=torch.float64).cpu(), dtype=np.float64)
-    in_shape = tuple(int(s) for s in image.shape[1:])
+    in_shape = as_xyz(int(s) for s in image.shape[1:])
     res_aff, res_shape = spacing_geometry(in_aff, in_shape, pixdim)
     xform = np.linalg.solve(in_aff, res_aff)
     unchanged = res_shape == in_shape and (
@@ -366,15 +367,15 @@ def preprocess(
     out = apply_orientation(scaled, ornt).to(torch.float32).contiguous()
     record = PreprocessRecord(
         input_affine=in_aff,
-        input_shape=in_shape,  # type: ignore[arg-type]
+        input_shape=in_shape,
         resampled_affine=res_aff,
-        resampled_shape=tuple(res_shape) if not unchanged else in_shape,  # type: ignore[arg-type]
+        resampled_shape=res_shape if not unchanged else in_shape,
         resampled=not unchanged,
         box_start=start,
         box_end=end,
         ornt=ornt,
         final_affine=final_aff,
-        final_shape=tuple(int(s) for s in out.shape[1:]),  # type: ignore[arg-type]
+        final_shape=as_xyz(int(s) for s in out.shape[1:]),
         settings={"pixdim": tuple(pixdim), "margin": margin, "a_min": a_min, "a_max": a_max, "axcodes": axcodes},
     )
     return out, record

@@ -42,7 +42,7 @@ from monai.apps.vista3d.config import DicomOptions
 from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError
 
 from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
-from .image_geometry import ImageGeometry
+from .image_geometry import ImageGeometry, as_xyz
 
 __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DICOM_EXTRA"]
 
@@ -110,7 +110,7 @@ def load_dicom(
     image = torch.from_numpy(array)
     if device is not None:
         image = image.to(device)
-    geometry = ImageGeometry(affine=affine, spatial_shape=tuple(int(s) for s in array.shape), header=_nifti_header(
+    geometry = ImageGeometry(affine=affine, spatial_shape=as_xyz(int(s) for s in array.shape), header=_nifti_header(
         affine, array.shape, source.series_uid), filename=str(path), dtype=stored, source=source)
     return image[None], geometry
 
@@ -266,9 +266,9 @@ def _stored_dtype(ds: Any) -> np.dtype:
 
 # ---------------------------------------------------------------------------------------------- geometry
 def _vector(ds: Any, keyword: str, n: int, p: Path) -> np.ndarray:
-    value = getattr(ds, keyword, None)
+    value = getattr(ds, keyword, None)  # None: absent, or an empty element
     try:
-        out = np.asarray([float(v) for v in value], dtype=np.float64)
+        out = np.zeros(0) if value is None else np.asarray([float(v) for v in value], dtype=np.float64)
     except (TypeError, ValueError):
         out = np.zeros(0)
     if out.shape != (n,) or not np.all(np.isfinite(out)):
@@ -379,7 +379,7 @@ def _series_volume(p: Path, datasets: list[Any]) -> tuple[np.ndarray, np.ndarray
 def _stored_values(p: Path, ds: Any, shape: tuple[int, int]) -> np.ndarray:
     """One slice's stored values ``[rows, columns]``, decoded by pydicom (its decoders, sign and bit depth)."""
     try:
-        values = ds.pixel_array
+        values: np.ndarray = ds.pixel_array
     except Exception as e:  # pydicom's decoders raise several types for damaged data
         raise Vista3DInputError(f"{p}: the pixel data of a slice cannot be decoded ({_first_line(e)}); export the "
                                 "series again.") from None

@@ -61,7 +61,7 @@ def is_zip_archive(path: str | os.PathLike) -> bool:
     return zipfile.is_zipfile(p)
 
 
-def dicom_files_in(folder: str | os.PathLike) -> list[Path]:
+def dicom_files_in(folder: str | os.PathLike[str]) -> list[Path]:
     """The DICOM files directly inside ``folder`` (not in its subfolders; hidden files left out), sorted by name
     (an order for messages only: slices are ordered by their position, never by name)."""
     try:
@@ -72,7 +72,7 @@ def dicom_files_in(folder: str | os.PathLike) -> list[Path]:
                   if not e.name.startswith(".") and e.is_file() and is_dicom_file(e.path))
 
 
-def is_series_folder(folder: str | os.PathLike) -> bool:
+def is_series_folder(folder: str | os.PathLike[str]) -> bool:
     """Whether ``folder`` holds DICOM files directly (it is then one image)."""
     try:
         entries = list(os.scandir(folder))

@@ -297,7 +297,9 @@ class ParallelGunzip(_Reader):
 
     def readinto(self, buf: np.ndarray) -> int:
         """Fill the 1-D uint8 array ``buf`` with the next bytes; fewer only at the end of the stream."""
-        mv, n = memoryview(buf).cast("B"), 0
+        if self._file is None:
+            raise ValueError(f"{self.path}: read after close")
+        mv, n = buf.data.cast("B"), 0
         try:
             while n < len(mv):
                 got = self._file.readinto(mv[n:])

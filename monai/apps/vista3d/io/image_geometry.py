@@ -12,12 +12,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["ImageGeometry"]
+__all__ = ["ImageGeometry", "as_xyz"]
+
+_T = TypeVar("_T")
+
+
+def as_xyz(values: Iterable[_T]) -> tuple[_T, _T, _T]:
+    """``values`` (a size or spacing along the three voxel axes) as a 3-tuple.
+
+    Raises:
+        ValueError: when there are not exactly three values.
+    """
+    xyz = tuple(values)
+    if len(xyz) != 3:
+        raise ValueError(f"expected three values, one per voxel axis (X, Y, Z), got {len(xyz)}: {xyz}")
+    return xyz[0], xyz[1], xyz[2]
 
 
 @dataclass
@@ -49,4 +64,4 @@ class ImageGeometry:
     @property
     def spacing(self) -> tuple[float, float, float]:
         """Voxel size in mm along each voxel axis (column norms of the affine)."""
-        return tuple(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))
+        return as_xyz(float(s) for s in np.linalg.norm(self.affine[:3, :3], axis=0))

@@ -81,7 +81,7 @@ def file_order_slab(arr: np.ndarray, k0: int, k1: int, dtype: np.dtype, check: b
     src = arr[:, :, k0:k1]
     if check:
         _check_values(src, dtype)
-    t = src.T
+    t: np.ndarray = src.T
     if t.flags.c_contiguous:
         return t if t.dtype == dtype else t.astype(dtype)
     out = np.empty(t.shape, dtype=dtype)
@@ -113,7 +113,8 @@ def to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
             if narrow.itemsize < dtype.itemsize and info.min <= lo and hi <= info.max:
                 carrier = narrow
                 break
-    return t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+    host: np.ndarray = t.to(carrier).permute(2, 1, 0).contiguous().cpu().numpy().T
+    return host
 
 
 def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:

@@ -290,7 +290,7 @@ def _check_size(p: pathlib.Path, file_bytes: int, memory_bytes: int, compressed:
 
 def _carrier(dtype: np.dtype) -> np.dtype:
     """The native-order type that carries stored voxels into torch exactly (the stored type where torch has it)."""
-    native = dtype.newbyteorder("=")
+    native: np.dtype = dtype.newbyteorder("=")
     if native.kind == "u" and native.itemsize >= 2:  # torch has no general uint16/32/64 arithmetic
         wider = {2: np.int32, 4: np.int64}.get(native.itemsize, np.float64)
         return np.dtype(wider)
@@ -332,9 +332,10 @@ class _Sink:
             cast = arr.dtype != kind or (not stored and slope is not None)
             self.scratch = np.empty(shape[0] * shape[1] * COPY_TILE[2], dtype=kind) if contiguous and cast else None
             return
-        self.in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
+        in_place = may_alias and device.type == "cpu" and self.carrier == arr.dtype
+        self.dest: torch.Tensor | None  # None: the inflate buffer is the result (in place), nothing moves
         if device.type == "cpu":  # numpy's large allocations are backed by huge pages: far fewer page faults
-            self.dest = None if self.in_place else torch.from_numpy(np.empty(shape[::-1], dtype=self.carrier))
+            self.dest = None if in_place else torch.from_numpy(np.empty(shape[::-1], dtype=self.carrier))
         else:
             self.dest = torch.empty(shape[::-1], dtype=_torch_dtype(self.carrier), device=device)
 
@@ -345,7 +346,7 @@ class _Sink:
                 kk = min(k + COPY_TILE[2], k1)
                 convert_slab(self.out, self.arr, k, kk, slope, self.inter, self.contiguous, self.scratch)
             return
-        if self.in_place:
+        if self.dest is None:  # in place: the voxels are already where the result is
             return
         slab = self.arr[:, :, k0:k1].T  # [z, Y, X]: C-contiguous bytes of the file
         if slab.dtype != self.carrier:
@@ -356,7 +357,7 @@ class _Sink:
         """``[X, Y, Z]``: what was converted into ``out``; else the carrier type in file order (F-strided)."""
         if self.convert:
             return torch.from_numpy(self.out)
-        if self.in_place:  # the inflate buffer, whose [Z, Y, X] view is C-contiguous
+        if self.dest is None:  # the inflate buffer, whose [Z, Y, X] view is C-contiguous
             return torch.from_numpy(self.arr.T).permute(2, 1, 0)
         return self.dest.permute(2, 1, 0)
 
@@ -436,14 +437,14 @@ class _PlainReader:
 
     compressed = False
 
-    def __init__(self, f: Any) -> None:
+    def __init__(self, f: io.BufferedIOBase) -> None:
         self.f = f
 
     def read(self, n: int) -> bytes:
         return self.f.read(n)
 
     def readinto(self, buf: np.ndarray) -> int:
-        return self.f.readinto(memoryview(buf).cast("B")) or 0
+        return self.f.readinto(buf.data.cast("B")) or 0
 
     def skip(self, n: int | None = None) -> None:
         if n:

@@ -111,14 +111,15 @@ def _set_record(hdr: Any, record: Any) -> None:
 
 def read_output_record(path: str | os.PathLike) -> dict | None:
     """The settings a label map of this program was made with (``save_label_map(record=...)``), or None: none
-    recorded (an older version's output, another program's file) or an unreadable file."""
+    recorded (an older version's output, another program's file) or an unreadable file or record."""
     p = pathlib.Path(path)
     try:
         hdr = header_from_bytes(header_start(p), p)
         for ext in hdr.extensions:
             text = _record_text(ext)
             if text is not None:
-                return json.loads(text[len(_RECORD_MARK):])
+                record = json.loads(text[len(_RECORD_MARK):])
+                return record if isinstance(record, dict) else None  # what save_label_map writes is an object
     except (OSError, ValueError, zlib.error):
         return None
     return None
@@ -312,7 +313,7 @@ def _write_part(
         else:
             f.write(head)
             for slab in slabs:
-                f.write(memoryview(slab()).cast("B"))
+                f.write(slab().data.cast("B"))
 
     return write_temp(p, write)
 

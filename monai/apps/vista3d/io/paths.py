@@ -26,7 +26,7 @@ import shutil
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from monai.apps.vista3d.config import OUTPUT_POSTFIX
 from monai.apps.vista3d.errors import OutputPathError
@@ -293,7 +293,7 @@ _PART_SUMMARY = re.compile(r"^summary\.part-(\d+)-of-(\d+)(?:\.([^/]+))?\.json$"
 _RUN_SUMMARY = re.compile(r"^summary\.(?!part-)[^/]+\.json$")
 
 
-def summary_kind(name: str) -> tuple[int, int] | None | bool:
+def summary_kind(name: str) -> tuple[int, int] | None | Literal[False]:
     """What the file ``name`` of an output folder is: ``(i, N)`` for a part's summary, ``None`` for a whole run's
     (``summary.json``, ``summary.<host>-<pid>.json``), ``False`` for anything else."""
     if m := _PART_SUMMARY.match(name):

@@ -151,7 +151,9 @@ def _panel(ct: np.ndarray, lab: np.ndarray, pixel_mm: tuple[float, float]) -> An
     height_mm, width_mm = ct.shape[0] * pixel_mm[1], ct.shape[1] * pixel_mm[0]
     scale = PANEL_PX / max(height_mm, width_mm, 1e-6)
     size = (max(1, round(width_mm * scale)), max(1, round(height_mm * scale)))
-    return Image.fromarray(rgb.astype(np.uint8), "RGB").resize(size, Image.NEAREST)
+    # Image.NEAREST: Pillow 9.0 (the extra's floor) has no Image.Resampling; newer Pillow's annotations declare the
+    # constant only as Resampling.NEAREST, though Image.NEAREST is kept at run time
+    return Image.fromarray(rgb.astype(np.uint8), "RGB").resize(size, Image.NEAREST)  # type: ignore[attr-defined]
 
 
 def _font(size: int) -> Any:

@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -107,7 +107,7 @@ class BodyLimit:
     def _message(self) -> str:
         return f"the request body is larger than --max-body-mb ({self.limit >> 20} MiB)"
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -137,7 +137,7 @@ class BodyDeadline:
     def __init__(self, app: Any, seconds: float):
         self.app, self.seconds = app, seconds
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -231,12 +231,12 @@ def _detail(request: Request, text: Any) -> str:
     """One line, without the server's own paths: its scratch files (an upload, a download) are "the image", and the
     folder of --data-dir is named by the flag (the client gave the path under it)."""
     state = request.app.state.vista3d
-    text = _one_line(text)
+    line = _one_line(text)
     if state.work_dir is not None:
-        text = re.sub(re.escape(str(state.work_dir)) + r"[^\s'\",;:]*", "the image", text)
+        line = re.sub(re.escape(str(state.work_dir)) + r"[^\s'\",;:]*", "the image", line)
     if state.settings.data_dir is not None:
-        text = text.replace(str(state.settings.data_dir), "--data-dir")
-    return text
+        line = line.replace(str(state.settings.data_dir), "--data-dir")
+    return line
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -313,8 +313,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        made = settings.work_dir is None
-        state.work_dir = Path(tempfile.mkdtemp(prefix="vista3d-serve-")) if made else settings.work_dir
+        made = Path(tempfile.mkdtemp(prefix="vista3d-serve-")) if settings.work_dir is None else None
+        state.work_dir = made or settings.work_dir
         if settings.random_weights:
             logger.warning(RANDOM_WEIGHTS_LOG)
         worker.start()
@@ -324,8 +324,8 @@ def create_app(
         finally:
             sweeper.cancel()
             await asyncio.get_running_loop().run_in_executor(None, worker.stop, _STOP_JOIN)
-            if made:
-                shutil.rmtree(state.work_dir, ignore_errors=True)
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
 
     from monai import __version__
 

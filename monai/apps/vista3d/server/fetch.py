@@ -27,12 +27,15 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urljoin, urlsplit
 
 from .errors import ServeError
 from .images import safe_stem
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks
 
 __all__ = ["confined_path", "check_url", "download", "receive_form", "FormData", "has_scheme"]
 
@@ -142,7 +145,7 @@ async def _resolve(host: str, port: int, allow_private: bool) -> str:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise ServeError(422, f"image URL host {host!r} does not resolve ({e.strerror})") from None
-    addresses = [info[4][0] for info in infos]
+    addresses = [str(info[4][0]) for info in infos]  # (an int only for address families other than IP)
     for text in addresses:
         ip = ipaddress.ip_address(text.split("%")[0])
         ip = getattr(ip, "ipv4_mapped", None) or ip
@@ -165,7 +168,7 @@ async def _fetch_once(client: Any, parts: SplitResult, address: str, dest: Path,
             location = resp.headers.get("location")
             if not location:
                 raise ServeError(422, f"{host} answered a redirect without a Location")
-            return urljoin(parts.geturl(), location)
+            return urljoin(parts.geturl(), str(location))
         if resp.status_code != 200:
             raise ServeError(422, f"could not fetch the image: {host} answered {resp.status_code} "
                                   f"{resp.reason_phrase}")
@@ -191,6 +194,7 @@ async def download(url: str, dest: Path, settings: ServerSettings) -> str:
     async with httpx.AsyncClient(follow_redirects=False, trust_env=False,
                                  timeout=httpx.Timeout(60.0, connect=10.0)) as client:
         for _ in range(_MAX_REDIRECTS + 1):
+            assert parts.hostname, "check_url refuses a URL without a host"
             address = await _resolve(parts.hostname, _port(parts), settings.allow_private_urls)
             try:
                 nxt = await _fetch_once(client, parts, address, dest, limit)
@@ -298,9 +302,11 @@ async def receive_form(request: Any, dest: Path, file_field: str, text_fields: t
     if not boundary:
         raise ServeError(400, "a multipart/form-data body needs a boundary in its Content-Type")
     sink = _FormSink(dest, file_field, text_fields)
-    callbacks = {name: getattr(sink, name) for name in (
-        "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
-        "on_part_data", "on_part_end")}
+    callbacks: MultipartCallbacks = {
+        "on_part_begin": sink.on_part_begin, "on_header_field": sink.on_header_field,
+        "on_header_value": sink.on_header_value, "on_header_end": sink.on_header_end,
+        "on_headers_finished": sink.on_headers_finished, "on_part_data": sink.on_part_data,
+        "on_part_end": sink.on_part_end}
     parser = MultipartParser(boundary, callbacks)
     try:
         async for chunk in request.stream():

@@ -39,7 +39,7 @@ import torch
 
 from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC
 from monai.apps.vista3d.io.gzip_codec import GZIP_MAGIC, gzip_codec
-from monai.apps.vista3d.io.image_geometry import ImageGeometry
+from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
 from monai.apps.vista3d.io.nifti_write import save_label_map
 
 from .dicom_zip import inspect_dicom_zip
@@ -343,13 +343,13 @@ def _nrrd_placement(geometry: ImageGeometry) -> dict[str, Any]:
             "space origin": geometry.affine[:3, 3].copy()}
 
 
-def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, ...]) -> ImageGeometry:
+def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> ImageGeometry:
     """The NIfTI geometry of an NRRD grid (RAS affine from its space, directions and origin; a fresh header)."""
     to_ras = _to_ras(placement["space"])
     affine = np.eye(4)
     affine[:3, :3] = to_ras @ np.asarray(placement["space directions"], dtype=np.float64).T
     affine[:3, 3] = to_ras @ np.asarray(placement["space origin"], dtype=np.float64)
-    return ImageGeometry(affine=affine, spatial_shape=tuple(shape), header=None, filename=None,
+    return ImageGeometry(affine=affine, spatial_shape=shape, header=None, filename=None,
                          dtype=np.dtype(np.uint8))
 
 
@@ -375,7 +375,7 @@ def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
                                else _nifti_geometry(image.geometry, image.shape))
         affine = geom.affine.copy()
         affine[:3, 3] += affine[:3, :3] @ start
-        sub = ImageGeometry(affine=affine, spatial_shape=tuple(part.shape), header=geom.header, filename=None,
+        sub = ImageGeometry(affine=affine, spatial_shape=as_xyz(part.shape), header=geom.header, filename=None,
                             dtype=geom.dtype)
         return Path(save_label_map(part, sub, path, dtype=dtype))
     placement = image.geometry if image.format == "nrrd" else _nrrd_placement(image.geometry)

@@ -30,6 +30,7 @@ from monai.apps.vista3d.core.prompts import Prompt
 from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.core.statistics import structure_statistics
 from monai.apps.vista3d.errors import DicomChoiceError, ResourceError, Vista3DInputError
+from monai.apps.vista3d.io.image_geometry import as_xyz
 
 from .errors import ServeError
 from .images import LoadedImage, load_nrrd
@@ -54,7 +55,7 @@ def load(pipeline: Any, path: Path, fmt: str, name: str) -> tuple[torch.Tensor, 
     if fmt == "dicom":
         return _load_dicom_zip(pipeline, path, name)
     image, affine, placement = load_nrrd(path)
-    return image, affine, LoadedImage(name, "nrrd", tuple(image.shape[1:]), placement)
+    return image, affine, LoadedImage(name, "nrrd", as_xyz(image.shape[1:]), placement)
 
 
 def _load_dicom_zip(pipeline: Any, path: Path, name: str) -> tuple[torch.Tensor, Any, LoadedImage]:

@@ -392,12 +392,15 @@ async def _automatic(request: Request, call: Call, params: dict, form: FormData,
         *_upload_key(request, params, image, session_id))
     with held as upload:
         async with state.worker.reserve(client_of(request)) as slot:
-            source = upload or Upload("file", "file", form.file, await call.image_format(
-                form.file, state.settings.limits.max_voxels), safe_stem(form.filename or "image"))
+            source = upload
+            if source is None:  # nothing is held: the request brought its image
+                assert form.file is not None, "an upload is held for every request without its own image"
+                source = Upload("file", "file", form.file, await call.image_format(
+                    form.file, state.settings.limits.max_voxels), safe_stem(form.filename or "image"))
             result = mj.result_format(params, source.format)
             job = mj.segment(source.path, source.format, source.name, req.prompt)
             labels, grid, timings = await slot.run(job, call.deadline, call.gone())
-            values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.prompt.label_ids)
+            values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.label_ids)
             name = f"{source.name}_vista3d{result.suffix}"
             path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
     return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
@@ -425,7 +428,7 @@ async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj
     session is ``client``'s: it counts against that address's --max-sessions-per-client, as the NIM's sessions."""
     entry = clicks.find(key)
     step = None if entry is None or req.reset else mj.new_clicks(entry.foreground, entry.background, req)
-    if step == ([], []):
+    if entry is not None and step == ([], []):  # (a step is only computed for an entry)
         entry.latencies = {}
         return entry  # no new point: the last answer again
     points, labels = step or ([list(p) for p in req.foreground + req.background],
@@ -434,13 +437,13 @@ async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj
         raise ServeError(422, f"no points on segment {req.label!r}: place a foreground point on the object")
     try:
         if entry is None:
-            job = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
-            session, grid, label_map = await slot.run(job, call.deadline, call.gone())
+            start = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
+            session, grid, label_map = await slot.run(start, call.deadline, call.gone())
             entry = ClickEntry(session=session, image=grid.image, grid=grid, owner=client)
             clicks.add(key, entry)
         else:
-            job = mj.click(entry.session, points, labels, req.class_id, reset=step is None)
-            label_map = await slot.run(job, call.deadline, call.gone())
+            more = mj.click(entry.session, points, labels, req.class_id, reset=step is None)
+            label_map = await slot.run(more, call.deadline, call.gone())
         entry.latencies = dict(entry.session.timings)  # the click's stages, read before the key's next turn
         entry.answer = entry.previous = await run_in_threadpool(mj.object_mask, label_map)
     except BaseException:

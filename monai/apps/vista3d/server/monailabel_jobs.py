@@ -178,9 +178,11 @@ def result_format(params: dict[str, Any], image_format: str) -> ResultFormat:
 
 @dataclass(frozen=True)
 class AutoRequest:
-    """An automatic request: the parsed class ``prompt`` and the answer's ``label_names`` (value per name)."""
+    """An automatic request: the parsed class ``prompt``, its ``label_ids`` and the answer's ``label_names`` (value
+    per name)."""
 
     prompt: Prompt
+    label_ids: list[int]
     label_names: dict[str, int]
 
 
@@ -196,7 +198,8 @@ def auto_request(params: dict[str, Any]) -> AutoRequest:
         raise ServeError(422, "parameter 'classes' must be 'everything', names or ids separated by commas, or a "
                               "list of names / ids")
     prompt = parse_prompt(classes)
-    return AutoRequest(prompt, _dense_names(prompt.label_ids))
+    assert prompt.label_ids is not None, "a prompt of classes alone has its label ids"
+    return AutoRequest(prompt, prompt.label_ids, _dense_names(prompt.label_ids))
 
 
 @dataclass(frozen=True)
@@ -285,7 +288,8 @@ class Grid:
 
 def _nrrd_placement(grid: Grid) -> dict[str, Any]:
     if grid.image.format == "nrrd":
-        return grid.image.geometry  # the uploaded file's own fields, as they were
+        fields: dict[str, Any] = grid.image.geometry  # the uploaded file's own fields, as they were
+        return fields
     # NIfTI in, NRRD out: ITK's (and Slicer's) LPS space; row i of 'space directions' is voxel axis i's step
     return {"space": "left-posterior-superior", "space directions": (_LPS @ grid.affine[:3, :3]).T,
             "space origin": _LPS @ grid.affine[:3, 3]}
@@ -316,7 +320,7 @@ def write_result(values: torch.Tensor, grid: Grid, path: Path, fmt: ResultFormat
         _write_nrrd(values.numpy().astype(fmt.dtype), grid, path)
         return path
     geometry = grid.image.geometry if grid.image.format == "nifti" else ImageGeometry(
-        affine=grid.affine, spatial_shape=tuple(grid.image.shape), header=None, filename=None,
+        affine=grid.affine, spatial_shape=grid.image.shape, header=None, filename=None,
         dtype=np.dtype(fmt.dtype))
     return Path(save_label_map(values, geometry, path, dtype=fmt.dtype, threads=1))
 

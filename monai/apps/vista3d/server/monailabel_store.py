@@ -102,16 +102,16 @@ class UploadStore:
         with self._lock:
             return len(self._live)
 
-    def _end(self, key: Hashable, why: str) -> Upload | None:
-        upload = self._live.pop(key, None)
+    def _end(self, key: Hashable, why: str) -> Upload:
+        """End the live upload of ``key`` (every caller holds the lock and takes ``key`` from ``_live``)."""
+        upload = self._live.pop(key)
         self._ended[key] = why
         self._ended.move_to_end(key)
         while len(self._ended) > _REMEMBERED:
             self._ended.popitem(last=False)
-        if upload is not None:
-            upload.ended = True
-            if upload.users == 0:
-                upload.path.unlink(missing_ok=True)
+        upload.ended = True
+        if upload.users == 0:
+            upload.path.unlink(missing_ok=True)
         return upload
 
     def _sweep_locked(self) -> list[Upload]:
@@ -122,11 +122,10 @@ class UploadStore:
             gone.append(self._end(key, f"expired: unused for more than {self.ttl:g} s (--session-ttl)"))
         return gone
 
-    def _ended_hook(self, uploads: list[Upload | None]) -> None:
+    def _ended_hook(self, uploads: list[Upload]) -> None:
         if self.on_end is not None:
             for upload in uploads:
-                if upload is not None:
-                    self.on_end(upload)
+                self.on_end(upload)
 
     def sweep(self) -> int:
         """End the images unused for longer than ``ttl``; how many ended."""

@@ -55,7 +55,9 @@ class ConnectionRules:
 
     @classmethod
     def of(cls, limits: Limits) -> ConnectionRules:
-        return cls(limits.body_timeout, limits.max_connections, limits.max_connections_per_client)
+        per_client = limits.max_connections_per_client
+        assert per_client is not None, "Limits derives it from max_connections when it is not given"
+        return cls(limits.body_timeout, limits.max_connections, per_client)
 
 
 def _raw_json(status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> bytes:
@@ -76,6 +78,7 @@ class JsonErrorProtocol(H11Protocol):
         self._peer: str | None = None
         self._headers_due: asyncio.TimerHandle | None = None
 
+    # uvicorn's H11Protocol narrows asyncio's BaseTransport to Transport (with the same ignore); so does this override
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if self._rules is None:
@@ -114,18 +117,19 @@ class JsonErrorProtocol(H11Protocol):
     def _arm(self) -> None:
         self._disarm()
         if self._rules is not None and not self.transport.is_closing():
-            self._headers_due = self.loop.call_later(self._rules.header_timeout, self._headers_late)
+            timeout = self._rules.header_timeout
+            self._headers_due = self.loop.call_later(timeout, self._headers_late, timeout)
 
     def _disarm(self) -> None:
         if self._headers_due is not None:
             self._headers_due.cancel()
             self._headers_due = None
 
-    def _headers_late(self) -> None:
+    def _headers_late(self, timeout: float) -> None:
         self._headers_due = None
         if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
             return  # closed already, or a request is being answered
-        self._refuse(408, "Request Timeout", f"no whole request arrived within {self._rules.header_timeout:g} s "
+        self._refuse(408, "Request Timeout", f"no whole request arrived within {timeout:g} s "
                                              "(--body-timeout); the connection is closed")
 
     def _refuse(self, status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
@@ -166,4 +170,6 @@ def uvicorn_config(app: Any, limits: Limits | None = None, **kwargs: Any) -> uvi
         return JsonErrorProtocol(*args, rules=rules, **kw)
 
     kwargs.setdefault("timeout_graceful_shutdown", limits.shutdown_timeout + SHUTDOWN_GRACE)
+    # uvicorn annotates `http` as a protocol class, but only calls it with each connection's arguments: a factory
+    # that binds the rules serves as one
     return uvicorn.Config(app, http=protocol, timeout_keep_alive=limits.keep_alive, **kwargs)  # type: ignore[arg-type]

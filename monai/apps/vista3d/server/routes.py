@@ -33,9 +33,10 @@ from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, Response
 
-from monai.apps.vista3d.config import OUTPUT_POSTFIX, embed_dim_of
+from monai.apps.vista3d.config import OUTPUT_POSTFIX, check_roi_size, embed_dim_of
 from monai.apps.vista3d.core.prompts import parse_points
 from monai.apps.vista3d.io.atomic import write_atomically
+from monai.apps.vista3d.io.image_geometry import as_xyz
 from monai.apps.vista3d.labels import everything_labels, label_names
 
 from . import jobs
@@ -82,7 +83,8 @@ class ServerState:
 
 
 def _state(request: Request) -> ServerState:
-    return request.app.state.vista3d
+    state: ServerState = request.app.state.vista3d
+    return state
 
 
 async def read_json(request: Request) -> Any:
@@ -110,8 +112,9 @@ async def _obtain(call: Call, settings: ServerSettings, image: str) -> tuple[Pat
     return path, safe_stem(path.name)
 
 
-async def _image_of(call: Call, model: type, text_fields: tuple[str, ...]) -> tuple[Any, Path, str]:
-    """The parsed request and its image file: a JSON body naming the image, or a form with the file."""
+async def _image_of(call: Call, model: type, text_fields: tuple[str, ...]) -> tuple[Any, Path | None, str]:
+    """The parsed request and its image file: a form with the file, or a JSON body naming the image (no file yet:
+    None, and no name)."""
     if media_type(call.request) == "multipart/form-data":
         form = await receive_form(call.request, call.folder / "upload", "image", text_fields)
         if form.file is None:
@@ -209,7 +212,7 @@ async def info(request: Request) -> dict:
         "name": "VISTA3D",
         "version": __version__,
         "model": {"network": "vista3d132", "embed_dim": embed_dim_of(model.network_kwargs),
-                  "roi_size": list(model.options.roi_size),
+                  "roi_size": list(check_roi_size(model.options.roi_size)),
                   "weights": _weights(state.settings), "state": state.worker.state},
         "labels": {name: label_id for label_id, name in names.items() if label_id != 0},
         "everything": everything_labels(),
@@ -330,7 +333,7 @@ def changed_box(before: torch.Tensor | None, after: torch.Tensor) -> tuple[slice
     for axis in range(3):
         hit = torch.nonzero(changed.any(dim=tuple(d for d in range(3) if d != axis))).flatten()
         box.append(slice(int(hit[0]), int(hit[-1]) + 1))
-    return tuple(box)
+    return as_xyz(box)
 
 
 @router.post("/v1/vista3d/sessions/{session_id}/clicks", openapi_extra=openapi_body(ClickRequest))

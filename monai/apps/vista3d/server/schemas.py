@@ -190,7 +190,7 @@ def nim_prompt(prompts: Prompts | None) -> Prompt:
     if not prompts.points:
         if prompts.point_labels:
             raise ServeError(422, "prompts.point_labels were given without prompts.points")
-        return parse_prompt(list(prompts.classes))
+        return parse_prompt(list(prompts.classes or []))  # some were given (the first test)
     if len(prompts.points) != 1:
         raise ServeError(422, f"prompts.points names {len(prompts.points)} classes ({', '.join(prompts.points)}): "
                               "clicks describe one object, so send one request per object")
@@ -219,7 +219,8 @@ def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 def openapi_body(model: type[BaseModel], form: dict[str, str] | None = None) -> dict[str, Any]:
