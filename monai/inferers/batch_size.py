@@ -278,5 +278,7 @@ class AutoBatchSize:
         if self._probing:
             self._probing = False
             per_voxel = result_bytes / self.result_voxels if self.result_voxels else 0.0
-            self.cache[self.key] = {"window_bytes": self._window_bytes, "result_bytes_per_voxel": per_voxel}
+            exact = self.info["probe_peak"] == "exact"  # (an upper bound serves this process, not a store)
+            self.cache[self.key] = {"window_bytes": self._window_bytes, "result_bytes_per_voxel": per_voxel,
+                                    "exact": exact}
             self._choose(self._window_bytes)  # results are allocated now: the free memory accounts for them

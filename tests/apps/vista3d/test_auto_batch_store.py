@@ -74,7 +74,8 @@ class TestAutoBatchStore(unittest.TestCase):
         self.x = _image()
 
     def _process(self, path: Path | None = None, amp: bool = False) -> WindowPasses:
-        """What a new process builds: a network, its passes and a store over the file."""
+        """What a new process builds: a network, its passes and a store over the file (and its peak memory: 0)."""
+        _Memory.windows_in_call = 0
         settings = PassSettings((16, 16, 16), overlap=0.25, sw_batch_size="auto", amp=amp, progress=False,
                                 timing=False)
         return WindowPasses(_MeteredVista(HU), torch.device("cpu"), settings, AutoBatchStore(path or self.path))
@@ -111,18 +112,27 @@ class TestAutoBatchStore(unittest.TestCase):
             self.assertEqual(batches[0], 1, other)  # probed again: another precision, another class count
         self.assertEqual(len(json.loads(self.path.read_text())["costs"]), 3)
 
+    def test_a_bounded_probe_is_not_stored(self):
+        passes = self._process()
+        _Memory.windows_in_call = 50  # a peak of the caller's before the probe: it only bounds the window's cost
+        self.assertEqual(self._streamed_batches(passes)[0], 1)
+        self.assertEqual(AutoBatchStore(self.path).load(), {})
+        self.assertEqual(self._streamed_batches(self._process())[0], 1)  # so a later process measures it again
+        self.assertEqual(len(AutoBatchStore(self.path).load()), 1)
+
     def test_only_costs_are_stored(self):
         self._streamed_batches(self._process())
         doc = json.loads(self.path.read_text())
         self.assertEqual(doc["format"], 1)
         for key, cost in doc["costs"].items():
             self.assertTrue(key.startswith("(('named', '_MeteredVista'"), key)  # no object of a process, no batch
-            self.assertEqual(set(cost), {"window_bytes", "result_bytes_per_voxel"})
+            self.assertEqual(set(cost), {"window_bytes", "result_bytes_per_voxel", "exact"})
             self.assertEqual(cost["window_bytes"], bsz.SAFETY_FACTOR * GB)
 
     def test_two_processes_keep_both_costs(self):
         a, b = self._process(), self._process()
         self._streamed_batches(a, (1,))
+        _Memory.windows_in_call = 0  # b's own peak memory, as another process has
         self._streamed_batches(b, (1, 3))  # b loaded the file before a wrote it: it merges, it does not overwrite
         self.assertEqual(len(AutoBatchStore(self.path).load()), 2)
 

@@ -55,15 +55,17 @@ def network_identity(network: Any, device: torch.device, amp: bool) -> tuple:
 
 
 def measured_costs(cache: dict) -> dict:
-    """The measured costs of an ``"auto"`` cache, without the batches it chose for each image size (those follow
-    the memory free at the time, and are not kept)."""
+    """The exactly measured costs of an ``"auto"`` cache, without the batches it chose for each image size (those
+    follow the memory free at the time, and are not kept)."""
     return {k: v for k, v in cache.items() if _is_cost(k, v)}
 
 
 def _is_cost(key: Any, value: Any) -> bool:
-    # a cost keyed by a predictor's auto_batch_key (("named", ...)), not by a process's object
+    # a cost keyed by a predictor's auto_batch_key (("named", ...)), not by a process's object, and measured exactly:
+    # a probe under an earlier, higher peak only bounds the cost, and would keep every later process's batch small
     return (isinstance(key, tuple) and bool(key) and isinstance(key[0], tuple) and key[0][:1] == ("named",)
-            and isinstance(value, dict) and isinstance(value.get("window_bytes"), (int, float)))
+            and isinstance(value, dict) and isinstance(value.get("window_bytes"), (int, float))
+            and value.get("exact") is True)
 
 
 class AutoBatchStore:
