@@ -23,25 +23,33 @@ import os
 import zipfile
 from pathlib import Path
 
-__all__ = ["is_dicom_file", "is_zip_archive", "dicom_files_in", "is_series_folder", "DICOM_SUFFIXES",
-           "ZIP_MAGIC"]
+__all__ = ["is_dicom_file", "is_zip_archive", "dicom_files_in", "is_series_folder", "has_dicom_marker",
+           "DICOM_SUFFIXES", "DICOM_HEAD_BYTES", "ZIP_MAGIC"]
 
-#: names an input given directly may end with and still be a DICOM image
-DICOM_SUFFIXES = (".zip", ".dcm", ".dicom")
+#: names of DICOM inputs without the Part 10 marker (a bare data set, Siemens' .ima) or a zip of a series
+DICOM_SUFFIXES = (".dcm", ".dicom", ".ima", ".zip")
 
 _MAGIC_AT, _MAGIC = 128, b"DICM"
+#: how many first bytes :func:`has_dicom_marker` reads
+DICOM_HEAD_BYTES = _MAGIC_AT + len(_MAGIC)
 #: the first bytes of a zip archive (a local file header)
 ZIP_MAGIC = b"PK\x03\x04"
 
 
+def has_dicom_marker(head: bytes) -> bool:
+    """Whether a file's first :data:`DICOM_HEAD_BYTES` bytes hold the DICOM Part 10 marker (``DICM`` after the
+    128-byte preamble)."""
+    return head[_MAGIC_AT:DICOM_HEAD_BYTES] == _MAGIC
+
+
 def is_dicom_file(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a regular file with the DICOM Part 10 marker (``DICM`` after the 128-byte preamble)."""
+    """Whether ``path`` is a regular file with the DICOM Part 10 marker."""
     try:
         with open(path, "rb") as f:
-            head = f.read(_MAGIC_AT + 4)
+            head = f.read(DICOM_HEAD_BYTES)
     except OSError:
         return False
-    return head[_MAGIC_AT:] == _MAGIC
+    return has_dicom_marker(head)
 
 
 def is_zip_archive(path: str | os.PathLike) -> bool:

@@ -27,7 +27,8 @@ from collections import Counter
 
 import numpy as np
 
-from .dicom_files import is_series_folder, is_zip_archive
+from .dicom_files import DICOM_HEAD_BYTES, DICOM_SUFFIXES, ZIP_MAGIC, has_dicom_marker, is_series_folder, is_zip_archive
+from .gzip_codec import GZIP_MAGIC
 from .nifti_read import header_from_bytes, header_start
 
 __all__ = ["input_kind", "input_problem", "folder_problem", "looks_like_label_map", "NIFTI_SUFFIXES"]
@@ -55,18 +56,18 @@ def input_kind(path: str | os.PathLike) -> str:
     name = p.name.lower()
     try:
         with open(p, "rb") as f:
-            head = f.read(132)
+            head = f.read(DICOM_HEAD_BYTES)
     except OSError:
         head = b""
-    if head[128:132] == b"DICM":  # a DICOM Part 10 file: 128 bytes of preamble, then the magic
+    if has_dicom_marker(head):
         return "dicom"
     if head.startswith(b"NRRD000"):
         return "nrrd"
     if head.startswith((b"ObjectType", b"NDims")):
         return "metaimage"
-    if head.startswith(b"PK\x03\x04") and is_zip_archive(p):  # a zip of one DICOM series
+    if head.startswith(ZIP_MAGIC) and is_zip_archive(p):  # a zip of one DICOM series
         return "dicom"
-    if head[:2] == b"\x1f\x8b" or _sizeof_hdr(head) in (348, 540):  # gzip (what it holds is the reader's) or NIfTI
+    if head.startswith(GZIP_MAGIC) or _sizeof_hdr(head) in (348, 540):  # gzip (what it holds is the reader's) or NIfTI
         return "nifti"
     for kind, suffixes in _SUFFIX_KINDS:
         if name.endswith(suffixes):
@@ -85,7 +86,7 @@ def _sizeof_hdr(head: bytes) -> int | None:
 # kinds known by their name alone (a DICOM file without the Part 10 preamble, a detached NRRD header)
 _SUFFIX_KINDS = (
     ("nifti", NIFTI_SUFFIXES),
-    ("dicom", (".dcm", ".dicom", ".ima", ".zip")),
+    ("dicom", DICOM_SUFFIXES),
     ("nrrd", (".nrrd", ".nhdr")),
     ("metaimage", (".mha", ".mhd")),
 )
