@@ -18,8 +18,10 @@ Every row is one new process, timed from its start to its exit (the label map is
   (``TRITON_CACHE_DIR`` a new folder): the first run on a machine;
 * ``prepare``, ``prepared``: the README's install on a new machine: ``vista3d prepare`` with an empty cache, then
   the same command as ``cold`` on the cache it filled;
-* ``warm``, ``no-fuse``, ``auto``: the same command with that cache filled, with ``--no-fuse``, and with
-  ``--sw-batch-size auto``;
+* ``warm``, ``no-fuse``: the same command with that cache filled, and with ``--no-fuse``;
+* ``auto-first``, ``auto``: with ``--sw-batch-size auto``, the first time (on CUDA its one-window probe measures
+  the window's memory and stores it beside the kernels, ``vista3d-auto-batch.json``) and the times after (the
+  stored cost read: no probe); ``stored_costs`` says how many costs the store held after the first;
 * ``six``: six CTs in one command (warm cache); each CT's share of the wall clock from the second on is the
   time between the lines the command prints as each label map is written, set against that CT's inference stage;
 * ``bundle``: the VISTA3D bundle's inference (upstream MONAI 1.6.1's transforms and inferer, as
@@ -86,7 +88,8 @@ def written_times(lines: list[tuple[float, str]]) -> list[float]:
 
 def inference_times(lines: list[tuple[float, str]]) -> list[float]:
     """Every image's inference stage from the ``--timing`` tables."""
-    return [float(m.group(2)) for _, text in lines if (m := _STAGE_ROW.match(text.strip())) and m.group(1) == "inference"]
+    rows = (_STAGE_ROW.match(text.strip()) for _, text in lines)
+    return [float(m.group(2)) for m in rows if m and m.group(1) == "inference"]
 
 
 def write_inputs(work: Path, tiny: bool, copies: int, seed: int) -> tuple[list[Path], Path]:
@@ -131,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_cold_")).resolve()
     work.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO))
+    from monai.apps.vista3d.core.auto_batch_store import STORE_NAME
+
     cts, weights = write_inputs(work, tiny, 6, args.seed)
     cache = work / "triton_cache"
     # this checkout first; the caller's own entries after it (dependencies installed with pip --target)
@@ -147,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         row = {"kind": kind, "wall": statistics.median(walls), "walls": walls,
                "stages": stage_table(runs[-1]["lines"]), **extra}
         rows.append(row)
-        print(f"{kind:<9} {row['wall']:8.2f} s  {' '.join(f'{w:.2f}' for w in walls)}", file=sys.stderr, flush=True)
+        print(f"{kind:<10} {row['wall']:8.2f} s  {' '.join(f'{w:.2f}' for w in walls)}", file=sys.stderr, flush=True)
 
     record("baseline", [timed([sys.executable, "-c", f"import torch; {warm_up}"], env, work)
                         for _ in range(args.repeats)])
@@ -166,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     record("prepared", [timed(cli + one, prep_env, work)])
     record("warm", [timed(cli + one, env, work) for _ in range(args.repeats)])
     record("no-fuse", [timed(cli + one + ["--no-fuse"], env, work) for _ in range(args.repeats)])
-    record("auto", [timed(cli + one + ["--sw-batch-size", "auto"], env, work) for _ in range(args.repeats)])
+    auto = cli + one + ["--sw-batch-size", "auto"]
+    record("auto-first", [timed(auto, env, work)])
+    stored = json.loads((cache / STORE_NAME).read_text())["costs"] if (cache / STORE_NAME).exists() else {}
+    record("auto", [timed(auto, env, work) for _ in range(args.repeats)], stored_costs=len(stored))
     six = [timed(cli + ["-i", str(work / "cts"), "-o", str(work / "out6")], env, work) for _ in range(args.repeats)]
     shares = [b - a for r in six for a, b in zip(written_times(r["lines"])[:-1], written_times(r["lines"])[1:])]
     infer = [t for r in six for t in inference_times(r["lines"])[1:]]
@@ -181,17 +189,18 @@ def main(argv: list[str] | None = None) -> int:
         record("bundle", [timed(bundle, up_env, work) for _ in range(args.repeats)])
 
     base = rows[0]["wall"]
-    print(f"\n{'run':<9}{'wall s':>9}{'- baseline':>12}  stages of the image (s)")
+    print(f"\n{'run':<10}{'wall s':>9}{'- baseline':>12}  stages of the image (s)")
     for r in rows:
         stages = " ".join(f"{k} {v:.3f}" for k, v in r["stages"].items())
-        print(f"{r['kind']:<9}{r['wall']:>9.2f}{r['wall'] - base:>12.2f}  {stages}")
+        print(f"{r['kind']:<10}{r['wall']:>9.2f}{r['wall'] - base:>12.2f}  {stages}")
     six_row = next(r for r in rows if r["kind"] == "six")
     print(f"six CTs: {six_row['share_per_ct']:.3f} s of wall clock per CT from the second on, inference "
           f"{six_row['inference_per_ct']:.3f} s ({six_row['share_per_ct'] / six_row['inference_per_ct']:.2f}x); "
           f"{six_row['volumes_per_minute']:.1f} volumes/min")
     warm = next(r for r in rows if r["kind"] == "warm")["wall"]
     wall_of = {r["kind"]: r["wall"] for r in rows}
-    print(f"device {device}; cold / warm {wall_of['cold'] / warm:.2f}x; prepared / warm {wall_of['prepared'] / warm:.2f}x"
+    print(f"device {device}; cold / warm {wall_of['cold'] / warm:.2f}x; "
+          f"prepared / warm {wall_of['prepared'] / warm:.2f}x"
           f" (prepare {wall_of['prepare']:.2f} s); warm - baseline {warm - base:.2f} s"
           + (f"; bundle / warm {next(r for r in rows if r['kind'] == 'bundle')['wall'] / warm:.2f}x"
              if args.upstream else ""))
