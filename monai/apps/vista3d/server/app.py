@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import re
@@ -46,6 +45,7 @@ from starlette.requests import ClientDisconnect
 from monai.apps.vista3d.core.network_ready import RANDOM_WEIGHTS_WARNING
 from monai.apps.vista3d.errors import Vista3DInputError
 
+from .call import holds_token
 from .errors import ServeError
 from .monailabel import router as monailabel_router
 from .routes import ServerState, router, sweep_sessions
@@ -86,14 +86,10 @@ class BearerAuth:
     def __init__(self, app: Any, token: str):
         self.app, self._token = app, token.encode()
 
-    def _holds_token(self, given: bytes) -> bool:
-        scheme, _, credentials = given.strip().partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token)
-
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(_OPEN_PATHS):
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not self._holds_token(given):
+            if not holds_token(given, self._token):
                 why = "a bearer token is required" if not given else "the bearer token is wrong"
                 await _send_json(send, 401, f"{why}: send 'Authorization: Bearer <token>' (the server's --token)",
                                  {"WWW-Authenticate": "Bearer"})
