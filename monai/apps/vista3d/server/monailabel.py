@@ -140,7 +140,7 @@ def _image_id(text: str) -> str:
 
 def _session_info(upload: Upload, store: UploadStore) -> dict[str, Any]:
     return {"name": upload.image_id, "image": upload.name, "format": upload.format,
-            "create_ts": int(upload.created), "expiry": round(max(0.0, store.ttl - (store.clock() - upload.last_used)))}
+            "create_ts": int(upload.created), "expiry": round(store.expires_in(upload))}
 
 
 # ------------------------------------------------------------------------------- bodies, for the schema
