@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 import re
@@ -46,6 +45,7 @@ from starlette.requests import ClientDisconnect
 from monai.apps.vista3d.core.network_ready import RANDOM_WEIGHTS_WARNING
 from monai.apps.vista3d.errors import Vista3DInputError
 
+from .call import holds_token
 from .errors import ServeError
 from .monailabel import router as monailabel_router
 from .routes import ServerState, router, sweep_sessions
@@ -67,10 +67,13 @@ _OPEN_PATHS = ("/v1/health/", "/auth/")  # probes answer without the token (as a
 # Label clients ask /auth/ whether to log in, and trade the login for the token there
 
 
-async def _send_json(send: Callable, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+async def _send_json(send: Callable, status: int, message: str, headers: dict[str, str] | None = None,
+                     close: bool = True) -> None:
+    """Answer ``{"detail": message}`` straight on the ASGI channel (for the gates in front of the app's handlers);
+    ``close``: and end the connection after it."""
     body = json.dumps({"detail": message}).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-           (b"connection", b"close")]
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(b"connection", b"close")] if close else []
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
@@ -83,14 +86,10 @@ class BearerAuth:
     def __init__(self, app: Any, token: str):
         self.app, self._token = app, token.encode()
 
-    def _holds_token(self, given: bytes) -> bool:
-        scheme, _, credentials = given.strip().partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token)
-
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "http" and not scope["path"].startswith(_OPEN_PATHS):
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not self._holds_token(given):
+            if not holds_token(given, self._token):
                 why = "a bearer token is required" if not given else "the bearer token is wrong"
                 await _send_json(send, 401, f"{why}: send 'Authorization: Bearer <token>' (the server's --token)",
                                  {"WWW-Authenticate": "Bearer"})
@@ -190,14 +189,6 @@ class CatchAll:
     def __init__(self, app: Any, stopping: Callable[[], bool] = lambda: False):
         self.app, self._stopping = app, stopping
 
-    @staticmethod
-    async def _answer(send: Callable, status: int, detail: str, headers: list[tuple[bytes, bytes]]) -> None:
-        body = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                *headers]})
-        await send({"type": "http.response.body", "body": body})
-
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -215,12 +206,12 @@ class CatchAll:
             if not self._stopping():
                 raise
             if not started:  # the task ends here, answered: uvicorn would otherwise send a plain 500
-                await self._answer(send, 503, _STOPPING, [(b"retry-after", str(_STOPPING_RETRY).encode()),
-                                                          (b"connection", b"close")])
+                await _send_json(send, 503, _STOPPING, {"Retry-After": str(_STOPPING_RETRY)})
         except Exception as e:  # the last line of defence: logged here, one line to the client
             logger.exception("internal error on %s %s", scope.get("method"), scope.get("path"))
             if not started:
-                await self._answer(send, 500, f"internal server error ({type(e).__name__}); the server logged it", [])
+                await _send_json(send, 500, f"internal server error ({type(e).__name__}); the server logged it",
+                                 close=False)
 
 
 def _one_line(text: str) -> str:

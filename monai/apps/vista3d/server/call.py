@@ -14,12 +14,14 @@ A :class:`Call` is what a request that does work holds: a scratch folder of its 
 answer file), the clock of ``--request-timeout`` (started once its whole body has arrived: the time a body may take
 is ``--body-timeout``'s, see :class:`~.app.BodyDeadline`), a watch that completes when its client disconnects, and
 the check of an image file the client sent. The folder goes when the request ends, or, when the answer is a file
-read from it, once that answer has been sent. :func:`read_limited` reads a small body whole, within a byte limit.
+read from it, once that answer has been sent. :func:`read_limited` reads a small body whole, within a byte limit;
+:func:`holds_token` is the one check of a bearer token (the app's gate, MONAI Label's ``/auth/token/valid``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 import shutil
 import tempfile
@@ -34,13 +36,20 @@ from starlette.background import BackgroundTask
 from .errors import ServeError
 from .images import check_inflated_size, inspect_image
 
-__all__ = ["Call", "client_of", "media_type", "read_limited"]
+__all__ = ["Call", "client_of", "holds_token", "media_type", "read_limited"]
 
 
 def client_of(request: Request) -> str:
     """Who sent a request, for the per-client shares and the owners of sessions and uploads: its address (as
     uvicorn reads it, from a trusted proxy's ``X-Forwarded-For`` where one forwards it)."""
     return request.client.host if request.client is not None else ""
+
+
+def holds_token(authorization: bytes, token: bytes) -> bool:
+    """Whether an ``Authorization`` header's value is ``Bearer <token>`` (the scheme's name in any case, as RFC 7235
+    has it), compared in constant time."""
+    scheme, _, credentials = authorization.strip().partition(b" ")
+    return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), token)
 
 
 def media_type(request: Request, default: str = "") -> str:

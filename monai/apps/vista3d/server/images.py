@@ -46,7 +46,7 @@ from .dicom_zip import inspect_dicom_zip
 from .errors import ServeError
 
 __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
-           "write_label_map", "zip_one", "safe_stem", "nrrd_available"]
+           "write_label_map", "write_nrrd", "zip_one", "safe_stem", "nrrd_available"]
 
 _CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
 _SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
@@ -353,13 +353,24 @@ def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> I
                          dtype=np.dtype(np.uint8))
 
 
-def _write_nrrd(labels: np.ndarray, placement: dict[str, Any], origin: np.ndarray, path: Path) -> None:
+def write_nrrd(values: np.ndarray, placement: dict[str, Any], path: Path) -> Path:
+    """Write ``values`` (``[X, Y, Z]``; the voxel type is the array's) as a gzip-encoded NRRD placed by
+    ``placement`` (its ``space``, ``space directions`` and ``space origin``), whole or not at all: under a hidden
+    temporary name beside ``path``, renamed onto it once written."""
     import nrrd
 
-    header = {"dimension": 3, "space": placement["space"],  # the voxel type: pynrrd's, from the array's
-              "space directions": placement["space directions"], "space origin": origin,
-              "kinds": ["domain"] * 3, "encoding": "gzip"}
-    nrrd.write(str(path), np.asfortranarray(labels), header, index_order="F", compression_level=1)
+    header = {"dimension": 3, "space": placement["space"], "kinds": ["domain"] * 3, "encoding": "gzip",
+              "space directions": np.asarray(placement["space directions"], dtype=np.float64),
+              "space origin": np.asarray(placement["space origin"], dtype=np.float64)}
+    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
+    os.close(fd)
+    try:
+        nrrd.write(tmp, np.asfortranarray(values), header, index_order="F", compression_level=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
@@ -380,16 +391,8 @@ def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
         return Path(save_label_map(part, sub, path, dtype=dtype))
     placement = image.geometry if image.format == "nrrd" else _nrrd_placement(image.geometry)
     origin = placement["space origin"] + np.asarray(placement["space directions"]).T @ start
-    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
-    os.close(fd)
-    try:
-        values = part.to(torch.uint8).cpu().numpy() if isinstance(part, torch.Tensor) else part.astype(np.uint8)
-        _write_nrrd(values.astype(dtype), placement, origin, Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    values = part.to(torch.uint8).cpu().numpy() if isinstance(part, torch.Tensor) else part.astype(np.uint8)
+    return write_nrrd(values.astype(dtype), {**placement, "space origin": origin}, path)
 
 
 def zip_one(src: Path, arcname: str, dest: Path, more: Sequence[tuple[Path, str]] = ()) -> Path:

@@ -53,7 +53,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from . import monailabel_jobs as mj
-from .call import Call, client_of, media_type, read_limited
+from .call import Call, client_of, holds_token, media_type, read_limited
 from .errors import ServeError
 from .fetch import FormData, receive_form
 from .images import safe_stem
@@ -140,7 +140,7 @@ def _image_id(text: str) -> str:
 
 def _session_info(upload: Upload, store: UploadStore) -> dict[str, Any]:
     return {"name": upload.image_id, "image": upload.name, "format": upload.format,
-            "create_ts": int(upload.created), "expiry": round(max(0.0, store.ttl - (store.clock() - upload.last_used)))}
+            "create_ts": int(upload.created), "expiry": round(store.expires_in(upload))}
 
 
 # ------------------------------------------------------------------------------- bodies, for the schema
@@ -215,7 +215,7 @@ async def auth_token_valid(request: Request) -> dict:
     """200 when the request's ``Authorization`` carries the server's token (or the server has none), else 401."""
     token = _states(request)[0].settings.token
     given = request.headers.get("authorization", "").encode()
-    if token is not None and not hmac.compare_digest(given, f"Bearer {token}".encode()):
+    if token is not None and not holds_token(given, token.encode()):
         raise ServeError(401, "the bearer token is missing or wrong: log in again", {"WWW-Authenticate": "Bearer"})
     return {}
 

@@ -27,8 +27,6 @@ VISTA3D's id order get 1..N, and ``label_names`` says which name each value is. 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,7 +44,7 @@ from monai.apps.vista3d.labels import everything_labels, label_name, label_names
 
 from . import jobs
 from .errors import ServeError
-from .images import LoadedImage, nrrd_available
+from .images import LoadedImage, nrrd_available, write_nrrd
 
 __all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "Grid", "app_info",
            "check_model", "parse_params", "prompt_sizes", "result_format", "auto_request", "click_request",
@@ -295,30 +293,12 @@ def _nrrd_placement(grid: Grid) -> dict[str, Any]:
             "space origin": _LPS @ grid.affine[:3, 3]}
 
 
-def _write_nrrd(values: np.ndarray, grid: Grid, path: Path) -> None:
-    import nrrd
-
-    placement = _nrrd_placement(grid)
-    header = {"dimension": 3, "space": placement["space"], "kinds": ["domain"] * 3, "encoding": "gzip",
-              "space directions": np.asarray(placement["space directions"], dtype=np.float64),
-              "space origin": np.asarray(placement["space origin"], dtype=np.float64)}
-    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
-    os.close(fd)
-    try:
-        nrrd.write(tmp, np.asfortranarray(values), header, index_order="F", compression_level=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_result(values: torch.Tensor, grid: Grid, path: Path, fmt: ResultFormat) -> Path:
     """Write ``values`` (``[X, Y, Z]`` on the uploaded image's grid) as ``fmt`` with the image's geometry."""
     if tuple(values.shape) != tuple(grid.image.shape):
         raise RuntimeError(f"the answer's shape {tuple(values.shape)} is not the image's {grid.image.shape}")
     if fmt.suffix == ".nrrd":
-        _write_nrrd(values.numpy().astype(fmt.dtype), grid, path)
-        return path
+        return write_nrrd(values.numpy().astype(fmt.dtype), _nrrd_placement(grid), path)
     geometry = grid.image.geometry if grid.image.format == "nifti" else ImageGeometry(
         affine=grid.affine, spatial_shape=grid.image.shape, header=None, filename=None,
         dtype=np.dtype(fmt.dtype))

@@ -201,6 +201,10 @@ class UploadStore:
         self._ended_hook([upload])
         return upload
 
+    def expires_in(self, upload: Upload) -> float:
+        """Seconds ``upload`` has left unless it is used again (as :meth:`.SessionStore.expires_in`)."""
+        return max(0.0, self.ttl - (self.clock() - upload.last_used))
+
     def count(self, owner: Any = None) -> int:
         """Images held (of ``owner``'s datastore uploads only, when given)."""
         with self._lock:

@@ -235,8 +235,7 @@ _JSON_FIELD = "JSON, as the JSON body's field of this name"
 async def inference(request: Request) -> Response:
     state = _state(request)
     state.worker.check_ready()  # 503 before the body is read
-    ctx = state.call(request)
-    try:
+    async with state.call(request) as ctx:
         # the whole body first (within --body-timeout), checked; only then a place in the queue (429 when full)
         body, path, name = await _image_of(ctx, InferenceRequest, ("prompts", "local_working_dir", "output",
                                                                    "statistics"))
@@ -279,8 +278,6 @@ async def inference(request: Request) -> Response:
                                      **({"statistics": str(more[0][0])} if more else {}),
                                      **({"ignored": answer.ignored} if answer.ignored else {})}, headers=headers)
             return _file_answer(ctx, out, fname, _wants(request, "zip"), headers, more)
-    finally:
-        ctx.close()
 
 
 # ------------------------------------------------------------------------------------------ click sessions
@@ -288,8 +285,7 @@ async def inference(request: Request) -> Response:
 async def create_session(request: Request) -> Response:
     state = _state(request)
     state.worker.check_ready()
-    ctx = state.call(request)
-    try:
+    async with state.call(request) as ctx:
         body, path, name = await _image_of(ctx, SessionRequest, ())  # the body before the place, as inference
         ctx.body_received()
         async with state.worker.reserve(client_of(request)) as slot:
@@ -298,8 +294,6 @@ async def create_session(request: Request) -> Response:
             fmt = await ctx.image_format(path, state.settings.limits.max_voxels)
             session, loaded = await slot.run(jobs.open_session(path, fmt, name), ctx.deadline, ctx.gone())
             sid = state.sessions.add(SessionEntry(session, loaded, owner=client_of(request)))
-    finally:
-        ctx.close()
     return JSONResponse(_session_info(state.sessions, sid, state.sessions.get(sid, client_of(request))),
                         status_code=201)
 
@@ -350,9 +344,8 @@ async def clicks(session_id: str, request: Request) -> Response:
     labels = body.point_labels if body.point_labels is not None else [1] * len(body.points)
     parse_points(body.points, labels)  # refused here, before the queue (PromptError -> 422)
     async with state.worker.reserve(client_of(request)) as slot, entry.lock:
-        ctx = state.call(request)
-        ctx.body_received()
-        try:
+        async with state.call(request) as ctx:
+            ctx.body_received()
             job = jobs.click(entry.session, body.points, labels, body.object_class, body.reset)
             label_map = await slot.run(job, ctx.deadline, ctx.gone())
             now = label_map.to(torch.uint8).cpu()
@@ -367,8 +360,6 @@ async def clicks(session_id: str, request: Request) -> Response:
             fname = f"{entry.image.name}_click{entry.session.clicks}{entry.image.suffix}"
             out = await run_in_threadpool(write_label_map, now, entry.image, ctx.folder / fname, box)
             return _file_answer(ctx, out, fname, _wants(request, "raw"), headers)
-        finally:
-            ctx.close()
 
 
 class Expiring(Protocol):

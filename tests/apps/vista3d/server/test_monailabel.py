@@ -308,6 +308,17 @@ class TestSharedGates(unittest.TestCase):
         stranger = SlicerLikeClient(self.server.url)
         self.assertEqual(stranger.upload_image(self.ct, "ct").status, 401)
 
+    def test_token_valid_takes_the_scheme_in_any_case(self):
+        # /auth/token/valid answers as the token gate does: the scheme's name in any case (RFC 7235)
+        for scheme in ("Bearer", "bearer", "BEARER"):
+            client = SlicerLikeClient(self.server.url)
+            client.headers["Authorization"] = f"{scheme} {TOKEN}"
+            self.assertEqual(client.info().status, 200, scheme)
+            self.assertTrue(client.token_valid(), scheme)
+            client.headers["Authorization"] = f"{scheme} not-the-token"
+            self.assertEqual(client.info().status, 401, scheme)
+            self.assertFalse(client.token_valid(), scheme)
+
     def test_body_limit(self):
         big = self.folder / "big.nii.gz"
         big.write_bytes(bytes(300_000))

@@ -102,6 +102,16 @@ class TestUploadStore(unittest.TestCase):
         self.assertEqual(status, 410)
         self.assertIn("--session-ttl", message)
 
+    def test_expires_in_counts_from_the_last_use(self):
+        upload = self._put("a")
+        self.assertEqual(self.store.expires_in(upload), 10.0)
+        self.clock.now = 4.0
+        self.assertEqual(self.store.expires_in(upload), 6.0)
+        self.store.get("a", "", "")  # a use starts it again
+        self.assertEqual(self.store.expires_in(upload), 10.0)
+        self.clock.now = 30.0
+        self.assertEqual(self.store.expires_in(upload), 0.0)
+
     def test_a_file_in_use_outlives_its_end_until_released(self):
         upload = self._put("a")
         with self.store.use("a", "", "") as held:
