@@ -41,7 +41,7 @@ import torch
 from monai.apps.vista3d.config import DicomOptions
 from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError
 
-from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
+from .dicom_files import DICOM_HEAD_BYTES, dicom_files_in, has_dicom_marker, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry, as_xyz
 
 __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DICOM_EXTRA"]
@@ -186,8 +186,8 @@ def _zip_members(p: Path) -> list[tuple[str, Any]]:
                 if info.is_dir() or Path(info.filename).name.startswith("."):
                     continue
                 with z.open(info) as f:
-                    head = f.read(132)
-                    if head[128:132] == b"DICM":
+                    head = f.read(DICOM_HEAD_BYTES)
+                    if has_dicom_marker(head):
                         members.append((info.filename, io.BytesIO(head + f.read())))
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
         # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile lacks
