@@ -134,15 +134,15 @@ def read_series(path: str | os.PathLike, options: DicomOptions) -> tuple[np.ndar
         raise DicomChoiceError(f"{p}: {problem}; VISTA3D segments CT. Pass --allow-modality (allow_modality=True) to "
                                "segment it anyway.", problem, "allow_modality")
     _check_decoder(p, datasets)
-    if len(datasets) == 1 and int(getattr(first, "NumberOfFrames", 1) or 1) > 1:
+    source = DicomSource(datasets, str(getattr(first, "SeriesInstanceUID", "")), modality)
+    if source.multiframe:
         array, affine = _multiframe_volume(p, first)
     else:
-        array, affine = _series_volume(p, datasets)
+        array, affine = _series_volume(p, datasets)  # puts source.datasets in the volume's Z order
     stored = _stored_dtype(first)
     for ds in datasets:  # the source of a SEG keeps the headers only
         if "PixelData" in ds:
             del ds.PixelData
-    source = DicomSource(datasets, str(getattr(first, "SeriesInstanceUID", "")), modality)
     return array, affine, source, stored
 
 
