@@ -191,10 +191,8 @@ class _Histogram:
         hist = self.hist.view(self.k, self.width)
         values = self.vmin + torch.arange(self.width, dtype=torch.float64, device=hist.device)
         weights = hist.to(torch.float64)
-        has = hist > 0
-        idx = torch.arange(self.width, device=hist.device)
-        first = torch.where(has, idx, self.width).amin(dim=1).clamp(max=self.width - 1)
-        last = torch.where(has, idx, -1).amax(dim=1).clamp(min=0)
+        first, last = _first_last(hist)  # the smallest and largest value bins in use
+        first, last = first.clamp(max=self.width - 1), last.clamp(min=0)
         counts = hist.sum(dim=1)
         running = hist.cumsum(dim=1)
         ranks = torch.stack([(counts - 1) // 2, counts // 2], dim=1).clamp(min=0)
