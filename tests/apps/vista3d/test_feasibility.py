@@ -27,6 +27,7 @@ from monai.apps.vista3d.core.checkpoint import load_checkpoint
 from monai.apps.vista3d.core.feasibility import failure_reason
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.errors import CheckpointError, ResourceError
+from monai.apps.vista3d.io.nifti import read_header
 from tests.apps.vista3d.test_cli import TINY, run_main
 
 
@@ -167,6 +168,15 @@ class TestFeasibility(unittest.TestCase):
             with self.assertRaisesRegex(ResourceError, "bomb.nii.gz: segmenting it needs at least"):
                 feasibility.check_image(src, "cpu")
         feasibility.check_image(src, "cpu")  # fits this machine
+
+    def test_gzip_known_by_its_bytes_is_checked_as_gzip(self):
+        """A gzip-compressed file named .nii (the reader inflates it, told by its bytes) is checked as the .nii.gz it
+        is: its header is not taken for a truncated plain file, whose check the load would be left to."""
+        src = _save(self.dir / "bomb.nii.gz", (64, 64, 64), 1.5).rename(self.dir / "bomb.nii")
+        self.assertTrue(read_header(src).gz)
+        with mock.patch.object(feasibility, "host_memory_available", return_value=2**20):
+            with self.assertRaisesRegex(ResourceError, "bomb.nii: segmenting it needs at least"):
+                feasibility.check_image(src, "cpu")
 
     def test_raw_allocator_errors_get_one_line(self):
         raw = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory")

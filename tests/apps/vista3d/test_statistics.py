@@ -114,6 +114,17 @@ class TestStatistics(unittest.TestCase):
         np.testing.assert_allclose(centres[1].numpy(), [5.0, 4.0, 4.0])
         self.assertTrue(bool(torch.isnan(centres[2]).all()))
 
+    def test_centroids_over_many_slabs(self):
+        rng = np.random.default_rng(1)
+        lab = rng.integers(0, 6, size=(13, 11, 9)).astype(np.int16)
+        lab[lab == 2] = 0  # an id that is absent
+        with mock.patch.object(stats_mod, "SLAB_VOXELS", 11 * 9 * 2):  # slabs of two x-planes, the last of one
+            centres = label_centroids(torch.from_numpy(lab))
+        self.assertEqual(tuple(centres.shape), (6, 3))
+        for label_id in (1, 3, 4, 5):
+            np.testing.assert_allclose(centres[label_id].numpy(), np.argwhere(lab == label_id).mean(0), atol=1e-9)
+        self.assertTrue(bool(torch.isnan(centres[2]).all()))
+
     def test_refuses_other_grid(self):
         with self.assertRaises(ValueError):
             structure_statistics(torch.zeros(4, 4, 4), torch.zeros(4, 4, 5, dtype=torch.uint8), AFFINE)

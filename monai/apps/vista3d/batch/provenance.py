@@ -96,13 +96,8 @@ class Provenance:
 
 def _settings(what: SegmentJob | Segmenter) -> dict[str, Any]:
     if isinstance(what, SegmentJob):
-        prompt = what.parsed_prompt
-        network = "vista3d132" if what.network is None else type(what.network).__name__
-        points = None if prompt.points is None else prompt.points.tolist()
-        labels = None if prompt.point_labels is None else prompt.point_labels.tolist()
-        return {"segmenter": "SegmentJob", "classes": prompt.label_ids, "points": points, "point_labels": labels,
-                "options": dataclasses.asdict(what.options),
-                "device": str(what.device), "fuse": what.fuse, "network": network,
+        return {"segmenter": "SegmentJob", **_prompt_record(what), "options": dataclasses.asdict(what.options),
+                "device": str(what.device), "fuse": what.fuse, "network": _network_name(what),
                 "network_kwargs": dict(what.network_kwargs)}
     options = dataclasses.asdict(what.pipeline.options) if isinstance(what, PipelineSegmenter) else None
     return {"segmenter": type(what).__name__, "options": options, "device": str(what.device),
@@ -112,20 +107,30 @@ def _settings(what: SegmentJob | Segmenter) -> dict[str, Any]:
 def output_settings(job: SegmentJob) -> dict[str, Any]:
     """What decides the labels of a job's outputs: the prompt, the window and overlap, how voxels are read and written,
     the network and the weights (their SHA-256). Not what only changes the speed (window batch, streaming, device)."""
-    prompt, options = job.parsed_prompt, job.options
+    options = job.options
     weights = None
     if job.weights is not None:
         weights = {"bytes": os.path.getsize(job.weights), "sha256": weights_digest(job.weights)}
     return {
-        "classes": prompt.label_ids,
-        "points": None if prompt.points is None else prompt.points.tolist(),
-        "point_labels": None if prompt.point_labels is None else prompt.point_labels.tolist(),
+        **_prompt_record(job),
         "roi_size": list(check_roi_size(options.roi_size)), "overlap": options.overlap,
         "output_dtype": options.output_dtype,
         "unreached_label": options.unreached_label, "nonfinite": options.nonfinite, "per_class": options.per_class,
-        "network": "vista3d132" if job.network is None else type(job.network).__name__,
-        "network_kwargs": dict(job.network_kwargs), "weights": weights,
+        "network": _network_name(job), "network_kwargs": dict(job.network_kwargs), "weights": weights,
     }
+
+
+def _prompt_record(job: SegmentJob) -> dict[str, Any]:
+    """A job's prompt as both records keep it: ``classes``, ``points`` and ``point_labels`` (lists or None)."""
+    prompt = job.parsed_prompt
+    return {"classes": prompt.label_ids,
+            "points": None if prompt.points is None else prompt.points.tolist(),
+            "point_labels": None if prompt.point_labels is None else prompt.point_labels.tolist()}
+
+
+def _network_name(job: SegmentJob) -> str:
+    """``vista3d132`` (the network the job builds) or the class name of the caller's network."""
+    return "vista3d132" if job.network is None else type(job.network).__name__
 
 
 def _shown(key: str, value: Any) -> str:

@@ -114,12 +114,10 @@ def gather_totals(image: torch.Tensor, labels: torch.Tensor) -> StructureTotals:
     either a histogram of its (integer) values, from which every intensity statistic is read exactly, or sums,
     squares, extremes and the values themselves for their medians."""
     dev = labels.device
-    nx, ny, nz = labels.shape
-    k = int(labels.max()) + 1 if labels.numel() else 1
+    k = _label_count(labels)
     if labels.numel() and int(labels.min()) < 0:
         raise ValueError("the label map has negative ids; label ids are 0 (background) and up.")
-    step = max(1, SLAB_VOXELS // max(1, ny * nz))
-    slabs = [(x0, min(nx, x0 + step)) for x0 in range(0, nx, step)]
+    slabs = _slabs(labels.shape)
     vmin, vmax = (float(v) for v in torch.aminmax(image)) if image.numel() else (0.0, 0.0)
     width = int(vmax - vmin) + 1 if math.isfinite(vmax - vmin) and vmax - vmin < _HISTOGRAM_RANGE else 0
     if width and image.dtype.is_floating_point:
@@ -137,14 +135,24 @@ def label_centroids(labels: torch.Tensor) -> torch.Tensor:
     """``[K, 3]`` voxel centroid of every label id below ``K = max + 1`` (NaN where absent), from the same per-plane
     counts as the statistics: no intensity work, no loop over labels."""
     labels = labels[0] if labels.ndim == 4 else labels
-    k = int(labels.max()) + 1 if labels.numel() else 1
-    planes = _PlaneCounts(labels.shape, k, labels.device)
-    step = max(1, SLAB_VOXELS // max(1, labels.shape[1] * labels.shape[2]))
-    for x0 in range(0, labels.shape[0], step):
-        planes.add(labels[x0:x0 + step].to(torch.int32), x0)
+    planes = _PlaneCounts(labels.shape, _label_count(labels), labels.device)
+    for x0, x1 in _slabs(labels.shape):
+        planes.add(labels[x0:x1].to(torch.int32), x0)
     counts = planes.per_label()
     present = (counts[0].sum(dim=1) > 0)[:, None]
     return torch.where(present, _centroids(counts), math.nan)
+
+
+def _label_count(labels: torch.Tensor) -> int:
+    """``K``: the label ids ``0 .. K - 1`` that the per-label tensors of a walk over ``labels`` index."""
+    return int(labels.max()) + 1 if labels.numel() else 1
+
+
+def _slabs(shape: Any) -> list[tuple[int, int]]:
+    """The ``[x0, x1)`` slabs of ``x``-planes a walk takes, :data:`SLAB_VOXELS` voxels at most (one plane at least)."""
+    nx, ny, nz = shape
+    step = max(1, SLAB_VOXELS // max(1, ny * nz))
+    return [(x0, min(nx, x0 + step)) for x0 in range(0, nx, step)]
 
 
 def _centroids(axis_counts: list[torch.Tensor]) -> torch.Tensor:
@@ -191,10 +199,8 @@ class _Histogram:
         hist = self.hist.view(self.k, self.width)
         values = self.vmin + torch.arange(self.width, dtype=torch.float64, device=hist.device)
         weights = hist.to(torch.float64)
-        has = hist > 0
-        idx = torch.arange(self.width, device=hist.device)
-        first = torch.where(has, idx, self.width).amin(dim=1).clamp(max=self.width - 1)
-        last = torch.where(has, idx, -1).amax(dim=1).clamp(min=0)
+        first, last = _first_last(hist)  # the smallest and largest value bins in use
+        first, last = first.clamp(max=self.width - 1), last.clamp(min=0)
         counts = hist.sum(dim=1)
         running = hist.cumsum(dim=1)
         ranks = torch.stack([(counts - 1) // 2, counts // 2], dim=1).clamp(min=0)

@@ -41,7 +41,7 @@ import torch
 from monai.apps.vista3d.config import DicomOptions
 from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError
 
-from .dicom_files import dicom_files_in, is_dicom_file, is_zip_archive
+from .dicom_files import DICOM_HEAD_BYTES, dicom_files_in, has_dicom_marker, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry, as_xyz
 
 __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DICOM_EXTRA"]
@@ -134,15 +134,15 @@ def read_series(path: str | os.PathLike, options: DicomOptions) -> tuple[np.ndar
         raise DicomChoiceError(f"{p}: {problem}; VISTA3D segments CT. Pass --allow-modality (allow_modality=True) to "
                                "segment it anyway.", problem, "allow_modality")
     _check_decoder(p, datasets)
-    if len(datasets) == 1 and int(getattr(first, "NumberOfFrames", 1) or 1) > 1:
+    source = DicomSource(datasets, str(getattr(first, "SeriesInstanceUID", "")), modality)
+    if source.multiframe:
         array, affine = _multiframe_volume(p, first)
     else:
-        array, affine = _series_volume(p, datasets)
+        array, affine = _series_volume(p, datasets)  # puts source.datasets in the volume's Z order
     stored = _stored_dtype(first)
     for ds in datasets:  # the source of a SEG keeps the headers only
         if "PixelData" in ds:
             del ds.PixelData
-    source = DicomSource(datasets, str(getattr(first, "SeriesInstanceUID", "")), modality)
     return array, affine, source, stored
 
 
@@ -186,8 +186,8 @@ def _zip_members(p: Path) -> list[tuple[str, Any]]:
                 if info.is_dir() or Path(info.filename).name.startswith("."):
                     continue
                 with z.open(info) as f:
-                    head = f.read(132)
-                    if head[128:132] == b"DICM":
+                    head = f.read(DICOM_HEAD_BYTES)
+                    if has_dicom_marker(head):
                         members.append((info.filename, io.BytesIO(head + f.read())))
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
         # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile lacks

@@ -98,12 +98,18 @@ def read_header(path: str | os.PathLike) -> ImageHeader | None:
         zooms = [float(z) or 1.0 for z in np.linalg.norm(np.asarray(header.get_best_affine())[:3, :3], axis=0)]
         itemsize = np.dtype(header.get_data_dtype()).itemsize
         size = os.path.getsize(path)
+        gz = _gzipped(pathlib.Path(path))  # by its bytes, as the reader tells it, whatever its name
     except Exception:  # any unreadable header is the load's to report
         return None
     while len(shape) > 3 and shape[-1] == 1:
         shape.pop()
-    return ImageHeader(tuple(shape), itemsize, (zooms[0], zooms[1], zooms[2]), size,
-                       str(path).lower().endswith(".gz"))
+    return ImageHeader(tuple(shape), itemsize, (zooms[0], zooms[1], zooms[2]), size, gz)
+
+
+def _gzipped(p: pathlib.Path) -> bool:
+    """Whether the file starts with the gzip magic (what :func:`load_image` inflates)."""
+    with open(p, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
 
 
 def load_image(
@@ -154,9 +160,7 @@ def load_image(
     if nonfinite not in ("error", "air"):
         raise Vista3DInputError(f"nonfinite must be 'error' or 'air', got {nonfinite!r}.")
     try:
-        with open(p, "rb") as f:
-            gz = f.read(2) == GZIP_MAGIC
-        read = read_gzip_nifti if gz else read_plain_nifti
+        read = read_gzip_nifti if _gzipped(p) else read_plain_nifti
         hdr, block, (image, spatial, affine, disk_dtype) = read(p, volume_index, contiguous, dtype is None, dev)
     except OSError as e:
         raise Vista3DInputError(f"{p}: cannot read ({e.strerror or e}).") from None

@@ -85,9 +85,7 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
     if not p.name.endswith((".nii", ".nii.gz")):
         raise OutputPathError(f"{p}: an output file name must end with .nii.gz or .nii, in lower case; e.g. "
                               "seg.nii.gz.")
-    folder = p.parent
-    while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
-        folder = folder.parent
+    folder = _nearest_existing(p.parent)
     check_name_lengths(p, folder)
     if same_file(p, None if input_path is None else str(input_path)):
         raise OutputPathError(f"{p}: the output path is the input file; choose another output folder or name.")
@@ -97,6 +95,13 @@ def check_output(input_path: str | os.PathLike | None, path: str | os.PathLike, 
         raise OutputPathError(f"cannot create the output folder {p.parent}: {folder} is a file.")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"the output folder {folder} is not writable; choose another one.")
+
+
+def _nearest_existing(folder: pathlib.Path) -> pathlib.Path:
+    """``folder`` if it exists, else its nearest parent that does (the one a write into ``folder`` starts from)."""
+    while not os.path.exists(folder) and folder != folder.parent:  # (os.path: no error for too long a name)
+        folder = folder.parent
+    return folder
 
 
 #: free bytes the file system of a run's output folder must have when the run starts (a label map of a 512^3 CT is
@@ -112,9 +117,7 @@ def check_output_folder(folder: str | os.PathLike) -> None:
             is not writable (a read-only folder or file system), or its file system is full.
     """
     p = pathlib.Path(folder)
-    existing = p
-    while not os.path.exists(existing) and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(p)
     check_name_lengths(p / "x", existing)
     if not existing.is_dir():
         raise OutputPathError(f"cannot create the output folder {p}: {existing} is a file; choose another output "
@@ -141,9 +144,7 @@ def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) ->
         OutputPathError: a name longer than the file system of ``existing`` takes.
     """
     if existing is None:
-        existing = p.parent
-        while not os.path.exists(existing) and existing != existing.parent:
-            existing = existing.parent
+        existing = _nearest_existing(p.parent)
     try:
         name_max = os.pathconf(existing, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not every platform or file system says
