@@ -28,6 +28,7 @@ __all__ = [
     "ResourceError",
     "DicomChoiceError",
     "WorkerError",
+    "first_line",
 ]
 
 
@@ -87,3 +88,10 @@ class DicomChoiceError(Vista3DInputError):
 
 class WorkerError(RuntimeError):
     """A background thread of the run ended without handing on its result or its error."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a one-line report shows
+    of an error raised by another library."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

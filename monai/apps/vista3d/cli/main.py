@@ -45,6 +45,7 @@ from monai.apps.vista3d.errors import (
     PromptError,
     ResourceError,
     WorkerError,
+    first_line,
 )
 
 from .benchmark import (
@@ -362,11 +363,6 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
     from monai.apps.vista3d.config import resolve_device
@@ -477,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (OutputCollisionError, OutputPathError, PromptError, ClassPromptError, ResourceError) as e:  # refused early
-        print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
+        print(f"error: {_flagged(first_line(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the output went to a program that stopped reading (| head): nothing to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush is quiet too
@@ -489,7 +485,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: out of GPU memory; try a smaller --sw-batch-size (or --device cpu)", file=sys.stderr)
         return 1
     except (ValueError, OSError) as e:
-        print(f"error: {_flagged(_one_line(e))}", file=sys.stderr)
+        print(f"error: {_flagged(first_line(e))}", file=sys.stderr)
         return 1
     except _Terminated:
         print("error: terminated (SIGTERM); finished outputs are kept, unfinished images left nothing",

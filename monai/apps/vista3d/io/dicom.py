@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from monai.apps.vista3d.config import DicomOptions
-from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError
+from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError, first_line
 
 from .dicom_files import DICOM_HEAD_BYTES, dicom_files_in, has_dicom_marker, is_dicom_file, is_zip_archive
 from .image_geometry import ImageGeometry, as_xyz
@@ -166,7 +166,7 @@ def _read_datasets(p: Path, pydicom: Any) -> list[Any]:
         try:
             ds = pydicom.dcmread(blob)
         except Exception as e:  # pydicom raises several types for damaged files
-            raise Vista3DInputError(f"{p}: cannot read {Path(name).name} as DICOM ({_first_line(e)}).") from None
+            raise Vista3DInputError(f"{p}: cannot read {Path(name).name} as DICOM ({first_line(e)}).") from None
         if "PixelData" in ds:
             datasets.append(ds)
     if not datasets:
@@ -191,14 +191,9 @@ def _zip_members(p: Path) -> list[tuple[str, Any]]:
                         members.append((info.filename, io.BytesIO(head + f.read())))
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
         # RuntimeError: an encrypted member; NotImplementedError: a compression method zipfile lacks
-        raise Vista3DInputError(f"{p}: not a readable zip archive ({_first_line(e)}); send the series again or zip "
+        raise Vista3DInputError(f"{p}: not a readable zip archive ({first_line(e)}); send the series again or zip "
                                 "it anew (unencrypted, deflated or stored).") from None
     return members
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def _pick_series(p: Path, datasets: list[Any], options: DicomOptions) -> list[Any]:
@@ -381,7 +376,7 @@ def _stored_values(p: Path, ds: Any, shape: tuple[int, int]) -> np.ndarray:
     try:
         values: np.ndarray = ds.pixel_array
     except Exception as e:  # pydicom's decoders raise several types for damaged data
-        raise Vista3DInputError(f"{p}: the pixel data of a slice cannot be decoded ({_first_line(e)}); export the "
+        raise Vista3DInputError(f"{p}: the pixel data of a slice cannot be decoded ({first_line(e)}); export the "
                                 "series again.") from None
     if values.shape != shape:
         raise Vista3DInputError(f"{p}: a slice's pixel data has shape {values.shape}, not {shape} (colour or several "
@@ -397,7 +392,7 @@ def _multiframe_volume(p: Path, ds: Any) -> tuple[np.ndarray, np.ndarray]:
         image = highdicom.Image.from_dataset(ds, copy=False)
         volume = image.get_volume(dtype=np.float32, apply_presentation_lut=False, rtol=SPACING_TOLERANCE)
     except Exception as e:
-        raise Vista3DInputError(f"{p}: the frames do not form one regular volume ({_first_line(e)}); missing or "
+        raise Vista3DInputError(f"{p}: the frames do not form one regular volume ({first_line(e)}); missing or "
                                 "unevenly spaced frames, or a tilt.") from None
     return _to_ras_layout(volume.array, volume.affine)
 

@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from monai.apps.vista3d.errors import first_line
+from monai.apps.vista3d.io.dicom_files import has_dicom_marker
+
 from .errors import ServeError
 
 __all__ = ["ZipSeries", "inspect_dicom_zip", "MAX_ZIP_MEMBERS", "HEADER_ALLOWANCE", "FRAME_HEADER_ALLOWANCE",
@@ -130,13 +133,13 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
             for info in infos:
                 with z.open(info) as f:
                     head = f.read(HEADER_PREFIX)
-                if head[128:132] != b"DICM":
+                if not has_dicom_marker(head):
                     continue
                 try:
                     columns, rows, n, per_voxel = _image_size(pydicom, head)
                 except Exception as e:  # pydicom raises several types for a damaged header
                     raise ServeError(422, f"the zip archive's member {info.filename[:80]!r} has the DICOM marker but "
-                                          f"no readable header ({_first_line(e)}); zip the series again") from None
+                                          f"no readable header ({first_line(e)}); zip the series again") from None
                 pixels = columns * rows * n
                 if not pixels:
                     other += info.file_size
@@ -158,14 +161,9 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
                     raise ServeError(413, f"the zip archive's DICOM files hold more than {max_voxels} voxels "
                                           f"(--max-voxels); refused before reading them")
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
-        raise ServeError(422, f"not a readable zip archive ({_first_line(e)}); zip the series again (unencrypted, "
+        raise ServeError(422, f"not a readable zip archive ({first_line(e)}); zip the series again (unencrypted, "
                               "deflated or stored)") from None
     if not members:
         raise ServeError(422, "the zip archive holds no DICOM image (no member with the DICM marker has one); zip "
                               "the folder of one CT series")
     return ZipSeries(tuple(members), voxels, (*(first or (0, 0)), frames), inflated)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__

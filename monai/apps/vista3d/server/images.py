@@ -37,7 +37,7 @@ import nibabel as nib
 import numpy as np
 import torch
 
-from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC
+from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC, has_dicom_marker
 from monai.apps.vista3d.io.gzip_codec import GZIP_MAGIC, gzip_codec
 from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
 from monai.apps.vista3d.io.nifti_write import save_label_map
@@ -194,7 +194,7 @@ def _gunzip_head(path: Path, n: int) -> bytes:
 
 
 def _not_an_image(head: bytes) -> ServeError:
-    if len(head) >= 132 and head[128:132] == b"DICM":
+    if has_dicom_marker(head):
         return ServeError(415, "a single DICOM file: send the whole series as one zip archive of its folder (zip -r "
                                "series.zip SERIES_FOLDER)")
     return ServeError(415, "the file is neither NIfTI (.nii, .nii.gz), NRRD (.nrrd) nor a zip of a DICOM series; "
