@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 from monai.apps.vista3d.errors import Vista3DOutputError
 
-from .paths import TEMP_SUFFIX, temp_prefix
+from .paths import TEMP_TOKEN_BYTES, temp_name
 
 __all__ = ["write_atomically", "write_temp", "commit", "discard"]
 
@@ -80,7 +80,7 @@ def _create_temp(parent: Path, name: str) -> tuple[int, str]:
     (``os.umask`` is process-wide, so reading it by setting it races with other threads).
     """
     for _ in range(100):
-        tmp = os.path.join(parent, f"{temp_prefix(name)}{secrets.token_hex(4)}{TEMP_SUFFIX}")
+        tmp = os.path.join(parent, temp_name(name, secrets.token_hex(TEMP_TOKEN_BYTES)))
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666), tmp
         except FileExistsError:

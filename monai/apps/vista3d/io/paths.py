@@ -44,6 +44,8 @@ __all__ = [
     "class_mask_paths",
     "summary_path_for",
     "temp_prefix",
+    "temp_name",
+    "TEMP_TOKEN_BYTES",
     "TEMP_SUFFIX",
     "lock_path",
     "part_summary_name",
@@ -58,9 +60,18 @@ __all__ = [
 TEMP_SUFFIX = ".part"
 
 
+#: bytes of randomness in the temporary name of an atomic write (written as twice as many hex digits)
+TEMP_TOKEN_BYTES = 4
+
+
 def temp_prefix(name: str) -> str:
     """The start of the temporary name of an atomic write of ``name``: ``.<name>.`` (hidden, beside it)."""
     return f".{name}."
+
+
+def temp_name(name: str, token: str) -> str:
+    """The temporary name of an atomic write of ``name``: ``.<name>.<token>.part``."""
+    return f"{temp_prefix(name)}{token}{TEMP_SUFFIX}"
 
 
 def output_path(image: str | os.PathLike, output_dir: str | os.PathLike, postfix: str = OUTPUT_POSTFIX) -> pathlib.Path:
@@ -160,8 +171,8 @@ def check_name_lengths(p: pathlib.Path, existing: pathlib.Path | None = None) ->
             )
 
 
-#: what the temporary name of an atomic write adds to the output's name: "." + ".xxxxxxxx" + ".part"
-_TMP_EXTRA = 1 + 9 + 5
+#: what the temporary name of an atomic write adds to the output's name
+_TMP_EXTRA = len(temp_name("", "0" * 2 * TEMP_TOKEN_BYTES))
 
 
 
