@@ -97,6 +97,8 @@ class TestInputKind(unittest.TestCase):
             load_image(path)
         self.assertEqual(str(ctx.exception), f"{path}: a DICOM input; load_image reads NIfTI: read it with "
                          "monai.apps.vista3d.io.load_policy.load_input (or io.dicom.load_dicom).")
+        self.assertEqual(input_problem(path, nifti_only=True), str(ctx.exception))
+        self.assertIsNone(input_problem(path))  # for the batch, a DICOM input is the DICOM reader's
 
     def test_a_pipe_is_not_opened(self):
         path = self.tmp / "ct.nii.gz"

@@ -92,16 +92,20 @@ _SUFFIX_KINDS = (
 )
 
 
-def input_problem(path: str | os.PathLike) -> str | None:
-    """Why ``path`` cannot be read as a NIfTI image, in one line that starts with the path and says what to do; None
-    when it may be one (a file whose header the NIfTI reader then checks)."""
+def input_problem(path: str | os.PathLike, nifti_only: bool = False) -> str | None:
+    """Why ``path`` cannot be read as an image, in one line that starts with the path and says what to do; None
+    when it may be one (a file whose header the NIfTI reader then checks, or a DICOM input, whose reader says what
+    is wrong with it, if anything). ``nifti_only``: for a reader of NIfTI alone, a DICOM input is a problem too."""
     p = pathlib.Path(path)
     kind = input_kind(p)
     if kind in ("nifti", "other"):
         if not p.is_file():
             return f"{p}: not a regular file; give a .nii or .nii.gz file."
         return None
-    if kind == "dicom":  # the DICOM reader says what is wrong with a series, if anything
+    if kind == "dicom":
+        if nifti_only:
+            return (f"{p}: a DICOM input; load_image reads NIfTI: read it with monai.apps.vista3d.io.load_policy."
+                    "load_input (or io.dicom.load_dicom).")
         return None
     if kind == "missing":
         if p.is_symlink():

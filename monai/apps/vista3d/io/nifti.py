@@ -39,7 +39,7 @@ from monai.apps.vista3d.errors import Vista3DInputError
 
 from .gzip_codec import GZIP_MAGIC
 from .image_geometry import ImageGeometry
-from .input_kind import input_kind, input_problem
+from .input_kind import input_problem
 from .nifti_read import header_from_bytes, header_start, read_gzip_nifti, read_plain_nifti
 
 __all__ = ["load_image", "AIR_HU", "ImageHeader", "read_header"]
@@ -151,10 +151,7 @@ def load_image(
         raise ValueError(f"dtype must be a floating type or None (the stored type), got {dtype}")
     dev = torch.device(device) if device is not None else torch.device("cpu")
     p = pathlib.Path(path)
-    problem = input_problem(p)  # missing, a folder, NRRD, ...: said with what to do
-    if problem is None and input_kind(p) == "dicom":
-        problem = (f"{p}: a DICOM input; load_image reads NIfTI: read it with monai.apps.vista3d.io.load_policy."
-                   "load_input (or io.dicom.load_dicom).")
+    problem = input_problem(p, nifti_only=True)  # missing, a folder, DICOM, NRRD, ...: said with what to do
     if problem is not None:
         raise Vista3DInputError(problem)
     if nonfinite not in ("error", "air"):
