@@ -18,7 +18,6 @@ before the label map (:func:`write_reports`), so an image whose label map exists
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 from monai.apps.vista3d.config import ImageOutputs, SettingError
-from monai.apps.vista3d.core.statistics import label_centroids, structure_statistics
+from monai.apps.vista3d.core.statistics import label_centroids, statistics_document, structure_statistics
 from monai.apps.vista3d.io.atomic import write_atomically
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.input_kind import input_kind
@@ -117,8 +116,7 @@ def write_reports(reports: ImageReports | None, labels: Any, geometry: ImageGeom
     written: list[Path] = []
     try:
         if reports.statistics is not None:
-            record = {"image": geometry.filename, "label_map": str(label_map), **reports.statistics}
-            text = json.dumps(record, indent=1).encode()
+            text = statistics_document(geometry.filename, str(label_map), reports.statistics)
             written.append(write_atomically(paths["statistics"], lambda f: f.write(text)))
         if reports.preview is not None:
             written.append(write_preview(reports.preview, paths["preview"]))

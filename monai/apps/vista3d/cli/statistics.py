@@ -51,7 +51,7 @@ def run_statistics(args: argparse.Namespace) -> int:
     import torch
 
     from monai.apps.vista3d.config import DicomOptions, resolve_device
-    from monai.apps.vista3d.core.statistics import structure_statistics
+    from monai.apps.vista3d.core.statistics import statistics_document, structure_statistics
     from monai.apps.vista3d.io.load_policy import load_input
     from monai.apps.vista3d.io.nifti import load_image
 
@@ -65,13 +65,13 @@ def run_statistics(args: argparse.Namespace) -> int:
         lab = lab.round().to(torch.int64)
     stats = structure_statistics(image.to(device), lab.to(device), geom.affine, names,
                                  exclude_border_structures=args.exclude_border_structures)
-    text = json.dumps({"image": str(args.ct), "label_map": str(args.labels), **stats}, indent=1)
+    text = statistics_document(str(args.ct), str(args.labels), stats)
     if args.output:
         from monai.apps.vista3d.io.atomic import write_atomically
 
-        write_atomically(args.output, lambda f: f.write(text.encode()))
+        write_atomically(args.output, lambda f: f.write(text))
     else:
-        print(text)
+        print(text.decode())
     return 0
 
 

@@ -26,6 +26,7 @@ image by default, where this module reports ``touches_border`` (a voxel on a fac
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ import torch
 
 from monai.apps.vista3d.labels import label_names
 
-__all__ = ["structure_statistics", "label_centroids", "gather_totals", "StructureTotals", "BORDER_MARGIN",
-           "SLAB_VOXELS"]
+__all__ = ["structure_statistics", "statistics_document", "label_centroids", "gather_totals", "StructureTotals",
+           "BORDER_MARGIN", "SLAB_VOXELS"]
 
 #: TotalSegmentator's border band: a structure with a voxel this close to a face is left out by its rule
 BORDER_MARGIN = 3
@@ -129,6 +130,12 @@ def gather_totals(image: torch.Tensor, labels: torch.Tensor) -> StructureTotals:
         planes.add(lab, x0)
         acc.add(lab.reshape(-1), image[x0:x1].reshape(-1))
     return acc.totals(planes.per_label())
+
+
+def statistics_document(image: str | None, label_map: str, stats: dict[str, Any]) -> bytes:
+    """The statistics file (``--statistics``, ``vista3d statistics -o``): the CT's and the label map's paths, then
+    ``stats``, as indented JSON."""
+    return json.dumps({"image": image, "label_map": label_map, **stats}, indent=1).encode()
 
 
 def label_centroids(labels: torch.Tensor) -> torch.Tensor:
