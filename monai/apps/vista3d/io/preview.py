@@ -87,10 +87,15 @@ def _world_axes(affine: np.ndarray) -> list[tuple[int, bool]]:
     return out
 
 
+#: the world axes across and down the screen for each plane, by the world axis it is normal to:
+#: axial (S): R/A, coronal (A): R/S, sagittal (R): A/S
+_SCREEN_AXES = {2: (0, 1), 1: (0, 2), 0: (1, 2)}
+
+
 def _view(volume: torch.Tensor, axes: list[tuple[int, bool]], normal: int, index: int) -> np.ndarray:
     """The slice of ``volume`` across world axis ``normal`` at voxel ``index``, as a host array whose rows run down
     the screen (S or A decreasing) and columns across it (the patient's right first, or anterior first)."""
-    across, down = {2: (0, 1), 1: (0, 2), 0: (1, 2)}[normal]  # axial: R/A, coronal: R/S, sagittal: A/S
+    across, down = _SCREEN_AXES[normal]
     picked = volume.select(axes[normal][0], index)
     # the remaining voxel axes, named by the world axis each stands for
     remaining = [w for w in range(3) if w != normal]
@@ -129,7 +134,7 @@ def preview_slices(
         views = []
         for normal in (2, 1, 0):
             index = voxel[axes[normal][0]]
-            across, down = {2: (0, 1), 1: (0, 2), 0: (1, 2)}[normal]
+            across, down = _SCREEN_AXES[normal]
             views.append((_view(image, axes, normal, index).astype(np.float32),
                           _view(labels, axes, normal, index).astype(np.int64),
                           (float(spacing[axes[across][0]]), float(spacing[axes[down][0]]))))
