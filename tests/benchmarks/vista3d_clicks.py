@@ -16,8 +16,11 @@ preprocessed once. The fork runs a :py:class:`~monai.apps.vista3d.core.session.V
 path): a click's time runs from the prompt in input voxels to the label map on the input grid, on the device
 (``inference`` includes the windows, the stitch and the previous mask; then the click-only post-processing and the
 inversion). One click is one positive click inside the liver (warm: after a first click, then ``--repeats``
-times, a new object each time); the sequence is ``--clicks`` clicks of one object (liver positives, negatives in
-the spleen and a kidney), each with the previous logits carried. With ``--upstream PATH`` (a
+times, a new object each time), its window's encoder features kept from the warm-up by the session's
+``WindowFeatureCache``; "new window" is the same click with that cache emptied first (the encoder runs, as for a
+click in a place no click has been). The sequence is ``--clicks`` clicks of one object (liver positives, negatives
+in the spleen and a kidney), each with the previous logits carried; each click is marked ``h`` when its windows
+were all in the cache, ``m`` when the encoder ran, and its stages are printed. With ``--upstream PATH`` (a
 ``pip install --no-deps --target PATH monai==1.6.1`` folder) upstream's ``point_based_window_inferer`` runs the
 same clicks on the fork's preprocessed image (the network grid, saved by the fork's worker), with its click-only
 post-processing and the threshold; it has no inversion to the input grid, which the fork's time includes.
@@ -141,25 +144,35 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
         clicks = click_sequence(labels, args.clicks, redraws)
     first = clicks[0]
     session.click([first[0]], [first[1]])  # warm-up: kernels, plans, graphs
-    one = []
+    one, new_window = [], []
+    cache = session.feature_cache
     for _ in range(args.repeats):
         session.reset()
         t0 = now()
         session.click([first[0]], [first[1]])
         one.append(now() - t0)
+        if cache is not None:
+            session.reset()
+            cache.clear()  # the encoder runs: a first click where no click has been
+            t0 = now()
+            session.click([first[0]], [first[1]])
+            new_window.append(now() - t0)
     session.reset()
-    sequence, stages = [], []
+    sequence, stages, hits = [], [], []
     for point, label in clicks:
+        misses = cache.misses if cache is not None else 0
         t0 = now()
         labels = session.click([point], [label])
         sequence.append(now() - t0)
         stages.append(dict(session.timings))
+        hits.append(cache is not None and cache.misses == misses)
     # what upstream gets: the same preprocessed image and the clicks on its grid
     coords = _on_grid(pipe, session, clicks)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
                 "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half().cpu(),
                 "labels": labels.cpu()}, args.save)
-    return {"setup_s": setup_s, "one_click_s": one, "sequence_s": sequence, "sequence_stages": stages,
+    return {"setup_s": setup_s, "one_click_s": one, "one_click_new_window_s": new_window, "sequence_s": sequence,
+            "sequence_stages": stages, "sequence_cache_hits": hits,
             "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,
             "redrawn": {str(k): v for k, v in redraws.items()}}
 
@@ -307,10 +320,16 @@ def main(argv=None) -> int:
                 common + ["--impl", "upstream", "--save", saves["upstream"], "--fork-save", saves["modules"]],
             )
         final = {name: torch.load(saves[name], weights_only=True)["logits"].float() for name in results}
-    print(f"\n{'side':9s} {'1 click ms':>11s} {f'{args.clicks} clicks ms/click':>20s}  per click (ms)")
+    print(f"\n{'side':9s} {'1 click ms':>11s} {'new window':>11s} {f'{args.clicks} clicks ms/click':>20s}  "
+          "per click (ms; h: its windows' features cached, m: the encoder ran)")
     for name, r in results.items():
-        per = " ".join(f"{1000 * s:.1f}" for s in r["sequence_s"])
-        print(f"{name:9s} {_ms(r['one_click_s']):11.1f} {_ms(r['sequence_s']):20.1f}  {per}")
+        marks = ["h" if hit else "m" for hit in r.get("sequence_cache_hits", [])] or [""] * len(r["sequence_s"])
+        per = " ".join(f"{1000 * s:.1f}{mark}" for s, mark in zip(r["sequence_s"], marks))
+        fresh = f"{_ms(r['one_click_new_window_s']):11.1f}" if r.get("one_click_new_window_s") else f"{'':>11s}"
+        print(f"{name:9s} {_ms(r['one_click_s']):11.1f} {fresh} {_ms(r['sequence_s']):20.1f}  {per}")
+    for name, r in results.items():  # where a click's time goes (the session's stages, ms)
+        for i, stages in enumerate(r.get("sequence_stages", [])):
+            print(f"  {name} click {i + 1}: " + " ".join(f"{k} {1000 * v:.1f}" for k, v in stages.items()))
     summary = {}
     for name in results:
         summary[name] = {"one_click_ms": _ms(results[name]["one_click_s"]),
