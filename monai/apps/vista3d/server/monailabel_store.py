@@ -13,13 +13,11 @@
 :class:`UploadStore` holds the uploaded files under the server's work folder, by key: ``(owner, image id)`` for
 ``PUT /datastore/`` (an image id is the client's name for its volume, so two clients may use the same one) and
 ``("session", address, id)`` for ``PUT /session/`` (so that another client's request for the id finds nothing, as
-for an id never issued). Each lives ``ttl`` seconds after its last use, at most ``max_images`` are held (a new one
-evicts the least recently used), one client (an address) holds at most ``per_client`` of them (a new one past that
-evicts its own least recently used, never another's), and a file still read by a request is deleted only once that
-request lets it go. :class:`ClickSessions` says which of the server's click sessions (the
-:class:`~.sessions.SessionStore` the rest of the server uses, so that one budget, one expiry and one share per
-client bound them all) continues the clicks of an ``(owner, upload, label)``; an upload that ends takes its click
-sessions with it.
+for an id never issued). They are bounded in all and per client (an address), and expire, as a
+:class:`~.sessions.BoundedStore`; a file still read by a request is deleted only once that request lets it go.
+:class:`ClickSessions` says which of the server's click sessions (the :class:`~.sessions.SessionStore` the rest
+of the server uses, so that one budget, one expiry and one share per client bound them all) continues the clicks of
+an ``(owner, upload, label)``; an upload that ends takes its click sessions with it.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import shutil
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
@@ -37,11 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ServeError
-from .sessions import SessionEntry, SessionStore
+from .sessions import BoundedStore, SessionEntry, SessionStore
 
 __all__ = ["Upload", "UploadStore", "ClickEntry", "ClickSessions"]
-
-_REMEMBERED = 4096  # ended keys remembered to say why they are gone
 
 
 @dataclass
@@ -72,9 +67,14 @@ class Upload:
     users: int = 0
     ended: bool = False
 
+    @property
+    def owner(self) -> str:
+        """Whose share it counts against (:class:`~.sessions.Held`)."""
+        return self.client
 
-class UploadStore:
-    """Uploaded images by key, least recently used first; see the module.
+
+class UploadStore(BoundedStore[Hashable, Upload]):
+    """Uploaded images by key, least recently used first (:class:`~.sessions.BoundedStore`); see the module.
 
     Args:
         folder: where the files go (made if missing; emptied by :meth:`close`).
@@ -85,54 +85,27 @@ class UploadStore:
         per_client: images one client may hold (None: all of them).
     """
 
+    share_full = ("evicted: one client holds at most {n} uploaded images (--max-sessions-per-client) and it was that "
+                  "client's least recently used")
+    store_full = ("evicted: the server keeps at most {n} uploaded images (--max-sessions) and it was the least "
+                  "recently used")
+
     def __init__(self, folder: Path, max_images: int, ttl: float, clock: Callable[[], float] = time.monotonic,
                  on_end: Callable[[Upload], None] | None = None, per_client: int | None = None) -> None:
+        super().__init__(max_images, ttl, clock, per_client)
         self.folder = folder
-        self.max_images = max_images
-        self.per_client = per_client or max_images
-        self.ttl = ttl
-        self.clock = clock
         self.on_end = on_end
-        self._lock = threading.Lock()
-        self._live: OrderedDict[Hashable, Upload] = OrderedDict()
-        self._ended: OrderedDict[Hashable, str] = OrderedDict()
         folder.mkdir(parents=True, exist_ok=True)
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._live)
+    def _entry_ended_locked(self, entry: Upload) -> None:
+        entry.ended = True
+        if entry.users == 0:  # else the last request that reads it deletes it
+            entry.path.unlink(missing_ok=True)
 
-    def _end(self, key: Hashable, why: str) -> Upload:
-        """End the live upload of ``key`` (every caller holds the lock and takes ``key`` from ``_live``)."""
-        upload = self._live.pop(key)
-        self._ended[key] = why
-        self._ended.move_to_end(key)
-        while len(self._ended) > _REMEMBERED:
-            self._ended.popitem(last=False)
-        upload.ended = True
-        if upload.users == 0:
-            upload.path.unlink(missing_ok=True)
-        return upload
-
-    def _sweep_locked(self) -> list[Upload]:
-        now, gone = self.clock(), []
-        for key, upload in list(self._live.items()):
-            if now - upload.last_used <= self.ttl:
-                break
-            gone.append(self._end(key, f"expired: unused for more than {self.ttl:g} s (--session-ttl)"))
-        return gone
-
-    def _ended_hook(self, uploads: list[Upload]) -> None:
+    def _entries_ended(self, entries: list[Upload]) -> None:
         if self.on_end is not None:
-            for upload in uploads:
+            for upload in entries:
                 self.on_end(upload)
-
-    def sweep(self) -> int:
-        """End the images unused for longer than ``ttl``; how many ended."""
-        with self._lock:
-            gone = self._sweep_locked()
-        self._ended_hook(gone)
-        return len(gone)
 
     def put(self, key: Hashable, src: Path, fmt: str, name: str, image_id: str, client: str = "") -> Upload:
         """Move ``src`` into the store under ``key`` for ``client`` (replacing what the key held; past the client's
@@ -144,40 +117,16 @@ class UploadStore:
             gone = self._sweep_locked()
             if key in self._live:
                 gone.append(self._end(key, "replaced by a newer upload"))
-            own = [k for k, u in self._live.items() if u.client == client]
-            if len(own) >= self.per_client:
-                gone.append(self._end(own[0], f"evicted: one client holds at most {self.per_client} uploaded images "
-                                              "(--max-sessions-per-client) and it was that client's least recently "
-                                              "used"))
-            while len(self._live) >= self.max_images:
-                oldest = next(iter(self._live))
-                gone.append(self._end(oldest, f"evicted: the server keeps at most {self.max_images} uploaded "
-                                              "images (--max-sessions) and it was the least recently used"))
-            self._ended.pop(key, None)
-            upload.last_used = self.clock()
-            self._live[key] = upload
-        self._ended_hook(gone)
-        return upload
-
-    def _get_locked(self, key: Hashable, what: str, how: str) -> Upload:
-        upload = self._live.get(key)
-        if upload is None:
-            why = self._ended.get(key)
-            if why is None:
-                raise ServeError(404, f"{what} is not on this server: {how}")
-            raise ServeError(410, f"{what} was {why}; {how}")
-        upload.last_used = self.clock()
-        self._live.move_to_end(key)
+            gone += self._admit_locked(key, upload)
+        self._entries_ended(gone)
         return upload
 
     def get(self, key: Hashable, what: str, how: str) -> Upload:
         """The upload of ``key`` (now the most recently used); 404 (never held) or 410 (ended) otherwise, the
         message naming it as ``what`` and saying ``how`` to send it."""
+        self.sweep()  # apart from the lookup: on_end is called outside the lock
         with self._lock:
-            gone = self._sweep_locked()
-        self._ended_hook(gone)
-        with self._lock:
-            return self._get_locked(key, what, how)
+            return self._touch_locked(key, None, f"{what} is not on this server: {how}", what, how)  # key has owner
 
     @contextmanager
     def use(self, key: Hashable, what: str, how: str) -> Iterator[Upload]:
@@ -194,16 +143,13 @@ class UploadStore:
                     upload.path.unlink(missing_ok=True)
 
     def remove(self, key: Hashable, what: str, how: str) -> Upload:
-        """End the upload of ``key`` (404/410 as :meth:`get`)."""
+        """End the upload of ``key`` (404/410 as :meth:`get`: one unused past ``ttl`` is told expired)."""
+        self.sweep()
         with self._lock:
-            self._get_locked(key, what, how)
+            self._touch_locked(key, None, f"{what} is not on this server: {how}", what, how)
             upload = self._end(key, "deleted")
-        self._ended_hook([upload])
+        self._entries_ended([upload])
         return upload
-
-    def expires_in(self, upload: Upload) -> float:
-        """Seconds ``upload`` has left unless it is used again (as :meth:`.SessionStore.expires_in`)."""
-        return max(0.0, self.ttl - (self.clock() - upload.last_used))
 
     def count(self, owner: Any = None) -> int:
         """Images held (of ``owner``'s datastore uploads only, when given)."""
@@ -214,7 +160,7 @@ class UploadStore:
         """End every upload and remove the folder (the server is stopping)."""
         with self._lock:
             gone = [self._end(key, "removed: the server stopped") for key in list(self._live)]
-        self._ended_hook(gone)
+        self._entries_ended(gone)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

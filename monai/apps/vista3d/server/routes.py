@@ -26,7 +26,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from fastapi import APIRouter, Request
@@ -55,7 +55,7 @@ from .schemas import (
     parse_body,
     prompt_sizes,
 )
-from .sessions import SessionEntry, SessionStore
+from .sessions import BoundedStore, SessionEntry, SessionStore
 from .settings import Limits, ServerSettings
 from .worker import ModelWorker
 
@@ -362,20 +362,12 @@ async def clicks(session_id: str, request: Request) -> Response:
             return _file_answer(ctx, out, fname, _wants(request, "raw"), headers)
 
 
-class Expiring(Protocol):
-    """A store whose entries expire ``ttl`` seconds after their last use (the sessions, MONAI Label's uploads)."""
-
-    ttl: float
-
-    def sweep(self) -> int: ...
-
-
-def sweep_every(store: Expiring) -> float:
+def sweep_every(store: BoundedStore) -> float:
     """How often expired entries are swept: a quarter of the TTL, between 1 s and 60 s."""
     return min(60.0, max(1.0, store.ttl / 4))
 
 
-async def sweep_sessions(store: Expiring) -> None:
+async def sweep_sessions(store: BoundedStore) -> None:
     """End expired entries on a schedule, so that an idle server frees their memory (and files) too."""
     while True:
         await asyncio.sleep(sweep_every(store))

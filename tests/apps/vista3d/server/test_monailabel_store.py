@@ -102,6 +102,16 @@ class TestUploadStore(unittest.TestCase):
         self.assertEqual(status, 410)
         self.assertIn("--session-ttl", message)
 
+    def test_removing_an_upload_unused_past_the_ttl_is_410_expired(self):
+        upload = self._put("a")
+        self.clock.now = 10.5  # not swept yet: the answer is the same as get's
+        with self.assertRaises(ServeError) as caught:
+            self.store.remove("a", "image 'a'", "upload it again")
+        self.assertEqual(caught.exception.status, 410)
+        self.assertIn("expired", caught.exception.message)
+        self.assertEqual(self.ended, [upload])
+        self.assertFalse(upload.path.exists())
+
     def test_expires_in_counts_from_the_last_use(self):
         upload = self._put("a")
         self.assertEqual(self.store.expires_in(upload), 10.0)

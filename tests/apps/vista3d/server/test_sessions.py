@@ -15,16 +15,21 @@ from __future__ import annotations
 
 import gzip
 import tempfile
+import threading
 import unittest
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import nibabel as nib
 import numpy as np
 import torch
+from parameterized import parameterized
 
 from monai.apps.vista3d.core.session import Vista3DSession
+from monai.apps.vista3d.server.errors import ServeError
 from monai.apps.vista3d.server.routes import changed_box
+from monai.apps.vista3d.server.sessions import BoundedStore, SessionEntry, SessionStore
 from monai.apps.vista3d.server.settings import Limits
 from tests.apps.vista3d.server.harness import (
     LiveServer,
@@ -205,6 +210,111 @@ class TestSessionShares(unittest.TestCase):
                                      [410, 410, 410, 200, 200])
                     evicted = a.get(f"/v1/vista3d/sessions/{as_[0]}").json()["detail"]
                     self.assertIn("--max-sessions-per-client", evicted)
+
+@dataclass
+class _Entry:
+    owner: str
+    last_used: float = 0.0
+
+
+class _Store(BoundedStore[str, _Entry]):
+    def add(self, key: str, owner: str) -> list[str]:
+        with self._lock:
+            self._sweep_locked()
+            return [e.owner for e in self._admit_locked(key, _Entry(owner))]
+
+    def get(self, key: str, owner: str | None) -> tuple[int, str]:
+        """200 and the owner, or the status and message of the error."""
+        with self._lock:
+            self._sweep_locked()
+            try:
+                return 200, self._touch_locked(key, owner, "missing", key, "send it again").owner
+            except ServeError as e:
+                return e.status, e.message
+
+
+class TestBoundedStore(unittest.TestCase):
+    def setUp(self):
+        self.clock = ManualClock()
+        self.store = _Store(capacity=3, ttl=10.0, clock=self.clock, per_client=2, remembered=2)
+
+    def test_past_its_share_an_owner_evicts_its_own_least_recently_used(self):
+        self.store.add("a1", "A"), self.store.add("b1", "B"), self.store.add("a2", "A")
+        self.store.get("a1", "A")  # a2 is now A's least recently used
+        self.assertEqual(self.store.add("a3", "A"), ["A"])
+        self.assertEqual(self.store.get("a2", "A"), (410, "a2 was evicted: one client holds at most 2 entries and it "
+                                                          "was that client's least recently used; send it again"))
+        self.assertEqual(self.store.get("b1", "B"), (200, "B"))
+
+    def test_when_full_the_least_recently_used_of_all_is_evicted(self):
+        self.store.add("a1", "A"), self.store.add("b1", "B"), self.store.add("c1", "C")
+        self.store.get("a1", "A")
+        self.assertEqual(self.store.add("d1", "D"), ["B"])
+        self.assertEqual(len(self.store), 3)
+        self.assertIn("the store holds at most 3 entries", self.store.get("b1", "B")[1])
+
+    def test_expiry_counts_from_the_last_use(self):
+        self.store.add("a1", "A"), self.store.add("b1", "B")
+        self.clock.now = 8.0
+        self.store.get("a1", "A")
+        self.clock.now = 15.0
+        self.assertEqual(self.store.sweep(), 1)
+        self.assertEqual(self.store.get("b1", "B"), (410, "b1 was expired: unused for more than 10 s (--session-ttl); "
+                                                          "send it again"))
+        self.assertEqual(self.store.expires_in(self.store._live["a1"]), 3.0)
+
+    @parameterized.expand([("owner", "A", 410), ("another_client", "B", 404), ("any_client", None, 410)])
+    def test_an_ended_key_is_told_410_only_to_its_owner(self, _, asker, status):
+        self.store.add("a1", "A"), self.store.add("a2", "A"), self.store.add("a3", "A")
+        self.assertEqual(self.store.get("a1", asker)[0], status)
+
+    def test_a_live_key_of_another_owner_is_missing(self):
+        self.store.add("a1", "A")
+        self.assertEqual(self.store.get("a1", "B"), (404, "missing"))
+        self.assertEqual(self.store.get("a1", None), (200, "A"))
+
+    def test_only_the_last_ended_keys_are_remembered(self):
+        for i in range(5):
+            self.store.add(f"k{i}", "A")  # k0, k1, k2 evicted; two remembered
+        self.assertEqual([self.store.get(f"k{i}", "A")[0] for i in range(5)], [404, 410, 410, 200, 200])
+
+
+class _Interleaved:
+    """A lock that, the first time it is let go, runs another request (as a second thread would, between two of a
+    request's turns with the lock)."""
+
+    def __init__(self, between):
+        self._lock, self._between = threading.Lock(), between
+
+    def __enter__(self):
+        self._lock.acquire()
+
+    def __exit__(self, *exc):
+        self._lock.release()
+        between, self._between = self._between, None
+        if between is not None:
+            between()
+
+
+class TestSessionStore(unittest.TestCase):
+    def test_of_two_requests_that_delete_a_session_the_second_is_told_410(self):
+        store = SessionStore(max_sessions=2, ttl=10.0, clock=ManualClock())
+        sid = store.add(SessionEntry(session=None, image=None, owner="A"))
+        statuses = []
+
+        def other_delete():
+            try:
+                store.remove(sid, "A")
+                statuses.append(204)
+            except ServeError as e:
+                statuses.append(e.status)
+
+        store._lock = _Interleaved(other_delete)
+        store.remove(sid, "A")
+        self.assertEqual(statuses, [410])
+        with self.assertRaises(ServeError) as caught:  # and the session stays its owner's: 410, not 404
+            store.get(sid, "A")
+        self.assertEqual(caught.exception.status, 410)
 
 
 class TestChangedBox(unittest.TestCase):
