@@ -187,6 +187,7 @@ class TestPipelineOnGpu(unittest.TestCase):
             for _ in range(2):
                 pipe = Vista3DPipeline(build_tiny_vista3d(), device="cuda", sw_batch_size="auto", roi_size=32,
                                        warn_random=False, fuse=False)
+                torch.cuda.reset_peak_memory_stats()  # as in a new process: the earlier tests' peaks bound no probe
                 pipe.segment(torch.from_numpy(img), aff, classes=[1, 3])
                 batches.append(list(pipe._passes.counting.batches))
             self.assertTrue((Path(folder) / STORE_NAME).is_file())
