@@ -123,13 +123,19 @@ def _free_port() -> int:
 
 
 def start_server(cfg: Config, weights: Path, data: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """``vista3d serve`` in a subprocess; returns it and its URL once ``/v1/health/ready`` answers 200."""
+    """``vista3d serve`` in a subprocess, serving ``data``; returns it and its URL once ready."""
+    return launch_server(cfg, weights, log, ["--data-dir", str(data), "--queue-size", str(max(cfg.clients))])
+
+
+def launch_server(cfg, weights: Path, log: Path, flags: list[str]) -> tuple[subprocess.Popen, str]:
+    """``vista3d serve`` of ``cfg``'s device, width and window with ``weights`` and ``flags``, in a subprocess (its
+    output into ``log``); returns it and its URL once ``/v1/health/ready`` answers 200."""
     import httpx
 
     port = _free_port()
     cmd = [sys.executable, "-m", "monai.apps.vista3d", "serve", "--weights", str(weights), "--port", str(port),
-           "--device", cfg.device, "--embed-dim", str(cfg.embed_dim), "--roi-size", str(cfg.roi),
-           "--data-dir", str(data), "--queue-size", str(max(cfg.clients)), "--log-level", "warning"]
+           "--device", cfg.device, "--embed-dim", str(cfg.embed_dim), "--roi-size", str(cfg.roi), *flags,
+           "--log-level", "warning"]
     print("$", " ".join(cmd), flush=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -163,36 +162,11 @@ class InProcess:
         return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_server(cfg: Config, weights: Path, log: Path) -> tuple[subprocess.Popen, str]:
     """``vista3d serve`` in a subprocess; returns it and its URL once ``/v1/health/ready`` answers 200."""
-    import httpx
+    from vista3d_serve import launch_server
 
-    port = _free_port()
-    cmd = [sys.executable, "-m", "monai.apps.vista3d", "serve", "--weights", str(weights), "--port", str(port),
-           "--device", cfg.device, "--embed-dim", str(cfg.embed_dim), "--roi-size", str(cfg.roi),
-           "--log-level", "warning"]
-    print("$", " ".join(cmd), flush=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{url}/v1/health/ready", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass  # not listening yet
-        time.sleep(0.2)  # a poll of a separate process: there is nothing to wait on
-    proc.kill()
-    raise RuntimeError("the server did not turn ready in 10 minutes")
+    return launch_server(cfg, weights, log, [])
 
 
 class OverSocket:
