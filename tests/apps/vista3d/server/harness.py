@@ -149,6 +149,16 @@ class LiveServer:
         self._sock.close()
 
 
+def phantom_folder_for_class(test_class: Any, shape=(24, 24, 24)) -> Path:
+    """A temporary folder holding ``ct.nii.gz`` (a phantom of ``shape``) for ``test_class``'s tests; removed after
+    them."""
+    tmp = tempfile.TemporaryDirectory()
+    test_class.addClassCleanup(tmp.cleanup)
+    folder = Path(tmp.name)
+    write_phantom(folder / "ct.nii.gz", shape=shape)
+    return folder
+
+
 def start_for_class(test_class: type, server_settings: ServerSettings, **kwargs: Any) -> LiveServer:
     """A :class:`LiveServer` shared by ``test_class``'s tests, ready to serve; it stops after them (also when the
     rest of ``setUpClass`` fails)."""

@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import json
 import socket
-import tempfile
 import threading
 import time
 import unittest
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 from parameterized import parameterized
 
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import LiveServer, settings, tiny_pipeline, write_phantom
+from tests.apps.vista3d.server.harness import (
+    LiveServer,
+    phantom_folder_for_class,
+    settings,
+    tiny_pipeline,
+)
 
 WAIT = 60
 WINDOW = 0.3  # seconds each window is held
@@ -63,13 +66,7 @@ def _points_body(points) -> dict:
 class TestLongJobs(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls._tmp = tempfile.TemporaryDirectory()
-        cls.data = Path(cls._tmp.name)
-        write_phantom(cls.data / "ct.nii.gz", shape=(24, 24, 24))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._tmp.cleanup()
+        cls.data = phantom_folder_for_class(cls)
 
     def _server(self, **limits) -> tuple[LiveServer, _SlowWindows]:
         pipe = tiny_pipeline()

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import json
 import socket
-import tempfile
 import threading
 import time
 import unittest
-from pathlib import Path
 
 import httpx
 from parameterized import parameterized
 
 from monai.apps.vista3d.server.settings import Limits
-from tests.apps.vista3d.server.harness import LiveServer, settings, write_phantom
+from tests.apps.vista3d.server.harness import LiveServer, phantom_folder_for_class, settings
 from tests.apps.vista3d.server.monailabel_client import hand_built_multipart
 
 WAIT = 60  # seconds a socket waits for the server before the test fails
@@ -77,13 +75,7 @@ class _Trickle(threading.Thread):
 class TestSlowClients(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls._tmp = tempfile.TemporaryDirectory()
-        cls.data = Path(cls._tmp.name)
-        write_phantom(cls.data / "ct.nii.gz", shape=(24, 24, 24))
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._tmp.cleanup()
+        cls.data = phantom_folder_for_class(cls)
 
     def _server(self, **limits) -> LiveServer:
         server = LiveServer(settings(data_dir=self.data, limits=Limits(request_timeout=120.0, **limits)))
