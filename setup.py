@@ -35,7 +35,7 @@ setup(
         "isal": ["isal>=1.6"],
         "rapidgzip": ["rapidgzip>=0.16"],  # where requirements.txt does not install it (no wheels)
         "serve": _requirements("requirements-serve.txt"),  # vista3d serve: the HTTP server
-        "nrrd": ["pynrrd>=1.0"],  # NRRD images for vista3d serve (3D Slicer's format)
+        "nrrd": ["pynrrd>=1.0"],  # NRRD inputs of vista3d serve (its NRRD answers are written by the app)
         "dicom": _requirements("requirements-dicom.txt"),  # DICOM series in, DICOM SEG out
         "preview": ["pillow>=9"],  # vista3d --preview (the 'dicom' extra brings it too)
     },

@@ -27,7 +27,7 @@ from parameterized import parameterized
 from monai.apps.vista3d.cli.phantom import make_phantom_labels, write_phantom
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.io import gzip_codec as gz
-from monai.apps.vista3d.io import nifti_write
+from monai.apps.vista3d.io import label_transfer
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.nifti_write import save_label_map
 
@@ -59,7 +59,7 @@ class TestCodecs(unittest.TestCase):
             image, _ = load_image(self.src)
             torch.testing.assert_close(image, self.image, rtol=0, atol=0)
             # several blocks and threads: force small blocks so the CRC combination is exercised
-            with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(nifti_write, "_SLAB_BYTES", 4096):
+            with mock.patch.object(gz, "_BLOCK", 4096), mock.patch.object(label_transfer, "_SLAB_BYTES", 4096):
                 for level, threads in [(1, 1), (1, 3), (6, 2), (0, 2)]:
                     out = save_label_map(
                         self.labels, self.geom, self.tmp / f"{codec}{level}{threads}.nii.gz", "uint8", level,

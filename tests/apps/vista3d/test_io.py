@@ -647,7 +647,7 @@ class TestSaveLabelMap(TempDirCase):
             "c_float32": self.labels.astype(np.float32),
             "tensor": torch.from_numpy(self.labels)[None],
         }[layout]
-        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):  # several slabs, so several blocks and threads
+        with mock.patch.object(label_transfer, "_SLAB_BYTES", 2000):  # several slabs, so several blocks and threads
             out = save_label_map(src, self.geom, self.tmp / "out" / f"seg_{dtype}.nii.gz", dtype, threads=threads)
         back = nib.load(out)
         self.assertEqual(back.get_data_dtype(), np.dtype(dtype))
@@ -668,7 +668,7 @@ class TestSaveLabelMap(TempDirCase):
         labels[3, 4, 40] = 300  # in the last slab
         target = self.tmp / "seg.nii.gz"
         target.write_bytes(b"previous")
-        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):
+        with mock.patch.object(label_transfer, "_SLAB_BYTES", 2000):
             msg = r"\[0, 300\].*does not fit uint8 \[0, 255\].*int16 or float32"
             with self.assertRaisesRegex(Vista3DInputError, msg):
                 save_label_map(view(labels), self.geom, target, "uint8", threads=2)
@@ -699,7 +699,7 @@ class TestSaveLabelMap(TempDirCase):
         self.assertEqual(host.dtype, np.dtype(carrier))
         self.assertTrue(host.T.flags.c_contiguous)  # file order: the host-side slabs are views
         np.testing.assert_array_equal(host, labels.numpy())
-        with mock.patch.object(nifti_write, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
+        with mock.patch.object(label_transfer, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
             out = save_label_map(host, self.geom, self.tmp / "narrow.nii.gz", dtype, threads=2)
             ref = save_label_map(labels.numpy(), self.geom, self.tmp / "ref.nii.gz", dtype, threads=2)
         self.assertEqual(gzip.decompress(out.read_bytes()), gzip.decompress(ref.read_bytes()))

@@ -84,7 +84,7 @@ class AsyncSaver:
             raise RuntimeError("AsyncSaver is closed")
         if _on_device(labels):
             dtype = {**self._defaults, **kwargs}.get("dtype", DEFAULT_OUTPUT_DTYPE)
-            labels = label_map_to_host(labels, geometry, dtype)
+            labels = label_map_to_host(labels, geometry.spatial_shape, dtype)
         self._slots.acquire()
         try:
             save: Callable[..., Any] = self._save_fn or save_label_map

@@ -13,7 +13,9 @@ where it is (on a GPU: one byte a voxel crosses to the host), and cut into file-
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,9 +23,7 @@ import torch
 
 from monai.apps.vista3d.errors import Vista3DInputError
 
-from .image_geometry import ImageGeometry
-
-__all__ = ["label_map_to_host", "to_host_file_order", "label_source", "file_order_slab"]
+__all__ = ["label_map_to_host", "to_host_file_order", "label_source", "file_order_slab", "file_order_slabs"]
 
 
 #: output dtypes that a label map on an accelerator is cast to and laid out in file order on that device
@@ -34,6 +34,7 @@ _DEVICE_DTYPES = {
     "float32": torch.float32,
     "float64": torch.float64,
 }
+_SLAB_BYTES = 16 << 20  # most output bytes per slab of z-slices (one compression block each)
 _SAVE_TILE = (16, 64)  # (x, y) extent of the tiles of the transposing cast; every z of the slab at once
 
 
@@ -117,7 +118,7 @@ def to_host_file_order(t: torch.Tensor, dtype: np.dtype) -> np.ndarray:
     return host
 
 
-def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str = "uint8") -> Any:
+def label_map_to_host(labels: torch.Tensor, shape: Sequence[int], dtype: str = "uint8") -> Any:
     """``labels`` on the host, ready for :func:`~.nifti_write.save_label_map` to write as ``dtype``.
 
     A label map on the input grid is range-checked, cast and laid out in file order where it is, and crosses to
@@ -128,12 +129,12 @@ def label_map_to_host(labels: torch.Tensor, geometry: ImageGeometry, dtype: str 
     t = labels.detach()
     if t.ndim == 4 and t.shape[0] == 1:
         t = t[0]
-    if str(dtype) in _DEVICE_DTYPES and tuple(t.shape) == tuple(geometry.spatial_shape):
+    if str(dtype) in _DEVICE_DTYPES and tuple(t.shape) == tuple(shape):
         return to_host_file_order(t, np.dtype(str(dtype)))
     return t.cpu()
 
 
-def label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple[np.ndarray, bool]:
+def label_source(labels: Any, shape: Sequence[int], dtype: np.dtype) -> tuple[np.ndarray, bool]:
     """The label map as an ``[X, Y, Z]`` array, and whether its values still need a range check for ``dtype``.
 
     A tensor on an accelerator is checked and laid out in file order there (see :func:`label_map_to_host`), so
@@ -141,7 +142,7 @@ def label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple
     """
     if isinstance(labels, torch.Tensor):
         if labels.device.type != "cpu":
-            labels = label_map_to_host(labels, geometry, dtype.name)
+            labels = label_map_to_host(labels, shape, dtype.name)
             if isinstance(labels, np.ndarray):
                 return labels, False
         labels = labels.detach().cpu().numpy()
@@ -150,9 +151,9 @@ def label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple
         raise Vista3DInputError(f"label map of type {arr.dtype} cannot be saved; give integer or float label ids.")
     if arr.ndim == 4 and arr.shape[0] == 1:
         arr = arr[0]
-    if tuple(arr.shape) != tuple(geometry.spatial_shape):
+    if tuple(arr.shape) != tuple(shape):
         raise Vista3DInputError(
-            f"label map shape {tuple(arr.shape)} does not match the input grid {tuple(geometry.spatial_shape)}; "
+            f"label map shape {tuple(arr.shape)} does not match the input grid {tuple(shape)}; "
             "invert the preprocessing (orientation, crop, resampling) before saving."
         )
     check = not _fits(arr.dtype, dtype)
@@ -160,3 +161,17 @@ def label_source(labels: Any, geometry: ImageGeometry, dtype: np.dtype) -> tuple
         _check_values(arr, dtype)  # one linear pass; slabs of a strided array are checked one by one
         check = False
     return arr, check
+
+
+def file_order_slabs(
+    labels: Any, shape: Sequence[int], dtype: np.dtype, threads: int
+) -> list[Callable[[], np.ndarray]]:
+    """``labels`` (on a grid of ``shape``, any device; see :func:`label_source`) as slabs of z-slices in file
+    order, first axis fastest, as NIfTI and NRRD store voxels: each a call returning its slab in ``dtype`` (see
+    :func:`file_order_slab`), for the compressing threads to run."""
+    arr, check = label_source(labels, shape, dtype)
+    nx, ny, nz = arr.shape
+    slice_bytes = max(1, nx * ny * dtype.itemsize)
+    # big slabs amortise the tile loop; at least two per thread so that every core has work
+    step = max(1, min(_SLAB_BYTES // slice_bytes, math.ceil(nz / (2 * threads))))
+    return [functools.partial(file_order_slab, arr, k, min(k + step, nz), dtype, check) for k in range(0, nz, step)]

@@ -14,7 +14,6 @@ file of a set written to a temporary name and renamed together (nothing half wri
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import math
@@ -35,7 +34,7 @@ from monai.apps.vista3d.labels import label_name
 from .atomic import commit, discard, write_temp
 from .gzip_codec import GZIP_MAGIC, available_cores, gzip_codec, write_gzip
 from .image_geometry import ImageGeometry
-from .label_transfer import file_order_slab, label_source
+from .label_transfer import file_order_slabs
 from .nifti_read import header_from_bytes, header_start, vox_offset
 from .paths import class_mask_paths, same_file
 
@@ -215,9 +214,6 @@ def _header_bytes(hdr: Any) -> bytes:
     return out + b"\x00" * (int(hdr["vox_offset"]) - len(out))
 
 
-_SLAB_BYTES = 16 << 20  # most output bytes per slab of z-slices (one compression block each)
-
-
 _OUTPUT_DTYPES = ("uint8", "int16", "uint16", "int32", "float32", "float64")
 
 
@@ -294,16 +290,8 @@ def _write_part(
     Nothing is left behind on failure. The caller renames the file to ``p`` (:func:`~.atomic.commit`).
     """
     name = p.name
-    arr, check = label_source(labels, geometry, out_dtype)
-    hdr = _output_header(geometry, arr.shape, out_dtype, record)
-    head = _header_bytes(hdr)
-    nx, ny, nz = arr.shape
-    slice_bytes = max(1, nx * ny * out_dtype.itemsize)
-    # big slabs amortise the tile loop; at least two per thread so that every core has work
-    step = max(1, min(_SLAB_BYTES // slice_bytes, math.ceil(nz / (2 * threads))))
-    slabs = [
-        functools.partial(file_order_slab, arr, k, min(k + step, nz), out_dtype, check) for k in range(0, nz, step)
-    ]
+    slabs = file_order_slabs(labels, geometry.spatial_shape, out_dtype, threads)
+    head = _header_bytes(_output_header(geometry, tuple(geometry.spatial_shape), out_dtype, record))
 
     def write(f: Any) -> None:
         if name.endswith(".gz"):

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import re
-import tempfile
 import zipfile
 import zlib
 from collections.abc import Sequence
@@ -41,12 +39,13 @@ from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC, has_dicom_marker
 from monai.apps.vista3d.io.gzip_codec import GZIP_MAGIC, gzip_codec
 from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
 from monai.apps.vista3d.io.nifti_write import save_label_map
+from monai.apps.vista3d.io.nrrd_write import save_nrrd
 
 from .dicom_zip import inspect_dicom_zip
 from .errors import ServeError
 
 __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
-           "write_label_map", "write_nrrd", "zip_one", "safe_stem", "nrrd_available"]
+           "write_label_map", "nrrd_placement", "zip_one", "safe_stem", "nrrd_available"]
 
 _CHUNK = 1 << 20  # bytes read, and bytes inflated, per step of the counted inflate
 _SLACK = 1 << 20  # inflated bytes tolerated past what the header describes (padding some writers add)
@@ -259,6 +258,7 @@ def _inspect_nrrd(path: Path, max_voxels: int) -> ImageInfo:
 
 # -------------------------------------------------------------------------------------------- NRRD i/o
 #: each NRRD space word -> (RAS axis, sign along it)
+_RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])  # its own inverse
 _SPACE_WORDS = {"right": (0, 1), "left": (0, -1), "anterior": (1, 1), "posterior": (1, -1),
                 "superior": (2, 1), "inferior": (2, -1)}
 _SPACE_ABBREV = {"r": "right", "l": "left", "a": "anterior", "p": "posterior", "s": "superior", "i": "inferior"}
@@ -324,12 +324,9 @@ class AnswerFormat:
 
     @classmethod
     def of(cls, output: Any) -> AnswerFormat:
-        """The format of an ``OutputOptions`` (None: the defaults); 415 for NRRD without ``pynrrd``."""
+        """The format of an ``OutputOptions`` (None: the defaults)."""
         if output is None:
             return cls()
-        if output.extension == ".nrrd" and not nrrd_available():
-            raise ServeError(415, "NRRD answers need pynrrd on the server (pip install 'monai[nrrd]'); ask for "
-                                  "\".nii.gz\"")
         return cls(output.extension, output.dtype or "uint8", tuple(output.ignored()))
 
     def note(self) -> dict[str, str]:
@@ -337,10 +334,16 @@ class AnswerFormat:
         return {"X-Vista3D-Note": f"ignored: {', '.join(self.ignored)}"} if self.ignored else {}
 
 
-def _nrrd_placement(geometry: ImageGeometry) -> dict[str, Any]:
-    """NRRD placement fields of a NIfTI grid: RAS space, one direction per voxel axis, the first voxel's origin."""
-    return {"space": "right-anterior-superior", "space directions": geometry.affine[:3, :3].T.copy(),
-            "space origin": geometry.affine[:3, 3].copy()}
+def nrrd_placement(image: LoadedImage) -> dict[str, Any]:
+    """Where an answer on ``image``'s grid lies, as NRRD fields: an NRRD upload's own fields as they came; a NIfTI
+    one's affine in ITK's (and 3D Slicer's) left-posterior-superior space, row ``i`` of ``space directions`` the
+    step of voxel axis ``i``, ``space origin`` the first voxel's centre."""
+    if image.format == "nrrd":
+        fields: dict[str, Any] = image.geometry
+        return fields
+    affine = image.geometry.affine
+    return {"space": "left-posterior-superior", "space directions": (_RAS_TO_LPS @ affine[:3, :3]).T,
+            "space origin": _RAS_TO_LPS @ affine[:3, 3]}
 
 
 def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> ImageGeometry:
@@ -351,26 +354,6 @@ def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> I
     affine[:3, 3] = to_ras @ np.asarray(placement["space origin"], dtype=np.float64)
     return ImageGeometry(affine=affine, spatial_shape=shape, header=None, filename=None,
                          dtype=np.dtype(np.uint8))
-
-
-def write_nrrd(values: np.ndarray, placement: dict[str, Any], path: Path) -> Path:
-    """Write ``values`` (``[X, Y, Z]``; the voxel type is the array's) as a gzip-encoded NRRD placed by
-    ``placement`` (its ``space``, ``space directions`` and ``space origin``), whole or not at all: under a hidden
-    temporary name beside ``path``, renamed onto it once written."""
-    import nrrd
-
-    header = {"dimension": 3, "space": placement["space"], "kinds": ["domain"] * 3, "encoding": "gzip",
-              "space directions": np.asarray(placement["space directions"], dtype=np.float64),
-              "space origin": np.asarray(placement["space origin"], dtype=np.float64)}
-    fd, tmp = tempfile.mkstemp(prefix=".", suffix=".nrrd", dir=path.parent)
-    os.close(fd)
-    try:
-        nrrd.write(tmp, np.asfortranarray(values), header, index_order="F", compression_level=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
@@ -389,10 +372,9 @@ def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
         sub = ImageGeometry(affine=affine, spatial_shape=as_xyz(part.shape), header=geom.header, filename=None,
                             dtype=geom.dtype)
         return Path(save_label_map(part, sub, path, dtype=dtype))
-    placement = image.geometry if image.format == "nrrd" else _nrrd_placement(image.geometry)
-    origin = placement["space origin"] + np.asarray(placement["space directions"]).T @ start
-    values = part.to(torch.uint8).cpu().numpy() if isinstance(part, torch.Tensor) else part.astype(np.uint8)
-    return write_nrrd(values.astype(dtype), {**placement, "space origin": origin}, path)
+    placement = nrrd_placement(image)
+    origin = np.asarray(placement["space origin"]) + np.asarray(placement["space directions"]).T @ start
+    return save_nrrd(part, {**placement, "space origin": origin}, path, dtype)
 
 
 def zip_one(src: Path, arcname: str, dest: Path, more: Sequence[tuple[Path, str]] = ()) -> Path:

@@ -40,11 +40,12 @@ from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
 from monai.apps.vista3d.core.session import Vista3DSession
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.nifti_write import save_label_map
+from monai.apps.vista3d.io.nrrd_write import save_nrrd
 from monai.apps.vista3d.labels import everything_labels, label_name, label_names
 
 from . import jobs
 from .errors import ServeError
-from .images import LoadedImage, nrrd_available, write_nrrd
+from .images import LoadedImage, nrrd_placement
 
 __all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "Grid", "app_info",
            "check_model", "parse_params", "prompt_sizes", "result_format", "auto_request", "click_request",
@@ -61,7 +62,6 @@ _PARAMS = {AUTO_MODEL: _COMMON + ("classes",),
 _REFUSED = {"roi": "VISTA3D takes no ROI box: remove the ROI (it is for SAM2 models) and click inside the object",
             "slice": "the click model is 3D: it takes the points of every slice",
             "label_info": "DICOM SEG answers are not offered: ask for .nrrd or .nii.gz"}
-_LPS = np.diag([-1.0, -1.0, 1.0])  # RAS <-> LPS (its own inverse)
 
 
 # ----------------------------------------------------------------------------------------------- /info/
@@ -165,9 +165,6 @@ def result_format(params: dict[str, Any], image_format: str) -> ResultFormat:
     suffix = params.get("result_extension") or (".nrrd" if image_format == "nrrd" else ".nii.gz")
     if suffix not in RESULT_SUFFIXES:
         raise ServeError(422, f"result_extension {suffix!r} is not offered; use one of {', '.join(RESULT_SUFFIXES)}")
-    if suffix == ".nrrd" and not nrrd_available():
-        raise ServeError(422, "NRRD answers (what 3D Slicer asks for) need pynrrd on the server: pip install "
-                              "'monai[nrrd]' there; or ask for result_extension .nii.gz")
     dtype = params.get("result_dtype") or "uint8"
     if dtype not in RESULT_DTYPES:
         raise ServeError(422, f"result_dtype {dtype!r} is not offered; use one of {', '.join(RESULT_DTYPES)}")
@@ -273,7 +270,7 @@ def renumber(labels: torch.Tensor, values: dict[str, int], label_ids: Sequence[i
 
 def object_mask(label_map: torch.Tensor) -> torch.Tensor:
     """A click's label map (the object's id, 0, and 255 where no window reached) as 1 on the object, else 0."""
-    return ((label_map != 0) & (label_map != 255)).to("cpu", torch.uint8)
+    return ((label_map != 0) & (label_map != 255)).to(torch.uint8)  # stays on the label map's device
 
 
 @dataclass(frozen=True)
@@ -284,21 +281,12 @@ class Grid:
     affine: np.ndarray
 
 
-def _nrrd_placement(grid: Grid) -> dict[str, Any]:
-    if grid.image.format == "nrrd":
-        fields: dict[str, Any] = grid.image.geometry  # the uploaded file's own fields, as they were
-        return fields
-    # NIfTI in, NRRD out: ITK's (and Slicer's) LPS space; row i of 'space directions' is voxel axis i's step
-    return {"space": "left-posterior-superior", "space directions": (_LPS @ grid.affine[:3, :3]).T,
-            "space origin": _LPS @ grid.affine[:3, 3]}
-
-
 def write_result(values: torch.Tensor, grid: Grid, path: Path, fmt: ResultFormat) -> Path:
     """Write ``values`` (``[X, Y, Z]`` on the uploaded image's grid) as ``fmt`` with the image's geometry."""
     if tuple(values.shape) != tuple(grid.image.shape):
         raise RuntimeError(f"the answer's shape {tuple(values.shape)} is not the image's {grid.image.shape}")
     if fmt.suffix == ".nrrd":
-        return write_nrrd(values.numpy().astype(fmt.dtype), _nrrd_placement(grid), path)
+        return save_nrrd(values, nrrd_placement(grid.image), path, fmt.dtype)
     geometry = grid.image.geometry if grid.image.format == "nifti" else ImageGeometry(
         affine=grid.affine, spatial_shape=grid.image.shape, header=None, filename=None,
         dtype=np.dtype(fmt.dtype))

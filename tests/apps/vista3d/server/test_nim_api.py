@@ -197,13 +197,13 @@ class TestNimApi(unittest.TestCase):
             labels, header = nrrd.read(f.name, index_order="F")
         self.assertEqual(labels.dtype, np.int16)
         np.testing.assert_array_equal(labels, _expected(self.ct, classes=["liver"]))
-        affine = nib.load(str(self.ct)).affine  # the NIfTI grid as RAS space directions and origin
-        self.assertEqual(header["space"], "right-anterior-superior")
-        np.testing.assert_allclose(header["space directions"], affine[:3, :3].T)
-        np.testing.assert_allclose(header["space origin"], affine[:3, 3])
+        affine = nib.load(str(self.ct)).affine  # the NIfTI grid in LPS, as ITK and 3D Slicer place NRRD files
+        lps = np.diag([-1.0, -1.0, 1.0])
+        self.assertEqual(header["space"], "left-posterior-superior")
+        np.testing.assert_allclose(header["space directions"], (lps @ affine[:3, :3]).T)
+        np.testing.assert_allclose(header["space origin"], lps @ affine[:3, 3])
         # and the other way: NRRD in, NIfTI out, in the same place in the world
         img = nib.load(str(self.ct))
-        lps = np.diag([-1.0, -1.0, 1.0])
         nrrd.write(str(self.host.folder / "lps.nrrd"), np.asarray(img.dataobj), {
             "space": "left-posterior-superior", "space directions": (lps @ img.affine[:3, :3]).T,
             "space origin": lps @ img.affine[:3, 3], "kinds": ["domain"] * 3}, index_order="F")
