@@ -158,7 +158,7 @@ class InProcess:
             out["click_s"].append(clicked - start)
             out["click_and_answer_s"].append(done - start)
             if r == 0:
-                self.masks.append(mask.numpy())
+                self.masks.append(mask.cpu().numpy())
         return out
 
 
