@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The GPU measurements the write-ups mark "GPU measurement pending", on a machine with a CUDA GPU and no network.
+# The GPU measurements of the PR write-ups (docs/prs/02, 03, 23, 24), on a machine with a CUDA GPU and no network.
 #
 #   bash tools/upstream_prs/gpu_pending.sh WEEKLY_SDIST DOCS_FROM OUT_DIR
 #
 # WEEKLY_SDIST: monai_weekly-1.7.dev2643.tar.gz; DOCS_FROM: a folder holding upstream's docs/source and tests/
 # (from a git checkout; the sdist has neither); OUT_DIR: where the outputs go. Builds the branches from the sdist,
-# runs the new tests that need a GPU, then each write-up's pending command with the branch and the untouched
+# runs the new tests that need a GPU, then each write-up's GPU command with the branch and the untouched
 # tree, same machine, same run. Needs python with torch (CUDA), numpy, scipy, scikit-image and parameterized;
 # packages installed elsewhere (pip install --target DIR) are found through PYTHONPATH, which is kept.
+# Without black and isort there, the branches are built unformatted: the same code as the formatted branches
+# (docs/notes/cpu-2026-12-06-prs/h100_branches_vs_formatted.txt), a different diffstat in build.txt.
 set -euo pipefail
 sdist=$(realpath "$1"); docs=$(realpath "$2"); out=$(realpath "$3")
 work=$(mktemp -d)
