@@ -64,6 +64,19 @@ class TestSaveNrrd(unittest.TestCase):
         np.testing.assert_array_equal(data, values[0].astype(np.uint8))
         self.assertEqual(list(header["sizes"]), [6, 5, 4])
 
+    def test_read_by_simpleitk_as_3d_slicer_reads_it(self):
+        import SimpleITK as sitk  # a dev dependency: what 3D Slicer's MONAI Label module reads answers with
+
+        values = self.rng.integers(0, 4, size=(11, 8, 6)).astype(np.uint8)
+        save_nrrd(values, PLACEMENT, self.dir / "s.nrrd")
+        image = sitk.ReadImage(str(self.dir / "s.nrrd"))
+        np.testing.assert_array_equal(sitk.GetArrayFromImage(image).T, values)  # ITK's array is [Z, Y, X]
+        directions = PLACEMENT["space directions"]
+        spacing = np.linalg.norm(directions, axis=1)
+        np.testing.assert_allclose(image.GetSpacing(), spacing)
+        np.testing.assert_allclose(np.array(image.GetDirection()).reshape(3, 3), (directions / spacing[:, None]).T)
+        np.testing.assert_allclose(image.GetOrigin(), PLACEMENT["space origin"])
+
     @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA GPU")
     def test_from_the_gpu(self):
         values = self.rng.integers(0, 2, size=(64, 48, 20)).astype(np.uint8)
