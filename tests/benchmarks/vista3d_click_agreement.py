@@ -209,8 +209,10 @@ def main(argv=None) -> int:
                        for seed in range(1, 5)]
             t0 = time.perf_counter()
             losses = train_clicks(net, volumes, steps, crop, args.train_seconds)
+            skipped = int(np.sum(~np.isfinite(losses)))  # fp16 logits past its range: the scaler skips the step
             print(f"point branch: {len(losses)} steps in {time.perf_counter() - t0:.1f} s, loss {losses[0]:.4f} -> "
-                  f"{np.mean(losses[-10:]):.4f} (mean of the last 10)", flush=True)
+                  f"{np.nanmean(losses[-10:]):.4f} (mean of the last 10 finite); {skipped} steps with a non-finite "
+                  "loss, skipped by the gradient scaler", flush=True)
             result["point_training"] = {"steps_done": len(losses), "losses": losses}
             weights = os.path.join(tmp, "clicks_trained.pt")
             torch.save(net.state_dict(), weights)

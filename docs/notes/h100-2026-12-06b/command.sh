@@ -1,4 +1,4 @@
-# Four device calls at main 3b78571 (2026-12-06, asked as nvidia-h100-x1: NVIDIA H100 80GB HBM3, torch 2.11.0+cu130,
+# Four device calls at main 36f0f8e (2026-12-06, asked as nvidia-h100-x1: NVIDIA H100 80GB HBM3, torch 2.11.0+cu130,
 # Triton 3.6.0). Calls 1, 2, 4 carried .wheels (upstream monai 1.6.1, nibabel, parameterized, isal, rapidgzip, the
 # serve wheels, pynrrd, pydicom, highdicom, pyjpegls); call 3 carried .upstream (monai-weekly 1.7.dev2643's sdist,
 # upstream's docs/ and tests/ from a clone, parameterized and scikit-image wheels).
