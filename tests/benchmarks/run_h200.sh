@@ -24,6 +24,7 @@
 #   streaming512_fused    512^3, 117 classes, the fused network: float32 accumulators at bs 1, 2; fp16 at 14
 #   clicks                click latency on the 512x512x200 phantom: 1 click and a 5-click session, fused vs module
 #                         vs upstream (issue 26); clicks_trained: the same with the phantom-trained weights
+#   clicks_profile        the fused 5-click sequence with its second click under torch.profiler (issue 50, item 3)
 #   click_agreement       click results (5 organs, negatives, special class, edit, sequence) fused vs module vs
 #                         upstream on the phantom-trained network (trains it first, as trained_agreement, if needed)
 #   pytest_clicks         the clicks' fused tests and the session's on the GPU
@@ -61,7 +62,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,62p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,63p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -103,6 +104,7 @@ for run in "$@"; do
   fused_conv) step fused_conv 400 python3 tests/benchmarks/vista3d_fused.py --device cuda --conv --json "$out/fused_conv.json" ;;
   streaming512_fused) step streaming512_fused 300 $STREAM --fuse --sizes 512x512x512 --classes 117 --sw-batch-size 1,2,14 --acc-dtypes float32 --repeats 3 --full-repeats 1 --full-sw-batch-size 14 --json "$out/streaming512_fused.json" ;;
   clicks) step clicks 400 python3 tests/benchmarks/vista3d_clicks.py $UP --repeats 10 --clicks 5 --json "$out/clicks.json" ;;
+  clicks_profile) step clicks_profile 200 python3 tests/benchmarks/vista3d_clicks.py --device cuda --repeats 3 --clicks 5 --profile-click 2 --json "$out/clicks_profile.json" ;;
   clicks_trained) [ -f /tmp/trained_vista3d.pt ] || { echo "clicks_trained: run trained_agreement first (it writes /tmp/trained_vista3d.pt)"; continue; }
     step clicks_trained 400 python3 tests/benchmarks/vista3d_clicks.py $UP --checkpoint /tmp/trained_vista3d.pt --json "$out/clicks_trained.json" ;;
   click_agreement) CA="python3 tests/benchmarks/vista3d_click_agreement.py $UP"

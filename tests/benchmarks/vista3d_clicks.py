@@ -166,6 +166,7 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
         sequence.append(now() - t0)
         stages.append(dict(session.timings))
         hits.append(cache is not None and cache.misses == misses)
+    profile = profile_click(session, clicks, args.profile_click, dev) if args.profile_click else None
     # what upstream gets: the same preprocessed image and the clicks on its grid
     coords = _on_grid(pipe, session, clicks)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
@@ -174,7 +175,24 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
     return {"setup_s": setup_s, "one_click_s": one, "one_click_new_window_s": new_window, "sequence_s": sequence,
             "sequence_stages": stages, "sequence_cache_hits": hits,
             "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,
-            "redrawn": {str(k): v for k, v in redraws.items()}}
+            "redrawn": {str(k): v for k, v in redraws.items()}, "profile": profile}
+
+
+def profile_click(session, clicks: list, k: int, dev: torch.device) -> str:
+    """The sequence again up to click ``k`` (1-based), that click under ``torch.profiler``: its operators and
+    kernels by time, and how often it waited on the device (the table, as text)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    session.reset()
+    for point, label in clicks[: k - 1]:
+        session.click([point], [label])
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        session.click([clicks[k - 1][0]], [clicks[k - 1][1]])
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    sort = "cuda_time_total" if dev.type == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=60)
 
 
 def _cpu_fused_config():
@@ -282,6 +300,8 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", default=None, help="a vista3d132 state dict for every side (default: random)")
     p.add_argument("--upstream", default=None, help="folder where upstream MONAI is pip-installed with --target")
     p.add_argument("--json", default=None)
+    p.add_argument("--profile-click", type=int, default=None, metavar="K",
+                   help="also run the fused sequence again with its click K under torch.profiler and print the table")
     p.add_argument("--no-fuse", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", default="fork", help=argparse.SUPPRESS)
     p.add_argument("--save", default=None, help=argparse.SUPPRESS)
@@ -312,7 +332,8 @@ def main(argv=None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="vista3d_clicks_") as tmp:
         saves = {name: os.path.join(tmp, f"{name}.pt") for name in ("fused", "modules", "upstream")}
-        results["fused"] = run_worker("fused", REPO, common + ["--save", saves["fused"]])
+        profiling = ["--profile-click", str(args.profile_click)] if args.profile_click else []
+        results["fused"] = run_worker("fused", REPO, common + profiling + ["--save", saves["fused"]])
         results["modules"] = run_worker("modules", REPO, common + ["--no-fuse", "--save", saves["modules"]])
         if args.upstream:
             results["upstream"] = run_worker(
@@ -330,6 +351,8 @@ def main(argv=None) -> int:
     for name, r in results.items():  # where a click's time goes (the session's stages, ms)
         for i, stages in enumerate(r.get("sequence_stages", [])):
             print(f"  {name} click {i + 1}: " + " ".join(f"{k} {1000 * v:.1f}" for k, v in stages.items()))
+    if results["fused"].get("profile"):
+        print(f"\nfused, click {args.profile_click} of the sequence under torch.profiler:\n{results['fused']['profile']}")
     summary = {}
     for name in results:
         summary[name] = {"one_click_ms": _ms(results[name]["one_click_s"]),
