@@ -42,7 +42,7 @@ from monai.apps.vista3d.io.nifti_write import save_label_map
 from monai.apps.vista3d.io.nrrd_write import save_nrrd
 
 from .dicom_zip import inspect_dicom_zip
-from .errors import ServeError
+from .errors import ServeError, too_many_voxels
 
 __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
            "write_label_map", "nrrd_placement", "zip_one", "safe_stem", "nrrd_available"]
@@ -157,8 +157,7 @@ def _nrrd_itemsize(kind: str) -> int:
 def _check_voxels(shape: tuple[int, ...], max_voxels: int) -> int:
     voxels = math.prod(int(s) for s in shape) if shape else 0
     if voxels > max_voxels:
-        raise ServeError(413, f"the image has {voxels} voxels (shape {tuple(int(s) for s in shape)}), more than "
-                              f"--max-voxels {max_voxels}; refused before reading it")
+        raise too_many_voxels(voxels, max_voxels, f"shape {tuple(int(s) for s in shape)}")
     return voxels
 
 
