@@ -42,7 +42,7 @@ from monai.apps.vista3d.io import label_transfer, nifti_read, nifti_write
 from monai.apps.vista3d.io import nifti as vio
 from monai.apps.vista3d.io.atomic import write_atomically
 from monai.apps.vista3d.io.gzip_codec import available_cores
-from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
+from monai.apps.vista3d.io.image_geometry import LPS_RAS_FLIP, ImageGeometry, as_xyz, reverse_voxel_axes
 from monai.apps.vista3d.io.nifti import load_image
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.apps.vista3d.io.paths import (
@@ -135,6 +135,31 @@ class TestAsXyz(unittest.TestCase):
     def test_other_counts_refused(self, _, values):
         with self.assertRaisesRegex(ValueError, f"three values.*got {len(values)}"):
             as_xyz(values)
+
+
+class TestLpsRasAndAxes(unittest.TestCase):
+    def test_flip_converts_both_ways(self):
+        lps = np.array([10.0, 20.0, 30.0, 1.0])  # 10 mm left, 20 mm posterior, 30 mm superior of the origin
+        np.testing.assert_array_equal(LPS_RAS_FLIP @ lps, [-10.0, -20.0, 30.0, 1.0])
+        np.testing.assert_array_equal(LPS_RAS_FLIP @ LPS_RAS_FLIP, np.eye(4))
+        with self.assertRaises(ValueError):  # one matrix shared by every reader and writer: nobody may edit it
+            LPS_RAS_FLIP[0, 0] = 1.0
+
+    def test_reverse_voxel_axes_keeps_each_voxel_in_place(self):
+        rng = np.random.default_rng(0)
+        array = rng.integers(0, 100, size=(2, 3, 4))
+        affine = np.eye(4)
+        affine[:3] = rng.normal(size=(3, 4))  # oblique, with an origin
+        out, out_affine = reverse_voxel_axes(array, affine)
+        self.assertEqual(out.shape, (4, 3, 2))
+        for i, j, k in np.ndindex(*array.shape):
+            self.assertEqual(out[k, j, i], array[i, j, k])
+            np.testing.assert_allclose(out_affine @ [k, j, i, 1], affine @ [i, j, k, 1])
+        back, back_affine = reverse_voxel_axes(out, out_affine)
+        np.testing.assert_array_equal(back, array)
+        np.testing.assert_array_equal(back_affine, affine)
+        out_affine[0, 0] = 99.0  # a copy: the caller's affine is not changed through it
+        self.assertNotEqual(affine[0, 0], 99.0)
 
 
 class TestRoundTrip(TempDirCase):

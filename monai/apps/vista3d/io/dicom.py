@@ -42,7 +42,7 @@ from monai.apps.vista3d.config import DicomOptions
 from monai.apps.vista3d.errors import DicomChoiceError, Vista3DInputError, first_line
 
 from .dicom_files import DICOM_HEAD_BYTES, dicom_files_in, has_dicom_marker, is_dicom_file, is_zip_archive
-from .image_geometry import ImageGeometry, as_xyz
+from .image_geometry import LPS_RAS_FLIP, ImageGeometry, as_xyz, reverse_voxel_axes
 
 __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DICOM_EXTRA"]
 
@@ -50,7 +50,6 @@ __all__ = ["load_dicom", "DicomSource", "read_series", "SPACING_TOLERANCE", "DIC
 SPACING_TOLERANCE = 0.01
 #: what a DICOM input needs installed
 DICOM_EXTRA = "pip install pydicom highdicom (the 'dicom' extra)"
-_RAS_FROM_LPS = np.diag([-1.0, -1.0, 1.0, 1.0])
 _SLAB = 16  # slices decoded before they are laid out, a tile of _TILE_ROWS rows at a time
 _TILE_ROWS = 128
 _ORIENTATION_TOLERANCE = 1e-4
@@ -368,7 +367,7 @@ def _series_volume(p: Path, datasets: list[Any]) -> tuple[np.ndarray, np.ndarray
             del ds.PixelData  # its bytes, and the array pydicom keeps with them, are not needed again
         for r0 in range(0, rows, _TILE_ROWS):
             out[:, r0:r0 + _TILE_ROWS, z0:z0 + n] = slab[:n, r0:r0 + _TILE_ROWS].transpose(2, 1, 0)
-    return out, _RAS_FROM_LPS @ stack.affine
+    return out, LPS_RAS_FLIP @ stack.affine
 
 
 def _stored_values(p: Path, ds: Any, shape: tuple[int, int]) -> np.ndarray:
@@ -403,14 +402,13 @@ def _to_ras_layout(array: np.ndarray, affine_lps: np.ndarray) -> tuple[np.ndarra
     array = np.asarray(array, dtype=np.float32)
     if array.ndim == 4:  # a channel axis of one
         array = array[..., 0]
-    affine = np.asarray(affine_lps, dtype=np.float64)[:, [2, 1, 0, 3]]
-    out = array.transpose(2, 1, 0)
+    out, affine = reverse_voxel_axes(array, np.asarray(affine_lps, dtype=np.float64))
     normal = np.cross(affine[:3, 0], affine[:3, 1])
     if float(affine[:3, 2] @ normal) < 0:  # highdicom stacked against the normal: turn the slice axis round
         affine[:3, 3] += affine[:3, 2] * (out.shape[2] - 1)
         affine[:3, 2] *= -1
         out = out[:, :, ::-1]
-    return np.ascontiguousarray(out), _RAS_FROM_LPS @ affine
+    return np.ascontiguousarray(out), LPS_RAS_FLIP @ affine
 
 
 def _nifti_header(affine: np.ndarray, shape: tuple[int, ...], series_uid: str) -> Any:

@@ -30,7 +30,7 @@ import numpy as np
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.labels import label_names
 
-from .image_geometry import ImageGeometry
+from .image_geometry import LPS_RAS_FLIP, ImageGeometry, reverse_voxel_axes
 from .label_colors import label_color
 
 __all__ = ["write_dicom_seg", "segment_codes", "SNOMED_OF", "ALGORITHM_NAME"]
@@ -126,9 +126,10 @@ def write_dicom_seg(
     present = [int(i) for i in np.unique(arr) if i > 0]
     numbers = np.zeros(int(arr.max(initial=0)) + 1, dtype=np.uint16)
     numbers[present] = np.arange(1, len(present) + 1)
+    array, affine = reverse_voxel_axes(numbers[arr], geometry.affine)  # highdicom's (slice, row, column)
     volume = hd.Volume(
-        array=np.ascontiguousarray(numbers[arr].transpose(2, 1, 0)),  # (slice, row, column)
-        affine=np.diag([-1.0, -1.0, 1.0, 1.0]) @ geometry.affine[:, [2, 1, 0, 3]],  # LPS
+        array=np.ascontiguousarray(array),
+        affine=LPS_RAS_FLIP @ affine,  # DICOM's LPS
         coordinate_system="PATIENT",
         frame_of_reference_uid=str(source.datasets[0].FrameOfReferenceUID),
     )

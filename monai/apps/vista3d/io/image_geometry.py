@@ -18,9 +18,15 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["ImageGeometry", "as_xyz"]
+__all__ = ["ImageGeometry", "as_xyz", "LPS_RAS_FLIP", "reverse_voxel_axes"]
 
 _T = TypeVar("_T")
+
+#: DICOM, ITK and NRRD's usual space place a point in LPS (x to the patient's left, y posterior), NIfTI in RAS: the
+#: matrix that turns a 4x4 affine (or, its top-left 3x3, a direction) of one into the other, applied from the left.
+#: It is its own inverse, so it converts both ways.
+LPS_RAS_FLIP = np.diag([-1.0, -1.0, 1.0, 1.0])
+LPS_RAS_FLIP.setflags(write=False)
 
 
 def as_xyz(values: Iterable[_T]) -> tuple[_T, _T, _T]:
@@ -33,6 +39,16 @@ def as_xyz(values: Iterable[_T]) -> tuple[_T, _T, _T]:
     if len(xyz) != 3:
         raise ValueError(f"expected three values, one per voxel axis (X, Y, Z), got {len(xyz)}: {xyz}")
     return xyz[0], xyz[1], xyz[2]
+
+
+def reverse_voxel_axes(array: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``array`` (a view) with its three voxel axes in reverse order, and ``affine`` (a copy) with its columns to match.
+
+    This is the step between highdicom's ``(slice, row, column)`` layout and this app's ``[column, row, slice]``, in
+    either direction: voxel ``(i, j, k)`` of the input and voxel ``(k, j, i)`` of the output hold the same value at
+    the same world position.
+    """
+    return array.transpose(2, 1, 0), affine[:, [2, 1, 0, 3]]
 
 
 @dataclass

@@ -43,7 +43,7 @@ from typing import Any
 from monai.apps.vista3d.errors import first_line
 from monai.apps.vista3d.io.dicom_files import has_dicom_marker
 
-from .errors import ServeError
+from .errors import ServeError, too_many_voxels
 
 __all__ = ["ZipSeries", "inspect_dicom_zip", "MAX_ZIP_MEMBERS", "HEADER_ALLOWANCE", "FRAME_HEADER_ALLOWANCE",
            "HEADER_PREFIX", "NON_IMAGE_BYTES"]
@@ -158,8 +158,7 @@ def inspect_dicom_zip(path: Path, max_voxels: int) -> ZipSeries:
                 frames += n
                 first = first or (columns, rows)
                 if voxels > max_voxels:
-                    raise ServeError(413, f"the zip archive's DICOM files hold more than {max_voxels} voxels "
-                                          f"(--max-voxels); refused before reading them")
+                    raise too_many_voxels(voxels, max_voxels, "at least: the zip's DICOM headers counted so far")
     except (zipfile.BadZipFile, zlib.error, OSError, EOFError, RuntimeError, NotImplementedError) as e:
         raise ServeError(422, f"not a readable zip archive ({first_line(e)}); zip the series again (unencrypted, "
                               "deflated or stored)") from None

@@ -8,11 +8,12 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The one error the server's rooms raise: an HTTP status, one message, and the headers it needs."""
+"""The one error the server's rooms raise (an HTTP status, one message, and the headers it needs), and the refusals
+that several rooms word alike."""
 
 from __future__ import annotations
 
-__all__ = ["ServeError"]
+__all__ = ["ServeError", "too_many_voxels"]
 
 
 class ServeError(Exception):
@@ -29,3 +30,17 @@ class ServeError(Exception):
         self.status = status
         self.message = message
         self.headers = dict(headers or {})
+
+
+def too_many_voxels(voxels: int, max_voxels: int, counted: str) -> ServeError:
+    """The 413 for an image over ``--max-voxels``, found from its header (or a zip's DICOM headers) before any of its
+    voxels is read: a NIfTI, NRRD or zipped DICOM image is refused in the same words.
+
+    Args:
+        voxels: the voxels counted.
+        max_voxels: the server's ``--max-voxels``.
+        counted: how ``voxels`` was counted, in a few words (the image's shape; for a zip, that counting stopped at
+            the first DICOM file past the limit).
+    """
+    return ServeError(413, f"the image has {voxels} voxels ({counted}), more than --max-voxels {max_voxels}; "
+                           "refused before any voxel was read")

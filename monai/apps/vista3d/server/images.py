@@ -37,12 +37,12 @@ import torch
 
 from monai.apps.vista3d.io.dicom_files import ZIP_MAGIC, has_dicom_marker
 from monai.apps.vista3d.io.gzip_codec import GZIP_MAGIC, gzip_codec
-from monai.apps.vista3d.io.image_geometry import ImageGeometry, as_xyz
+from monai.apps.vista3d.io.image_geometry import LPS_RAS_FLIP, ImageGeometry, as_xyz
 from monai.apps.vista3d.io.nifti_write import save_label_map
 from monai.apps.vista3d.io.nrrd_write import save_nrrd
 
 from .dicom_zip import inspect_dicom_zip
-from .errors import ServeError
+from .errors import ServeError, too_many_voxels
 
 __all__ = ["ImageInfo", "LoadedImage", "AnswerFormat", "inspect_image", "check_inflated_size", "load_nrrd",
            "write_label_map", "nrrd_placement", "zip_one", "safe_stem", "nrrd_available"]
@@ -157,8 +157,7 @@ def _nrrd_itemsize(kind: str) -> int:
 def _check_voxels(shape: tuple[int, ...], max_voxels: int) -> int:
     voxels = math.prod(int(s) for s in shape) if shape else 0
     if voxels > max_voxels:
-        raise ServeError(413, f"the image has {voxels} voxels (shape {tuple(int(s) for s in shape)}), more than "
-                              f"--max-voxels {max_voxels}; refused before reading it")
+        raise too_many_voxels(voxels, max_voxels, f"shape {tuple(int(s) for s in shape)}")
     return voxels
 
 
@@ -258,7 +257,6 @@ def _inspect_nrrd(path: Path, max_voxels: int) -> ImageInfo:
 
 # -------------------------------------------------------------------------------------------- NRRD i/o
 #: each NRRD space word -> (RAS axis, sign along it)
-_RAS_TO_LPS = np.diag([-1.0, -1.0, 1.0])  # its own inverse
 _SPACE_WORDS = {"right": (0, 1), "left": (0, -1), "anterior": (1, 1), "posterior": (1, -1),
                 "superior": (2, 1), "inferior": (2, -1)}
 _SPACE_ABBREV = {"r": "right", "l": "left", "a": "anterior", "p": "posterior", "s": "superior", "i": "inferior"}
@@ -341,9 +339,9 @@ def nrrd_placement(image: LoadedImage) -> dict[str, Any]:
     if image.format == "nrrd":
         fields: dict[str, Any] = image.geometry
         return fields
-    affine = image.geometry.affine
-    return {"space": "left-posterior-superior", "space directions": (_RAS_TO_LPS @ affine[:3, :3]).T,
-            "space origin": _RAS_TO_LPS @ affine[:3, 3]}
+    affine, flip = image.geometry.affine, LPS_RAS_FLIP[:3, :3]
+    return {"space": "left-posterior-superior", "space directions": (flip @ affine[:3, :3]).T,
+            "space origin": flip @ affine[:3, 3]}
 
 
 def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> ImageGeometry:

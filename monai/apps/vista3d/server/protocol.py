@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -61,7 +60,8 @@ class ConnectionRules:
 
 
 def _raw_json(status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> bytes:
-    """A whole ``Connection: close`` response with ``{"detail": message}``, for a connection no request reached."""
+    """A whole ``Connection: close`` response with ``{"detail": message}``: every answer this module sends itself (a
+    connection over a limit, headers too late, bytes that are not HTTP/1.1), the connection closed after it."""
     body = json.dumps({"detail": message}).encode()
     lines = [f"HTTP/1.1 {status} {reason}", "content-type: application/json", f"content-length: {len(body)}",
              "connection: close", *(f"{k}: {v}" for k, v in (headers or {}).items())]
@@ -137,13 +137,7 @@ class JsonErrorProtocol(H11Protocol):
         self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps({"detail": f"{msg.rstrip('.')}: the request is not valid HTTP/1.1"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                   (b"connection", b"close")]
-        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
-                      h11.EndOfMessage()):
-            self.transport.write(self.conn.send(event))
-        self.transport.close()
+        self._refuse(400, "Bad Request", f"{msg.rstrip('.')}: the request is not valid HTTP/1.1")
 
 
 class DrainingServer(uvicorn.Server):

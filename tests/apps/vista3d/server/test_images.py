@@ -97,6 +97,8 @@ class TestInspectImage(unittest.TestCase):
         with self.assertRaises(ServeError) as cm:
             images.inspect_image(path, 1000)
         self.assertEqual(cm.exception.status, 413)
+        for words in ("125000 voxels (shape (50, 50, 50))", "more than --max-voxels 1000", "before any voxel"):
+            self.assertIn(words, cm.exception.message)
 
 
 if __name__ == "__main__":

@@ -291,8 +291,10 @@ class TestBadRequests(unittest.TestCase):
 
     def test_malformed_http_and_long_paths(self):
         # a request the HTTP parser cannot read never reaches the app: the protocol answers it, in the same JSON
-        # form as every other error; a long unknown path gets the app's 404 without the path echoed in full
-        for raw in (b"GARBAGE\r\n\r\n", b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n"):
+        # form as every other error (also a chunked body that breaks once its headers have reached the app); a long
+        # unknown path gets the app's 404 without the path echoed in full
+        for raw in (b"GARBAGE\r\n\r\n", b"GET /v1/health/live HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+                    b"POST /v1/vista3d/inference HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
             with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
                 sock.sendall(raw)
                 answer = b""
