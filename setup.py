@@ -39,5 +39,5 @@ setup(
         "dicom": _requirements("requirements-dicom.txt"),  # DICOM series in, DICOM SEG out
         "preview": ["pillow>=9"],  # vista3d --preview (the 'dicom' extra brings it too)
     },
-    entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.cli.main:main"]},
+    entry_points={"console_scripts": ["vista3d=monai.apps.vista3d.cli.main:run"]},
 )

@@ -11,10 +11,9 @@
 """``python -m monai.apps.vista3d``: the ``vista3d`` command (:mod:`.cli.main`)."""
 
 import os
-import sys
 
-from .cli.main import main
+from .cli.main import run
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    run()

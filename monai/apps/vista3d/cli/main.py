@@ -22,6 +22,7 @@ failures print one line.
 from __future__ import annotations
 
 import argparse
+import atexit
 import functools
 import json
 import os
@@ -33,7 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -75,7 +76,7 @@ from .parser import (
 if TYPE_CHECKING:
     from monai.apps.vista3d.batch.summary import BatchResult
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
 
 # The library's messages name its Python parameters; here they become this command's flags.
 _FLAGS = (
@@ -499,3 +500,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if main_thread:
             signal.signal(signal.SIGTERM, old_handler)
 
+
+def run() -> NoReturn:
+    """The ``vista3d`` program: :func:`main`, then the process ends without Python's teardown.
+
+    When ``main`` returns, every output is complete (renamed into place and flushed to disk); freeing each module,
+    tensor and CUDA allocation one by one would only delay the exit (0.3-0.5 s on the CPU, 0.7 s after a run on an
+    H100). What Python's exit does besides still happens: threads that are not daemons are waited for and the exit
+    handlers run (logging's flush, temporary folders). An exception from ``main`` leaves the usual way.
+    """
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # its reader gone or the stream closed: nothing more can be said there
+            pass
+    atexit._run_exitfuncs()
+    os._exit(code)
