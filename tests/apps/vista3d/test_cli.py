@@ -222,8 +222,8 @@ class TestBenchmarkCli(unittest.TestCase):
             self.assertGreaterEqual(r["windows"], 1)
 
 
-# what the installed console script runs (setup.py: vista3d=monai.apps.vista3d.cli.main:main)
-CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.cli.main import main; sys.argv[0] = 'vista3d'; sys.exit(main())"
+# what the installed console script runs (setup.py: vista3d=monai.apps.vista3d.cli.main:run)
+CONSOLE_SCRIPT = "import sys; from monai.apps.vista3d.cli.main import run; sys.argv[0] = 'vista3d'; run()"
 
 
 def vista3d(*args, timeout=300, **env_extra: str):
@@ -614,6 +614,28 @@ class TestCliSubprocess(unittest.TestCase):
             for folder in (p for p in out.rglob("*") if p.is_dir()):  # only complete results are left
                 self.assertEqual([c.name for c in folder.iterdir()], [f"{folder.name}_trans.nii.gz"])
                 self.assertEqual(nib.load(folder / f"{folder.name}_trans.nii.gz").shape, (48, 48, 32))
+
+
+class TestFusedPerRun(unittest.TestCase):
+    """The command decides once, from how many images it segments, what the network is fused with."""
+
+    @parameterized.expand([("one image", 1), ("two images", 2)])
+    def test_image_count_reaches_the_job(self, _, count):
+        from monai.apps.vista3d.batch import run as batch_run
+        from monai.apps.vista3d.core import network_ready
+        from monai.networks.kernels.dispatch import FusedConfig
+
+        chosen = FusedConfig(graph_max_windows=0, cudnn_autotune=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            cts = [str(_write_ct(Path(tmp) / f"ct{i}.nii.gz", seed=i)) for i in range(count)]
+            with mock.patch.object(network_ready, "fused_for_images", return_value=chosen) as choice, \
+                    mock.patch.object(batch_run, "run_batch", side_effect=RuntimeError("stop here")) as run_batch, \
+                    contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(RuntimeError):
+                    main(["-i", *cts, "-o", str(Path(tmp) / "out"), "--embed-dim", "8", "--roi-size", "32",
+                          "--device", "cpu"])
+        self.assertEqual(choice.call_args.args[:2], (count, torch.device("cpu")))
+        self.assertIs(run_batch.call_args.args[2].fuse, chosen)
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ class Provenance:
 def _settings(what: SegmentJob | Segmenter) -> dict[str, Any]:
     if isinstance(what, SegmentJob):
         return {"segmenter": "SegmentJob", **_prompt_record(what), "options": dataclasses.asdict(what.options),
-                "device": str(what.device), "fuse": what.fuse, "network": _network_name(what),
+                "device": str(what.device), "fuse": what.fuse is not False, "network": _network_name(what),
                 "network_kwargs": dict(what.network_kwargs)}
     options = dataclasses.asdict(what.pipeline.options) if isinstance(what, PipelineSegmenter) else None
     return {"segmenter": type(what).__name__, "options": options, "device": str(what.device),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import functools
 import json
 import os
@@ -149,6 +150,7 @@ def _segment(args: argparse.Namespace) -> int:
     from monai.apps.vista3d.batch.run import run_batch
     from monai.apps.vista3d.config import TorchrunEnv
     from monai.apps.vista3d.core.feasibility import check_environment
+    from monai.apps.vista3d.core.network_ready import fused_for_images
     from monai.apps.vista3d.core.prompts import parse_prompt
 
     if args.list_classes:
@@ -163,6 +165,9 @@ def _segment(args: argparse.Namespace) -> int:
                          progress=not args.quiet and sys.stderr.isatty(), output_dtype=args.output_dtype,
                          streaming=args.streaming, nonfinite="error" if args.strict else "air",
                          per_class=args.per_class, unreached_label=args.unreached_label)
+    fuse = fused_for_images(len(images), job.resolved_device, job.fuse)  # graphs pay off over many images
+    if fuse is not job.fuse:
+        job = dataclasses.replace(job, fuse=fuse)
     _seed_and_warn(args)
     if job.resolved_device.type == "cuda":
         _usable_kernel_cache()

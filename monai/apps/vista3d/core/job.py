@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,6 +36,9 @@ from monai.apps.vista3d.config import (
 from .feasibility import check_network, check_window
 from .pipeline import Vista3DPipeline
 from .prompts import Prompt, parse_prompt
+
+if TYPE_CHECKING:
+    from monai.networks.kernels.dispatch import FusedConfig
 
 __all__ = ["SegmentJob"]
 
@@ -55,7 +58,8 @@ class SegmentJob:
         network: a caller's network instead of ``vista3d132`` (``network_kwargs`` is then unused).
         resample_dtype: floating type of the resampling.
         warn_random: warn when the network has random weights.
-        fuse: run the network's fused path where it can (see :class:`~.pipeline.Vista3DPipeline`).
+        fuse: run the network's fused path where it can (see :class:`~.pipeline.Vista3DPipeline`); a
+            ``FusedConfig`` says with what (:func:`~.network_ready.fused_for_images`).
 
     Raises:
         SettingError: a device, weights file, width or window ``vista3d132`` cannot run (the message names the
@@ -71,7 +75,7 @@ class SegmentJob:
     network: Any = None
     resample_dtype: torch.dtype = torch.float32
     warn_random: bool = True
-    fuse: bool = True
+    fuse: bool | FusedConfig = True
 
     def __post_init__(self) -> None:
         device = resolve_device(self.device)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,7 +23,10 @@ from monai.apps.vista3d.config import DEFAULT_EMBED_DIM, embed_dim_of
 
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 
-__all__ = ["RANDOM_WEIGHTS_WARNING", "check_network_kwargs", "ready_network", "encoder_shape"]
+if TYPE_CHECKING:
+    from monai.networks.kernels.dispatch import FusedConfig
+
+__all__ = ["RANDOM_WEIGHTS_WARNING", "check_network_kwargs", "ready_network", "encoder_shape", "fused_for_images"]
 
 RANDOM_WEIGHTS_WARNING = (
     "WARNING: no weights given: the VISTA3D network has RANDOM weights, the label maps are MEANINGLESS "
@@ -46,10 +49,10 @@ def ready_network(
     weights: str | os.PathLike | None,
     network_kwargs: dict | None,
     device: torch.device,
-    fuse: bool,
+    fuse: bool | FusedConfig,
 ) -> torch.nn.Module | Callable:
     """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
-    and fused where the network says its fused path can run there."""
+    and fused (with ``fuse`` when it is a ``FusedConfig``) where the network says its fused path can run there."""
     if network is None:
         check_network_kwargs(network_kwargs)
         if weights is not None:
@@ -62,14 +65,26 @@ def ready_network(
     return on_device(network, device, fuse) if isinstance(network, torch.nn.Module) else network
 
 
-def on_device(network: torch.nn.Module, device: torch.device, fuse: bool) -> torch.nn.Module:
+def on_device(network: torch.nn.Module, device: torch.device, fuse: bool | FusedConfig) -> torch.nn.Module:
     """``network`` on ``device`` in eval mode, fused where the network says its fused path can run there."""
     from monai.networks.nets import VISTA3D
 
     network = network.to(device).eval()
-    if fuse and isinstance(network, VISTA3D) and VISTA3D.fused_unavailable_reason(device) is None:
-        network.fuse()
+    if fuse is not False and isinstance(network, VISTA3D) and VISTA3D.fused_unavailable_reason(device) is None:
+        network.fuse(None if fuse is True else fuse)
     return network
+
+
+def fused_for_images(images: int, device: torch.device, fuse: bool | FusedConfig) -> bool | FusedConfig:
+    """What a process that segments ``images`` images fuses with: for one image on a GPU, no CUDA graphs and no
+    cuDNN autotuning, whose first calls cost more than they save over one image's windows (an H100 at e74e066,
+    512x512x200 CT: the first forward 1.36 s with both, 0.98-1.02 s without either; the later CTs of a six-CT run
+    37 ms slower without them); otherwise ``fuse`` as given (``True``: the defaults, both on)."""
+    if fuse is not True or images != 1 or device.type != "cuda":
+        return fuse
+    from monai.networks.kernels.dispatch import FusedConfig
+
+    return FusedConfig(graph_max_windows=0, cudnn_autotune=False)
 
 
 def encoder_shape(network: Any) -> tuple[int, int]:

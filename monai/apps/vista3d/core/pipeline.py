@@ -43,7 +43,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -76,6 +76,9 @@ from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import SegmentationResult
 from .window_pass import PassSettings, WindowPass, WindowPasses
 
+if TYPE_CHECKING:
+    from monai.networks.kernels.dispatch import FusedConfig
+
 __all__ = [
     "Vista3DPipeline",
     "segment_file",
@@ -107,7 +110,7 @@ class Vista3DPipeline:
         warn_random: warn when the network has random weights.
         fuse: run the network's fused channels-last path (``VISTA3D.fuse()``: class prompts, and the encoder of
             clicks) where its kernels run (see ``VISTA3D.fused_unavailable_reason``: a Hopper GPU with Triton);
-            elsewhere, or with False, the module path runs.
+            elsewhere, or with False, the module path runs. A ``FusedConfig`` fuses with that configuration.
         settings: any field of :class:`PipelineOptions` as a keyword (``roi_size=96``, ``sw_batch_size=4``, ...);
             it replaces that field of ``options``.
 
@@ -139,7 +142,7 @@ class Vista3DPipeline:
         network_kwargs: dict | None = None,
         resample_dtype: torch.dtype = torch.float32,
         warn_random: bool = True,
-        fuse: bool = True,
+        fuse: bool | FusedConfig = True,
         **settings: Any,
     ) -> None:
         from monai.networks.nets import VISTA3D

@@ -1,0 +1,75 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""What the network is fused with: one image on a GPU without CUDA graphs or cuDNN autotuning, the defaults
+otherwise; the choice reaches ``VISTA3D.fuse`` and leaves the run's settings record as it was."""
+
+from __future__ import annotations
+
+import json
+import unittest
+from unittest import mock
+
+import torch
+from parameterized import parameterized
+
+from monai.apps.vista3d.batch.provenance import Provenance
+from monai.apps.vista3d.core.job import SegmentJob
+from monai.apps.vista3d.core.network_ready import fused_for_images, on_device
+from monai.networks.kernels.dispatch import FusedConfig
+from monai.networks.nets import VISTA3D, vista3d132
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+class TestFusedForImages(unittest.TestCase):
+    def test_one_image_on_a_gpu(self):
+        config = fused_for_images(1, CUDA, True)
+        self.assertIsInstance(config, FusedConfig)
+        self.assertEqual((config.graph_max_windows, config.cudnn_autotune), (0, False))
+        self.assertEqual(config.kernels, FusedConfig().kernels)  # nothing else differs from the defaults
+
+    @parameterized.expand([("two images", 2, CUDA, True), ("the cpu", 1, CPU, True), ("no fuse", 1, CUDA, False)])
+    def test_otherwise_as_given(self, _, images, device, fuse):
+        self.assertIs(fused_for_images(images, device, fuse), fuse)
+
+    def test_a_given_config_is_kept(self):
+        mine = FusedConfig(graph_max_windows=2)
+        self.assertIs(fused_for_images(1, CUDA, mine), mine)
+
+
+class TestOnDevice(unittest.TestCase):
+    @parameterized.expand([("config", FusedConfig(graph_max_windows=0, cudnn_autotune=False)), ("default", True)])
+    def test_the_choice_reaches_fuse(self, _, fuse):
+        net = vista3d132(encoder_embed_dim=8)
+        with mock.patch.object(VISTA3D, "fused_unavailable_reason", return_value=None), \
+                mock.patch.object(VISTA3D, "fuse") as fused:
+            on_device(net, CPU, fuse)
+        fused.assert_called_once_with(None if fuse is True else fuse)
+
+    def test_no_fuse(self):
+        with mock.patch.object(VISTA3D, "fused_unavailable_reason", return_value=None), \
+                mock.patch.object(VISTA3D, "fuse") as fused:
+            on_device(vista3d132(encoder_embed_dim=8), CPU, False)
+        fused.assert_not_called()
+
+
+class TestRecord(unittest.TestCase):
+    def test_summary_says_fused_not_how(self):
+        # the record a run writes (summary.json) keeps the user's choice; graphs and autotuning are the process's
+        job = SegmentJob(device="cpu", network_kwargs={"encoder_embed_dim": 8}, warn_random=False,
+                         fuse=FusedConfig(graph_max_windows=0, cudnn_autotune=False))
+        record = Provenance(job).record()
+        self.assertIs(record["fuse"], True)
+        json.dumps(record)  # written as JSON
+
+
+if __name__ == "__main__":
+    unittest.main()
