@@ -27,7 +27,6 @@ from typing import Any, Protocol, TypeVar, Union
 import torch
 import torch.nn.functional as F
 
-from monai.inferers.window_add import add_window, add_window_supported
 from monai.inferers.windows import Band, SlidingWindowPlan, buffered_bands
 from monai.utils import ensure_tuple
 
@@ -368,9 +367,14 @@ class WindowStitcher:
 def _add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None, kernel: bool) -> None:
     """``target += src * weight`` (``+= src`` without a weight): with ``kernel``, through the window-add kernel where it
     takes the tensors (PyTorch's mixed-dtype path over a strided slice is slow on a GPU), else in PyTorch."""
-    if kernel and add_window_supported(target, src, weight):
-        add_window(target, src, weight)
-    elif weight is None:
+    if kernel:
+        # Triton, imported only when the kernel is asked for (a CPU or module-path run never pays its import)
+        from monai.inferers.window_add import add_window, add_window_supported
+
+        if add_window_supported(target, src, weight):
+            add_window(target, src, weight)
+            return
+    if weight is None:
         target.add_(src)
     else:
         target.addcmul_(src, weight)

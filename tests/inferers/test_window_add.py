@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import unittest
 
 import torch
@@ -20,6 +22,7 @@ from parameterized import parameterized
 from monai.inferers import SlidingWindowInferer, SlidingWindowInfererAdapt, sliding_window_inference
 from monai.inferers.window_add import add_window, add_window_supported
 from monai.networks.kernels import unavailable_reason
+from tests.subprocess_env import ROOT, child_env
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 KERNELS_RUN = unavailable_reason(DEVICE) is None
@@ -103,12 +106,12 @@ class TestWindowAddIsASetting(unittest.TestCase):
     def _stitch(self, run):
         from unittest import mock
 
-        from monai.inferers import stitcher
+        from monai.inferers import window_add
 
         x = torch.randn(1, 2, 20, 18, 14)
         net = torch.nn.Conv3d(2, 3, 3, padding=1)
-        with mock.patch.object(stitcher, "add_window_supported", return_value=True):  # as on a GPU with Triton
-            with mock.patch.object(stitcher, "add_window", side_effect=_add_in_torch) as spy:
+        with mock.patch.object(window_add, "add_window_supported", return_value=True):  # as on a GPU with Triton
+            with mock.patch.object(window_add, "add_window", side_effect=_add_in_torch) as spy:
                 with torch.no_grad():
                     out = run(x, net)
         with torch.no_grad():
@@ -129,6 +132,25 @@ class TestWindowAddIsASetting(unittest.TestCase):
         from monai.networks.kernels.dispatch import FusedConfig
 
         self.assertIs(FusedConfig(**fields).stitch_window_add, on)
+
+
+# a sliding-window pass without the kernel, in a fresh process: which of Triton's modules it imported
+_WITHOUT_KERNEL = """
+import sys
+import torch
+from monai.inferers import SlidingWindowInferer
+SlidingWindowInferer((8, 8, 8), 2, 0.25, "gaussian")(torch.rand(1, 1, 12, 10, 9), lambda w: w * 2)
+print(sorted(name for name in sys.modules if name == "triton" or name.startswith("triton.")))
+"""
+
+
+class TestTritonOnlyForTheKernel(unittest.TestCase):
+    def test_a_pass_without_the_kernel_imports_no_triton(self):
+        # Triton's import costs ~0.2 s, a CPU or module-path run has no use for it
+        done = subprocess.run([sys.executable, "-c", _WITHOUT_KERNEL], cwd=ROOT, env=child_env(), capture_output=True,
+                              text=True, timeout=300)
+        self.assertEqual(done.returncode, 0, done.stderr[-2000:])
+        self.assertEqual(done.stdout.strip().splitlines()[-1], "[]")
 
 
 if __name__ == "__main__":
