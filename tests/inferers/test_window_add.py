@@ -76,7 +76,7 @@ class TestStitchThroughTheKernel(unittest.TestCase):
     def test_sliding_window_equals_pytorch_stitch(self):
         from unittest import mock
 
-        from monai.inferers import stitcher
+        from monai.inferers import window_add
 
         x = torch.randn(1, 3, 40, 36, 30, device="cuda")
         net = torch.nn.Conv3d(3, 5, 3, padding=1).cuda().half()
@@ -86,10 +86,10 @@ class TestStitchThroughTheKernel(unittest.TestCase):
             with torch.no_grad():
                 return inferer(x.half(), net)
 
-        with mock.patch.object(stitcher, "add_window", wraps=stitcher.add_window) as spy:
+        with mock.patch.object(window_add, "add_window", wraps=window_add.add_window) as spy:
             fused = run()
         self.assertGreater(spy.call_count, 0)
-        with mock.patch.object(stitcher, "add_window_supported", return_value=False):
+        with mock.patch.object(window_add, "add_window_supported", return_value=False):
             plain = run()
         torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
 

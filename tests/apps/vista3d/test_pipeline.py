@@ -538,7 +538,7 @@ class TestWindowAddFollowsTheFusedPath(unittest.TestCase):
     def test_class_path(self, _, window_add, on):
         from unittest import mock
 
-        from monai.inferers import stitcher
+        from monai.inferers import window_add as kernel
         from monai.networks.kernels.dispatch import FusedConfig
 
         model = tiny_vista3d_with_recorded_weights()
@@ -547,8 +547,8 @@ class TestWindowAddFollowsTheFusedPath(unittest.TestCase):
             model._use_fused = lambda image: False  # forwards on the module path: the stitch is what is tested
         pipe = _pipe(model, roi_size=32, streaming=False, warn_random=False)
         img, aff, _ = phantom((36, 34, 30), np.eye(3), (1.0, 1.0, 1.0))
-        with mock.patch.object(stitcher, "add_window_supported", return_value=True):  # as on a GPU with Triton
-            with mock.patch.object(stitcher, "add_window", side_effect=lambda t, s, w=None: t.add_(s * w)) as spy:
+        with mock.patch.object(kernel, "add_window_supported", return_value=True):  # as on a GPU with Triton
+            with mock.patch.object(kernel, "add_window", side_effect=lambda t, s, w=None: t.add_(s * w)) as spy:
                 pipe.segment(torch.from_numpy(img), aff, classes=[1])
         self.assertEqual(spy.call_count > 0, on)
 
