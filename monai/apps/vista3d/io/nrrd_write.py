@@ -31,15 +31,13 @@ from monai.apps.vista3d.errors import Vista3DInputError
 from .atomic import commit, write_temp
 from .gzip_codec import available_cores, gzip_codec, write_gzip
 from .label_transfer import file_order_slabs
+from .nifti_write import DEFAULT_COMPRESSLEVEL
 
 __all__ = ["save_nrrd", "nrrd_header", "NRRD_TYPES"]
 
 #: NRRD's names of the voxel types a label map is written in
 NRRD_TYPES = {"uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32", "float32": "float",
               "float64": "double"}
-
-_LEVEL = 1  # label maps are long runs: level 1 is several times faster than 6 for a few percent more bytes
-
 
 def _vector(values: Any) -> str:
     return "(" + ",".join(repr(float(v)) for v in values) + ")"
@@ -97,7 +95,7 @@ def save_nrrd(labels: Any, placement: Mapping[str, Any], path: str | os.PathLike
 
     def write(f: Any) -> None:
         f.write(head)
-        write_gzip(f, slabs, _LEVEL, threads, gzip_codec())
+        write_gzip(f, slabs, DEFAULT_COMPRESSLEVEL, threads, gzip_codec())
 
     commit([(write_temp(p, write), p)])
     return p

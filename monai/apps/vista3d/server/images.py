@@ -292,16 +292,13 @@ def load_nrrd(path: Path) -> tuple[torch.Tensor, np.ndarray, dict[str, Any]]:
     origin = np.asarray(header.get("space origin", np.zeros(3)), dtype=np.float64)
     if dirs.shape != (3, 3) or not np.isfinite(dirs).all() or abs(np.linalg.det(dirs)) < 1e-12:
         raise ServeError(422, f"the NRRD 'space directions' {dirs.tolist()} do not describe a 3D grid")
-    m = _to_ras(str(space))
-    affine = np.eye(4)
-    affine[:3, :3] = m @ dirs.T  # column i: the world step of voxel axis i
-    affine[:3, 3] = m @ origin
+    placement = {"space": str(space), "space directions": dirs, "space origin": origin}
+    affine = _ras_affine(placement)
     if data.dtype.kind not in "iuf":
         raise ServeError(422, f"NRRD voxels of type {data.dtype} cannot be segmented")
     image = torch.from_numpy(np.asarray(data, dtype=np.float32))
     if data.dtype.kind == "f":
         torch.nan_to_num_(image, nan=-1000.0, posinf=-1000.0, neginf=-1000.0)  # the pipeline's 'air' policy
-    placement = {"space": str(space), "space directions": dirs, "space origin": origin}
     return image[None], affine, placement
 
 
@@ -344,13 +341,19 @@ def nrrd_placement(image: LoadedImage) -> dict[str, Any]:
             "space origin": flip @ affine[:3, 3]}
 
 
-def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> ImageGeometry:
-    """The NIfTI geometry of an NRRD grid (RAS affine from its space, directions and origin; a fresh header)."""
-    to_ras = _to_ras(placement["space"])
+def _ras_affine(placement: dict[str, Any]) -> np.ndarray:
+    """The RAS voxel-to-world affine of an NRRD grid from its ``space``, ``space directions`` (row ``i``: the step of
+    voxel axis ``i``) and ``space origin``."""
+    to_ras = _to_ras(str(placement["space"]))
     affine = np.eye(4)
     affine[:3, :3] = to_ras @ np.asarray(placement["space directions"], dtype=np.float64).T
     affine[:3, 3] = to_ras @ np.asarray(placement["space origin"], dtype=np.float64)
-    return ImageGeometry(affine=affine, spatial_shape=shape, header=None, filename=None,
+    return affine
+
+
+def _nifti_geometry(placement: dict[str, Any], shape: tuple[int, int, int]) -> ImageGeometry:
+    """The NIfTI geometry of an NRRD grid (its RAS affine; a fresh header)."""
+    return ImageGeometry(affine=_ras_affine(placement), spatial_shape=shape, header=None, filename=None,
                          dtype=np.dtype(np.uint8))
 
 
