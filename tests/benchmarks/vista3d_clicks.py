@@ -157,22 +157,28 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
             t0 = now()
             session.click([first[0]], [first[1]])
             new_window.append(now() - t0)
-    session.reset()
-    sequence, stages, hits = [], [], []
-    for point, label in clicks:
-        misses = cache.misses if cache is not None else 0
-        t0 = now()
-        labels = session.click([point], [label])
-        sequence.append(now() - t0)
-        stages.append(dict(session.timings))
-        hits.append(cache is not None and cache.misses == misses)
+    sequences, stages, hits = [], [], []
+    for _ in range(1 + args.sequences):  # the first sequence warms the merge's kernels (not timed)
+        session.reset()
+        if cache is not None:
+            cache.clear()  # every click of the sequence runs its window's encoder, the first one too
+        times = []
+        for point, label in clicks:
+            misses = cache.misses if cache is not None else 0
+            t0 = now()
+            labels = session.click([point], [label])
+            times.append(now() - t0)
+            stages.append(dict(session.timings))
+            hits.append(cache is not None and cache.misses == misses)
+        sequences.append(times)
+    sequences, stages, hits = sequences[1:], stages[len(clicks):], hits[len(clicks):]
     profile = profile_click(session, clicks, args.profile_click, dev) if args.profile_click else None
     # what upstream gets: the same preprocessed image and the clicks on its grid
     coords = _on_grid(pipe, session, clicks)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
                 "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half().cpu(),
                 "labels": labels.cpu()}, args.save)
-    return {"setup_s": setup_s, "one_click_s": one, "one_click_new_window_s": new_window, "sequence_s": sequence,
+    return {"setup_s": setup_s, "one_click_s": one, "one_click_new_window_s": new_window, "sequences_s": sequences,
             "sequence_stages": stages, "sequence_cache_hits": hits,
             "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,
             "redrawn": {str(k): v for k, v in redraws.items()}, "profile": profile}
@@ -184,6 +190,8 @@ def profile_click(session, clicks: list, k: int, dev: torch.device) -> str:
     from torch.profiler import ProfilerActivity, profile
 
     session.reset()
+    if session.feature_cache is not None:
+        session.feature_cache.clear()  # every click runs its window's encoder, as in the timed sequences
     for point, label in clicks[: k - 1]:
         session.click([point], [label])
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
@@ -234,13 +242,16 @@ def upstream_worker(args, dev: torch.device) -> dict:
         t0 = now()
         click(1, None)
         one.append(now() - t0)
-    sequence, prev = [], None
-    for n in range(1, coords.shape[1] + 1):
-        t0 = now()
-        prev, label_map = click(n, prev)
-        sequence.append(now() - t0)
+    sequences = []
+    for _ in range(1 + args.sequences):  # the first sequence warms the merge (not timed)
+        times, prev = [], None
+        for n in range(1, coords.shape[1] + 1):
+            t0 = now()
+            prev, label_map = click(n, prev)
+            times.append(now() - t0)
+        sequences.append(times)
     torch.save({"logits": prev.half()}, args.save)
-    return {"one_click_s": one, "sequence_s": sequence,
+    return {"one_click_s": one, "sequences_s": sequences[1:],
             "connected_components": "scikit-image" if has_skimage else "scipy stand-in for skimage.measure.label"}
 
 
@@ -249,7 +260,7 @@ def provide_skimage_label() -> bool:
     labelling, the same components) in ``sys.modules``, since upstream's click paths label connected components
     with it and refuse to run without it. Call before importing upstream MONAI."""
     try:
-        import skimage.measure  # noqa: F401
+        import skimage.measure
 
         return True
     except ImportError:
@@ -285,6 +296,11 @@ def run_worker(name: str, path: str, worker_args: list[str], script: str = __fil
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def per_click_ms(sequences: list[list[float]]) -> list[float]:
+    """Each click's median over the timed sequences, in ms."""
+    return [1000.0 * float(np.median(times)) for times in zip(*sequences)]
+
+
 def _ms(values: list[float]) -> float:
     return 1000.0 * float(np.median(values)) if values else float("nan")
 
@@ -297,6 +313,8 @@ def main(argv=None) -> int:
     p.add_argument("--roi", type=int, default=None, help="window size, default 128 (--tiny: 32)")
     p.add_argument("--repeats", type=int, default=None, help="timed single clicks, default 10 (--tiny: 2)")
     p.add_argument("--clicks", type=int, default=5, help="clicks in the sequence")
+    p.add_argument("--sequences", type=int, default=3,
+                   help="timed sequences after an untimed one (each click's median is reported)")
     p.add_argument("--checkpoint", default=None, help="a vista3d132 state dict for every side (default: random)")
     p.add_argument("--upstream", default=None, help="folder where upstream MONAI is pip-installed with --target")
     p.add_argument("--json", default=None)
@@ -327,7 +345,7 @@ def main(argv=None) -> int:
     if args.upstream and not os.path.isfile(os.path.join(args.upstream, "monai", "__init__.py")):
         p.error(f"--upstream {args.upstream} holds no monai package: pip install --no-deps --target DIR monai==1.6.1")
     common = ["--device", args.device, "--size", "x".join(map(str, args.shape)), "--roi", str(args.roi),
-              "--repeats", str(args.repeats), "--clicks", str(args.clicks)]
+              "--repeats", str(args.repeats), "--clicks", str(args.clicks), "--sequences", str(args.sequences)]
     common += (["--tiny"] if args.tiny else []) + (["--checkpoint", args.checkpoint] if args.checkpoint else [])
     results = {}
     with tempfile.TemporaryDirectory(prefix="vista3d_clicks_") as tmp:
@@ -341,22 +359,31 @@ def main(argv=None) -> int:
                 common + ["--impl", "upstream", "--save", saves["upstream"], "--fork-save", saves["modules"]],
             )
         final = {name: torch.load(saves[name], weights_only=True)["logits"].float() for name in results}
-    print(f"\n{'side':9s} {'1 click ms':>11s} {'new window':>11s} {f'{args.clicks} clicks ms/click':>20s}  "
+    print(f"\n{'side':9s} {'1 click ms':>11s} {'new window':>11s} {'later click ms':>20s}  "
           "per click (ms; h: its windows' features cached, m: the encoder ran)")
     for name, r in results.items():
-        marks = ["h" if hit else "m" for hit in r.get("sequence_cache_hits", [])] or [""] * len(r["sequence_s"])
-        per = " ".join(f"{1000 * s:.1f}{mark}" for s, mark in zip(r["sequence_s"], marks))
+        per_click = per_click_ms(r["sequences_s"])
+        hits = r.get("sequence_cache_hits", [])[: len(per_click)]
+        marks = ["h" if hit else "m" for hit in hits] or [""] * len(per_click)
+        per = " ".join(f"{ms:.1f}{mark}" for ms, mark in zip(per_click, marks))
         fresh = f"{_ms(r['one_click_new_window_s']):11.1f}" if r.get("one_click_new_window_s") else f"{'':>11s}"
-        print(f"{name:9s} {_ms(r['one_click_s']):11.1f} {fresh} {_ms(r['sequence_s']):20.1f}  {per}")
-    for name, r in results.items():  # where a click's time goes (the session's stages, ms)
-        for i, stages in enumerate(r.get("sequence_stages", [])):
-            print(f"  {name} click {i + 1}: " + " ".join(f"{k} {1000 * v:.1f}" for k, v in stages.items()))
+        later = float(np.median(per_click[1:] or per_click))
+        print(f"{name:9s} {_ms(r['one_click_s']):11.1f} {fresh} {later:20.1f}  {per}")
+    for name, r in results.items():  # where a click's time goes (the session's stages, median ms)
+        stages = r.get("sequence_stages", [])
+        for i in range(args.clicks if stages else 0):
+            of_click = stages[i :: args.clicks]
+            medians = {k: 1000 * float(np.median([st[k] for st in of_click])) for k in of_click[0]}
+            print(f"  {name} click {i + 1}: " + " ".join(f"{k} {v:.1f}" for k, v in medians.items()))
     if results["fused"].get("profile"):
         print(f"\nfused, click {args.profile_click} of the sequence under torch.profiler:\n{results['fused']['profile']}")
     summary = {}
     for name in results:
-        summary[name] = {"one_click_ms": _ms(results[name]["one_click_s"]),
-                         "sequence_ms_per_click": _ms(results[name]["sequence_s"])}
+        per_click = per_click_ms(results[name]["sequences_s"])
+        summary[name] = {"one_click_ms": _ms(results[name]["one_click_s"]), "sequence_ms": per_click,
+                         "later_click_ms": float(np.median(per_click[1:] or per_click))}
+        summary[name]["later_over_first"] = summary[name]["later_click_ms"] / per_click[0]
+        print(f"{name}: a later click of the sequence {summary[name]['later_over_first']:.2f}x its first click")
     if "upstream" in results:
         for name in ("fused", "modules"):
             speedup = summary["upstream"]["one_click_ms"] / summary[name]["one_click_ms"]
