@@ -13,7 +13,8 @@
 Every row is one new process, timed from its start to its exit (the label map is written before it exits):
 
 * ``baseline``: ``python -c "import torch; torch.zeros(1).cuda()"`` (on the CPU ``import torch``): what any
-  PyTorch program pays before it does anything;
+  PyTorch program pays before it does anything; ``package``: the same with the command's module imported
+  (``monai.apps.vista3d.cli.main``) and the command's exit (``os._exit``, no teardown): issue 50's reference;
 * ``cold``: ``vista3d -i ct.nii.gz -o out/ --weights model.pt --timing`` with an empty kernel cache
   (``TRITON_CACHE_DIR`` a new folder): the first run on a machine;
 * ``prepare``, ``prepared``: the README's install on a new machine: ``vista3d prepare`` with an empty cache, then
@@ -28,6 +29,7 @@ Every row is one new process, timed from its start to its exit (the label map is
   ``tests/benchmarks/vista3d_end_to_end.py`` rebuilds them) as a one-shot process, imports included
   (``--upstream FOLDER``: where ``pip install --target FOLDER monai==1.6.1`` put it).
 
+``exit s`` is the time from the command's last line to its exit (Python's teardown, where the process runs it).
 The weights are random (a ``vista3d132`` state dict written once, the size of the bundle's 872 MB checkpoint);
 speed does not depend on them. The stage table of each fork run is the ``--timing`` output of its image.
 
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and the phantoms")
     p.add_argument("--workdir", default=None, help="inputs and outputs go here (default: a temporary folder)")
     p.add_argument("--json", default=None, help="also write the results to this JSON file")
+    p.add_argument("--quick", action="store_true",
+                   help="only baseline, package, warm, no-fuse and auto (stored cost): the rows of issue 50's goal 2")
     args = p.parse_args(argv)
     if args.upstream and not (Path(args.upstream) / "monai" / "__init__.py").is_file():
         p.error(f"--upstream {args.upstream}: no monai package there; install it with "
@@ -158,16 +162,31 @@ def main(argv: list[str] | None = None) -> int:
 
     def record(kind: str, runs: list[dict[str, Any]], **extra: Any) -> None:
         walls = [r["wall"] for r in runs]
+        # what the process took after its last line (the summary): its exit, Python's teardown where it runs
+        exits = [r["wall"] - r["lines"][-1][0] for r in runs if r["lines"]]
         row = {"kind": kind, "wall": statistics.median(walls), "walls": walls,
+               "after_last_line": statistics.median(exits) if exits else None,
                "stages": stage_table(runs[-1]["lines"]), **extra}
         rows.append(row)
         print(f"{kind:<10} {row['wall']:8.2f} s  {' '.join(f'{w:.2f}' for w in walls)}", file=sys.stderr, flush=True)
 
-    record("baseline", [timed([sys.executable, "-c", f"import torch; {warm_up}"], env, work)
+    record("baseline", [timed([sys.executable, "-c", f"import torch; {warm_up}; print('ready')"], env, work)
                         for _ in range(args.repeats)])
+    # issue 50's reference: the package imported (the command's module) and CUDA touched, nothing run, and the exit
+    # the command takes (os._exit after the flush: no teardown, which the baseline's exit pays)
+    package = f"import os, torch, monai.apps.vista3d.cli.main; {warm_up}; print('ready', flush=True); os._exit(0)"
+    record("package", [timed([sys.executable, "-c", package], env, work) for _ in range(args.repeats)])
     one = ["-i", str(cts[0]), "-o", str(work / "out")]
     if cache.exists():
         raise SystemExit(f"{cache} exists: give a new --workdir for a cold run")
+    if args.quick:  # the warm rows only: the cache filled by an untimed run, auto's cost stored by another
+        timed(cli + one, env, work)
+        timed(cli + one + ["--sw-batch-size", "auto"], env, work)
+        record("warm", [timed(cli + one, env, work) for _ in range(args.repeats)])
+        record("no-fuse", [timed(cli + one + ["--no-fuse"], env, work) for _ in range(args.repeats)])
+        record("auto", [timed(cli + one + ["--sw-batch-size", "auto"], env, work) for _ in range(args.repeats)])
+        report(rows, device, args)
+        return 0
     record("cold", [timed(cli + one, env, work)])
     # the README's install: `vista3d prepare` once with an empty cache, then the first CT
     prepared = work / "triton_cache_prepared"
@@ -197,32 +216,47 @@ def main(argv: list[str] | None = None) -> int:
                   "--inputs", str(cts[0])]
         record("bundle", [timed(bundle, up_env, work) for _ in range(args.repeats)])
 
+    report(rows, device, args)
+    return 0
+
+
+def report(rows: list[dict[str, Any]], device: str, args: argparse.Namespace) -> None:
+    """Print the table (and write ``--json``)."""
+    import torch
+
     base = rows[0]["wall"]
-    print(f"\n{'run':<10}{'wall s':>9}{'- baseline':>12}  stages of the image (s)")
+    print(f"\n{'run':<10}{'wall s':>9}{'- baseline':>12}{'exit s':>8}  stages of the image (s)")
     for r in rows:
         stages = " ".join(f"{k} {v:.3f}" for k, v in r["stages"].items())
-        print(f"{r['kind']:<10}{r['wall']:>9.2f}{r['wall'] - base:>12.2f}  {stages}")
+        after = f"{r['after_last_line']:8.2f}" if r["after_last_line"] is not None else f"{'':8s}"
+        print(f"{r['kind']:<10}{r['wall']:>9.2f}{r['wall'] - base:>12.2f}{after}  {stages}")
+    wall_of = {r["kind"]: r["wall"] for r in rows}
+    warm = wall_of["warm"]
+    print(f"device {device}; warm - baseline {warm - base:.2f} s; warm - package {warm - wall_of['package']:.2f} s; "
+          f"no-fuse - warm {wall_of['no-fuse'] - warm:.2f} s; auto - warm {wall_of['auto'] - warm:.2f} s")
+    if "six" in wall_of:
+        full_report(rows, args)
+    if args.json:
+        meta = {"device": device, "tiny": device == "cpu", "repeats": args.repeats, "cpus": os.cpu_count(),
+                "torch": torch.__version__, "bytecode": "PYTHONPYCACHEPREFIX, filled by an untimed run",
+                "dont_write_bytecode_in_env": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
+                "command": "python tests/benchmarks/vista3d_cold_start.py " + " ".join(sys.argv[1:])}
+        for r in rows:
+            r.pop("lines", None)
+        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+def full_report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The lines of the full run: six CTs, cold and prepared against warm, the bundle."""
     six_row = next(r for r in rows if r["kind"] == "six")
     print(f"six CTs: {six_row['share_per_ct']:.3f} s of wall clock per CT from the second on, inference "
           f"{six_row['inference_per_ct']:.3f} s ({six_row['share_per_ct'] / six_row['inference_per_ct']:.2f}x); "
           f"{six_row['volumes_per_minute']:.1f} volumes/min")
-    warm = next(r for r in rows if r["kind"] == "warm")["wall"]
     wall_of = {r["kind"]: r["wall"] for r in rows}
-    print(f"device {device}; cold / warm {wall_of['cold'] / warm:.2f}x; "
-          f"prepared / warm {wall_of['prepared'] / warm:.2f}x"
-          f" (prepare {wall_of['prepare']:.2f} s); warm - baseline {warm - base:.2f} s"
-          + (f"; bundle / warm {next(r for r in rows if r['kind'] == 'bundle')['wall'] / warm:.2f}x"
-             if args.upstream else ""))
-    if args.json:
-        meta = {"device": device, "tiny": tiny, "repeats": args.repeats, "cpus": os.cpu_count(),
-                "torch": torch.__version__, "bytecode": "PYTHONPYCACHEPREFIX, filled by an untimed run",
-                "dont_write_bytecode_in_env": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
-                "command": "python tests/benchmarks/vista3d_cold_start.py " + " ".join(
-                    argv if argv is not None else sys.argv[1:])}
-        for r in rows:
-            r.pop("lines", None)
-        Path(args.json).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    return 0
+    warm = wall_of["warm"]
+    print(f"cold / warm {wall_of['cold'] / warm:.2f}x; prepared / warm {wall_of['prepared'] / warm:.2f}x"
+          f" (prepare {wall_of['prepare']:.2f} s)"
+          + (f"; bundle / warm {wall_of['bundle'] / warm:.2f}x" if args.upstream else ""))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vista3d_cold_start import REPO, write_inputs  # noqa: E402
+from vista3d_cold_start import REPO, write_inputs
 
 
 def summary(prof: Path, top: int) -> str:
@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", required=True, help="inputs, outputs and the kernel cache go here")
     p.add_argument("--out", required=True, help="folder for the .prof files")
     p.add_argument("--top", type=int, default=45, help="rows of each table")
+    p.add_argument("--timeline", type=int, default=2, metavar="N",
+                   help="first run the command N times under experiments/process_timeline.py (no profiler)")
     args = p.parse_args(argv)
     work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -56,16 +58,29 @@ def main(argv: list[str] | None = None) -> int:
     tiny = args.device == "cpu"
     cts, weights = write_inputs(work, tiny, 1, 0)
     inherited = [q for q in os.environ.get("PYTHONPATH", "").split(os.pathsep) if q]
+    # the bytecode of every import in one folder, filled by the first run, as an installed environment has it (the
+    # GPU image sets PYTHONDONTWRITEBYTECODE and its torch ships none: without it every process compiles ~1.8 s)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), *inherited]),
-               TRITON_CACHE_DIR=str(work / "triton_cache"))
+               TRITON_CACHE_DIR=str(work / "triton_cache"), PYTHONPYCACHEPREFIX=str(work / "pycache"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    small = ["--embed-dim", "8", "--roi-size", "32"] if tiny else []
     cli = ["-m", "monai.apps.vista3d", "-i", str(cts[0]), "-o", str(work / "out"), "--weights", str(weights),
-           "--device", args.device, "--timing", "--overwrite", *(["--embed-dim", "8", "--roi-size", "32"] if tiny else [])]
+           "--device", args.device, "--timing", "--overwrite", *small]
     subprocess.run([sys.executable, *cli], env=env, check=True, capture_output=True)  # fills the kernel cache
+    timeline = str(REPO / "tests" / "benchmarks" / "experiments" / "process_timeline.py")
+    for i in range(args.timeline):  # when each step is reached, in the command's own process (no profiler)
+        t0 = time.perf_counter()
+        run = subprocess.run([sys.executable, timeline, "exit=fast", "--", *cli[2:]], env=env, capture_output=True,
+                             text=True)
+        wall = time.perf_counter() - t0
+        print(f"=== timeline {i + 1}: {wall:.2f} s wall (exit {run.returncode})\n{run.stderr[-3000:]}")
     for name, extra in (("fused", []), ("no-fuse", ["--no-fuse"])):
         prof = out / f"startup_{name}.prof"
         t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), *cli, *extra], env=env,
-                             capture_output=True, text=True)
+        # the profiler around the CLI's main (the program itself ends with os._exit, before cProfile could write)
+        driver = ("import cProfile, sys; from monai.apps.vista3d.cli.main import main; "
+                  f"cProfile.run('main(sys.argv[1:])', {str(prof)!r})")
+        run = subprocess.run([sys.executable, "-c", driver, *cli[2:], *extra], env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         print(f"=== {name}: {wall:.2f} s under cProfile (exit {run.returncode})\n{run.stdout}{run.stderr[-2000:]}")
         if prof.is_file():

@@ -104,6 +104,21 @@ def main(argv: list[str]) -> int:
         return fuse(self, cfg)
 
     VISTA3D.fuse = fuse_with
+    _wrap(VISTA3D, "fuse", "fuse called", "fuse returned")
+    try:  # Triton hashes its own install once a process, before its first kernel is looked up in the cache
+        from triton.runtime import cache as triton_cache
+
+        _wrap(triton_cache, "triton_key", "triton_key called", "triton_key returned", once=True)
+    except ImportError:
+        pass
+    from monai.apps.vista3d.batch import run as batch_run
+    from monai.apps.vista3d.core import network_ready
+    from monai.apps.vista3d.core.pipeline import Vista3DPipeline
+
+    _wrap(network_ready, "network_from_checkpoint", None, "checkpoint read into the network (CPU)")
+    _wrap(network_ready, "on_device", None, "network on the device, fused")
+    _wrap(batch_run, "load_for", "image load called", "image loaded", once=True)
+    _wrap(Vista3DPipeline, "preprocess", "preprocess called", "preprocess returned", once=True)
     _wrap(torch.cuda, "_lazy_init", "CUDA context asked for", "CUDA context up", once=True)
     _wrap(torch, "load", "torch.load called", "torch.load returned")
     _wrap(VISTA3D, "forward", "first forward called", "first forward returned", once=True, sync=True)
