@@ -22,7 +22,7 @@ from parameterized import parameterized
 
 from monai.apps.vista3d.batch.provenance import Provenance
 from monai.apps.vista3d.core.job import SegmentJob
-from monai.apps.vista3d.core.network_ready import fused_for_images, on_device
+from monai.apps.vista3d.core.network_ready import fused_for_images, on_device, ready_network
 from monai.networks.kernels.dispatch import FusedConfig
 from monai.networks.nets import VISTA3D, vista3d132
 
@@ -59,6 +59,20 @@ class TestOnDevice(unittest.TestCase):
                 mock.patch.object(VISTA3D, "fuse") as fused:
             on_device(vista3d132(encoder_embed_dim=8), CPU, False)
         fused.assert_not_called()
+
+
+class TestTritonKeyFirst(unittest.TestCase):
+    @parameterized.expand([("fused", True, True, 1), ("no fuse", False, True, 0), ("cannot fuse here", True, False, 0)])
+    def test_started_before_the_network_only_where_it_fuses(self, _, fuse, fuses_here, starts):
+        calls = []
+        reason = None if fuses_here else "not here"
+        with mock.patch.object(VISTA3D, "fused_unavailable_reason", return_value=reason), \
+                mock.patch.object(VISTA3D, "fuse"), \
+                mock.patch("monai.utils.triton_support.prefetch_cache_key", side_effect=lambda: calls.append("key")), \
+                mock.patch("monai.apps.vista3d.core.network_ready.build_network",
+                           side_effect=lambda kw: calls.append("network") or vista3d132(**kw)):
+            ready_network(None, None, {"encoder_embed_dim": 8}, CPU, fuse)
+        self.assertEqual(calls, ["key"] * starts + ["network"])
 
 
 class TestRecord(unittest.TestCase):

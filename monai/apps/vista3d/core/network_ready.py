@@ -53,6 +53,10 @@ def ready_network(
 ) -> torch.nn.Module | Callable:
     """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
     and fused (with ``fuse`` when it is a ``FusedConfig``) where the network says its fused path can run there."""
+    if fuse is not False and _fuses_on(device):
+        from monai.utils.triton_support import prefetch_cache_key
+
+        prefetch_cache_key()  # Triton's one hash of itself, while the checkpoint is read
     if network is None:
         check_network_kwargs(network_kwargs)
         if weights is not None:
@@ -70,9 +74,16 @@ def on_device(network: torch.nn.Module, device: torch.device, fuse: bool | Fused
     from monai.networks.nets import VISTA3D
 
     network = network.to(device).eval()
-    if fuse is not False and isinstance(network, VISTA3D) and VISTA3D.fused_unavailable_reason(device) is None:
+    if fuse is not False and isinstance(network, VISTA3D) and _fuses_on(device):
         network.fuse(None if fuse is True else fuse)
     return network
+
+
+def _fuses_on(device: torch.device) -> bool:
+    """Whether a VISTA3D's fused path runs on ``device``."""
+    from monai.networks.nets import VISTA3D
+
+    return VISTA3D.fused_unavailable_reason(device) is None
 
 
 def fused_for_images(images: int, device: torch.device, fuse: bool | FusedConfig) -> bool | FusedConfig:

@@ -1,0 +1,54 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+from __future__ import annotations
+
+import os
+import threading
+import types
+import unittest
+from unittest import mock
+
+import monai.utils.triton_support as triton_support
+
+
+def _triton_with_key(key) -> types.SimpleNamespace:
+    """A stand-in for the ``triton`` module with ``runtime.cache.triton_key``."""
+    return types.SimpleNamespace(runtime=types.SimpleNamespace(cache=types.SimpleNamespace(triton_key=key)))
+
+
+class TestPrefetchCacheKey(unittest.TestCase):
+    def test_hashes_on_a_daemon_thread(self):
+        seen = []
+        fake = _triton_with_key(lambda: seen.append(threading.current_thread().name))
+        with mock.patch.object(triton_support, "triton", fake), mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+            thread = triton_support.prefetch_cache_key()
+        self.assertIsNotNone(thread)
+        thread.join(10)
+        self.assertTrue(thread.daemon)  # never holds the process's exit
+        self.assertEqual(seen, ["triton-cache-key"])
+
+    def test_nothing_without_triton(self):
+        with mock.patch.object(triton_support, "triton", None):
+            self.assertIsNone(triton_support.prefetch_cache_key())
+
+    def test_nothing_where_triton_has_no_key(self):  # another Triton layout: no hash to move, nothing started
+        with mock.patch.object(triton_support, "triton", types.SimpleNamespace(runtime=None)):
+            self.assertIsNone(triton_support.prefetch_cache_key())
+
+    def test_nothing_under_the_interpreter(self):  # the interpreter looks up no compiled kernels
+        fake = _triton_with_key(lambda: self.fail("hashed under the interpreter"))
+        with mock.patch.object(triton_support, "triton", fake), mock.patch.dict(os.environ, {"TRITON_INTERPRET": "1"}):
+            self.assertIsNone(triton_support.prefetch_cache_key())
+
+
+if __name__ == "__main__":
+    unittest.main()
