@@ -97,19 +97,28 @@ def _bounding_box(m: torch.Tensor) -> tuple[slice, ...] | None:
     return tuple(box)
 
 
-def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
+def _root_labels(m: torch.Tensor, connectivity: int, axes: Sequence[int] | None = None) -> torch.Tensor:
     """Each voxel of ``m`` labelled with the flat index of its component's first voxel (raster order); background
-    holds ``m.numel()``.
+    holds ``m.numel()``. Neighbours differ along ``axes`` only (default: every axis), in at most ``connectivity``
+    of them.
 
-    Pointer hooking and jumping (as in Shiloach-Vishkin): a voxel's label is the flat index of a voxel of its
+    Pointer hooking and jumping (as in Shiloach-Vishkin; on a GPU with Triton, the same rounds as two kernels:
+    :py:mod:`monai.utils.label_rounds`): a voxel's label is the flat index of a voxel of its
     component; each round a voxel lowers its label and its label's own label to the smallest label in its
     neighbourhood (a whole tree moves at once, not one voxel a round), then every label is replaced by its
     label's label twice. A round that changes nothing leaves each component on its smallest index; the rounds run in
     pairs, and the second of a pair is compared with its start.
     """
+    if m.is_cuda:
+        # on a GPU the rounds are two Triton kernels where they run (imported here: CPU runs never load Triton)
+        from monai.utils.label_rounds import root_labels_triton, root_labels_triton_supported
+        from monai.utils.triton_support import unavailable_reason
+
+        if root_labels_triton_supported(m) and unavailable_reason(m.device) is None:
+            return root_labels_triton(m, connectivity, axes)
     numel = m.numel()
     index_dtype = torch.int32 if numel < 2**31 - 1 else torch.int64
-    axis_groups = list(itertools.combinations(range(m.ndim), connectivity))
+    axis_groups = list(itertools.combinations(range(m.ndim) if axes is None else axes, connectivity))
     big = torch.tensor(numel, dtype=index_dtype, device=m.device)
     flat_m = m.reshape(-1)
     positions = torch.arange(numel, device=m.device)
@@ -130,44 +139,56 @@ def _root_labels(m: torch.Tensor, connectivity: int) -> torch.Tensor:
             return labels[:numel].view(m.shape)
 
 
-def _label_torch(mask: torch.Tensor, connectivity: int) -> tuple[torch.Tensor, int]:
-    """Label connected components with plain torch operations on the mask's own device."""
+def _label_torch(mask: torch.Tensor, connectivity: int, items: bool = False) -> tuple[torch.Tensor, int]:
+    """Label connected components with plain torch operations on the mask's own device (``items``: see
+    :func:`_label`)."""
     shape = mask.shape
     # size-1 axes have no neighbours along them, dropping them leaves the components unchanged
-    m = mask.reshape([s for s in shape if s > 1])
+    m = mask.reshape([s for i, s in enumerate(shape) if s > 1 or (items and i == 0)])
     ids = torch.zeros(m.shape, dtype=torch.int64, device=mask.device)
     # every component lies inside the foreground's box, and raster order inside the box is the volume's
     box = _bounding_box(m)
     if box is None:
         return ids.reshape(shape), 0
     sub = m[box]
-    roots = _root_labels(sub, max(1, min(connectivity, sub.ndim)))
-    firsts = torch.unique(roots[sub])
-    ids[box] = torch.where(sub, torch.searchsorted(firsts, roots) + 1, 0)
-    return ids.reshape(shape), int(firsts.numel())
+    axes = list(range(1 if items else 0, sub.ndim))
+    roots = _root_labels(sub, max(1, min(connectivity, len(axes))), axes).reshape(-1)
+    # a component's root is the one voxel labelled with its own index; numbering the roots in index order (a
+    # running count) numbers the components in raster order, without sorting the labels
+    flat_sub = sub.reshape(-1)
+    is_root = roots == torch.arange(flat_sub.numel(), device=roots.device)
+    rank = torch.cumsum(is_root, 0)
+    ids[box] = torch.where(flat_sub, rank[torch.where(flat_sub, roots, 0).long()], 0).view(sub.shape)
+    return ids.reshape(shape), int(rank[-1])
 
 
-def _label(mask: torch.Tensor, connectivity: int | None = None) -> tuple[torch.Tensor, int]:
+def _label(mask: torch.Tensor, connectivity: int | None = None, items: bool = False) -> tuple[torch.Tensor, int]:
     """Connected components of a boolean tensor of any dimension.
 
     Args:
         mask: boolean tensor; non-zero values of other dtypes count as foreground.
         connectivity: maximum number of orthogonal hops between neighbours, 1 to ``mask.ndim``
             (``None``: ``mask.ndim``, e.g. 26-connectivity in 3D), as in ``skimage.measure.label``.
+        items: the first axis stacks separate items: no component crosses it (the connectivity counts the other
+            axes, up to ``mask.ndim - 1``); the ids still run in raster order through the whole tensor.
 
     Returns:
         ``(labels, num)``: int64 tensor on ``mask.device`` with 0 for background and 1..num numbered in
         raster order of each component's first voxel; the number of components.
     """
     mask = mask if mask.dtype == torch.bool else mask != 0
-    nd = mask.ndim
+    nd = mask.ndim - 1 if items else mask.ndim  # the axes components extend along
     connectivity = nd if connectivity is None else int(connectivity)
+    if items and nd < 1:
+        raise ValueError(f"items=True needs at least 2 axes (items, then the image's), got shape {tuple(mask.shape)}.")
     if nd > 0 and not 1 <= connectivity <= nd:
         raise ValueError(f"connectivity must be in [1, {nd}] for a {nd}D input, got {connectivity}.")
     ndimage = _scipy_ndimage() if mask.device.type == "cpu" else None
     if ndimage is None or nd == 0:
-        return _label_torch(mask, connectivity)
+        return _label_torch(mask, connectivity, items)
     structure = ndimage.generate_binary_structure(nd, connectivity)
+    if items:  # the same neighbourhood in each item, none across: the structure's middle slice along the items
+        structure = np.stack([np.zeros_like(structure), structure, np.zeros_like(structure)])
     labels, num = ndimage.label(mask.numpy(), structure=structure)
     return torch.from_numpy(labels.astype(np.int64, copy=False)), int(num)
 
@@ -291,12 +312,16 @@ def keep_merge_components_with_points(
         )
     if img_pos.dtype != torch.bool or img_neg.dtype != torch.bool:
         raise ValueError(f"img_pos and img_neg must be bool tensors, got {img_pos.dtype} and {img_neg.dtype}.")
-    # both masks labelled in one pass (half the device round trips of the labeller): stacked along the batch axis
-    # with an empty item between them, which no component can cross; the ids of each part keep their raster order
+    # both masks labelled in one pass (half the device round trips of the labeller), stacked along the batch axis;
+    # the ids of each part keep their raster order
     b = img_pos.shape[0]
-    both = torch.cat([img_pos, torch.zeros_like(img_pos[:1]), img_neg.to(img_pos.device)])
-    features, _ = _label(both, connectivity=3)
-    features_pos, features_neg = features[:b], features[b + 1 :]
+    if b == 1:  # one item each: two separate 3D items
+        features, _ = _label(torch.cat([img_pos, img_neg.to(img_pos.device)]), connectivity=3, items=True)
+        features_pos, features_neg = features[:1], features[1:]
+    else:  # components cross neighbouring items (as upstream), not the empty item between the two masks
+        both = torch.cat([img_pos, torch.zeros_like(img_pos[:1]), img_neg.to(img_pos.device)])
+        features, _ = _label(both, connectivity=3)
+        features_pos, features_neg = features[:b], features[b + 1 :]
     outs = torch.zeros(img_pos.shape, dtype=torch.bool, device=img_pos.device)
     coords = torch.as_tensor(point_coords).detach().float().round().int().cpu().tolist()
     labels = torch.as_tensor(point_labels).detach().cpu().tolist()

@@ -121,6 +121,26 @@ class TestLabel(unittest.TestCase):
             self.assertEqual((na, nb), (na, na))
             self.assertTrue(torch.equal(a, b))
 
+    @parameterized.expand([(name, c) for (name,) in BACKENDS for c in (1, 3)])
+    def test_items_are_labelled_apart(self, name, connectivity):
+        # each item alone, its ids continued from the items before it: no component crosses the first axis
+        gen = torch.Generator().manual_seed(connectivity)
+        m = torch.rand(3, 1, 7, 6, 5, generator=gen) < 0.4
+        m[1] = m[0]  # touching copies: one component across the items if they were not apart
+        with backend(name):
+            got, n = tu._label(m, connectivity, items=True)
+            alone = [tu._label(m[i], connectivity) for i in range(3)]
+        expected, offset = [], 0
+        for ids, count in alone:
+            expected.append(torch.where(ids > 0, ids + offset, 0))
+            offset += count
+        self.assertEqual(n, offset)
+        self.assertTrue(torch.equal(got, torch.stack(expected)))
+
+    def test_items_need_an_image_axis(self):
+        with self.assertRaisesRegex(ValueError, "items=True"):
+            tu._label(torch.ones(4, dtype=torch.bool), items=True)
+
     @unittest.skipUnless(torch.cuda.is_available(), "the labeller on a GPU: needs a CUDA GPU")
     def test_gpu_equals_scipy(self):
         gen = torch.Generator().manual_seed(5)
@@ -202,28 +222,29 @@ class TestKeepComponents(unittest.TestCase):
         # margin 0 only: the off-corner positive point no longer reaches its component
         self.assertTrue(torch.equal(none[1, 0], neg[1, 0]))
 
-    @parameterized.expand(BACKENDS)
-    def test_merge_labels_both_masks_at_once(self, name):
-        """One labelling of both masks keeps each component and the highest-id rule of labelling them apart."""
-        gen = torch.Generator().manual_seed(0)
+    @parameterized.expand([(name, b) for (name,) in BACKENDS for b in (1, 2)])
+    def test_merge_labels_both_masks_at_once(self, name, b):
+        """One labelling of both masks keeps each component and the highest-id rule of labelling them apart (one
+        row: the masks as two separate items; two: stacked with an empty item between them)."""
+        gen = torch.Generator().manual_seed(b)
         for trial in range(12):
-            pos = torch.rand(2, 1, 9, 8, 7, generator=gen) > 0.93  # sparse: many small components
-            neg = torch.rand(2, 1, 9, 8, 7, generator=gen) > 0.93
-            coords = torch.randint(0, 7, (2, 5, 3), generator=gen).float()
-            labels = torch.randint(-1, 4, (2, 5), generator=gen)
+            pos = torch.rand(b, 1, 9, 8, 7, generator=gen) > 0.93  # sparse: many small components
+            neg = torch.rand(b, 1, 9, 8, 7, generator=gen) > 0.93
+            coords = torch.randint(0, 7, (b, 5, 3), generator=gen).float()
+            labels = torch.randint(-1, 4, (b, 5), generator=gen)
             with backend(name):
                 pos_ids, _ = tu._label(pos, connectivity=3)
                 neg_ids, _ = tu._label(neg, connectivity=3)
                 out = keep_merge_components_with_points(pos, neg, coords, labels)
             expected = torch.zeros_like(pos)
-            for b in range(2):
-                for (x, y, z), lb in zip(coords[b].int().tolist(), labels[b].tolist()):
+            for r in range(b):
+                for (x, y, z), lb in zip(coords[r].int().tolist(), labels[r].tolist()):
                     ids = pos_ids if lb in (1, 3) else neg_ids if lb in (0, 2) else None
                     for margin in range(3) if ids is not None else ():
-                        top = int(ids[b, 0, max(x - margin, 0) : x + margin + 1, max(y - margin, 0) : y + margin + 1,
+                        top = int(ids[r, 0, max(x - margin, 0) : x + margin + 1, max(y - margin, 0) : y + margin + 1,
                                       max(z - margin, 0) : z + margin + 1].max())
                         if top > 0:
-                            expected[b] |= ids[b] == top
+                            expected[r] |= ids[r] == top
                             break
             self.assertTrue(torch.equal(out, expected), f"trial {trial}")
 
