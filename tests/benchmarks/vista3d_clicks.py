@@ -172,12 +172,13 @@ def fork_worker(args, labels: np.ndarray, dev: torch.device) -> dict:
             hits.append(cache is not None and cache.misses == misses)
         sequences.append(times)
     sequences, stages, hits = sequences[1:], stages[len(clicks):], hits[len(clicks):]
-    profile = profile_click(session, clicks, args.profile_click, dev) if args.profile_click else None
-    # what upstream gets: the same preprocessed image and the clicks on its grid
+    # what upstream gets: the same preprocessed image and the clicks on its grid (saved before a profiled click
+    # leaves the session at another click)
     coords = _on_grid(pipe, session, clicks)
     torch.save({"image": session.x[None].cpu(), "point_coords": coords["point_coords"].cpu(),
                 "point_labels": coords["point_labels"].cpu(), "logits": session.logits.half().cpu(),
                 "labels": labels.cpu()}, args.save)
+    profile = profile_click(session, clicks, args.profile_click, dev) if args.profile_click else None
     return {"setup_s": setup_s, "one_click_s": one, "one_click_new_window_s": new_window, "sequences_s": sequences,
             "sequence_stages": stages, "sequence_cache_hits": hits,
             "network_grid": list(session.x.shape[-3:]), "fused": net.fused, "clicks": clicks,

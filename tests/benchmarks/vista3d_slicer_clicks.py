@@ -205,7 +205,10 @@ class OverSocket:
             path.write_bytes(answer.data)
             data, _ = nrrd.read(str(path), index_order="F")
             if masks is not None and not np.array_equal(data, masks[k]):
-                self.failures.append(f"sequence {r} request {k}: the answer differs from Vista3DSession")
+                differ = int((data != masks[k]).sum()) if data.shape == masks[k].shape else "all"
+                self.failures.append(f"sequence {r} request {k}: the answer differs from Vista3DSession in {differ} "
+                                     f"voxels (shape {data.shape} / {masks[k].shape}, foreground {int(data.sum())} / "
+                                     f"{int(masks[k].sum())})")
         return seconds
 
 
@@ -242,7 +245,7 @@ def run(cfg: Config) -> dict:
             proc.wait(timeout=60)
             local.close()
     if remote.failures:
-        raise SystemExit(f"{len(remote.failures)} answers differ, e.g. {remote.failures[0]}")
+        raise SystemExit(f"{len(remote.failures)} answers differ:\n" + "\n".join(remote.failures[:10]))
     summary = {"config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()},
                "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                "requests": requests,
@@ -278,7 +281,19 @@ def _print(summary: dict) -> None:
     added = 1000 * np.median(np.asarray(remote["click_s"]) - np.asarray(remote["server_stages_s"]))
     print(f"socket p50 / in-process click p50: {ratio:.2f}; what the protocol adds to the server's own click "
           f"(request - its stages, p50): {added:.1f} ms")
+    for name, values in (("in process", local["click_s"]), ("over the socket", remote["click_s"])):
+        per_click = by_click(values)
+        later = float(np.median(per_click[1:]))
+        print(f"{name}: each click of a sequence, median of sequences 2-{cfg['repeats']} (ms): "
+              + " ".join(f"{ms:.1f}" for ms in per_click) + f"; a later click {later / per_click[0]:.2f}x the first")
     print("every answer over the socket equal to Vista3DSession's mask")
+
+
+def by_click(click_s: list[float]) -> list[float]:
+    """Each click's median (ms) over the whole sequences of ``click_s`` (the first sequence gave only its clicks
+    2 to 5: its first request started the session)."""
+    whole = np.asarray(click_s[CLICKS - 1 :], dtype=float).reshape(-1, CLICKS)
+    return [1000 * float(v) for v in np.median(whole, axis=0)]
 
 
 def parse_args(argv=None) -> Config:
