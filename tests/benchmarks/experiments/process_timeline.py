@@ -115,6 +115,10 @@ def main(argv: list[str]) -> int:
     from monai.apps.vista3d.core import network_ready
     from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 
+    from monai.apps.vista3d.core import checkpoint
+
+    _wrap(checkpoint, "_check_finite", "finite check called", "finite check returned")
+    _wrap(checkpoint, "_check_keys", "keys check called", None)
     _wrap(network_ready, "network_from_checkpoint", None, "checkpoint read into the network (CPU)")
     _wrap(network_ready, "on_device", None, "network on the device, fused")
     _wrap(batch_run, "load_for", "image load called", "image loaded", once=True)
