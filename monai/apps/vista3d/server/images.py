@@ -27,7 +27,7 @@ import re
 import zipfile
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -362,12 +362,15 @@ def write_label_map(labels: torch.Tensor, image: LoadedImage, path: Path,
     """Write ``labels`` (``[X, Y, Z]`` on the input grid), or its ``box``, as ``dtype`` in the format ``path``'s
     suffix names (NIfTI or NRRD, from either input format) and the image's geometry (a box keeps its place in the
     world: the origin moves to its first voxel), atomically."""
+    whole = box is None
     box = box or (slice(None),) * 3
     part = labels[box]
     start = np.array([s.start or 0 for s in box], dtype=np.float64)
     if not path.name.endswith(".nrrd"):
         geom: ImageGeometry = (image.geometry if image.format == "nifti"
                                else _nifti_geometry(image.geometry, image.shape))
+        if whole:  # the input's own grid: its header as stored too (a negative pixdim stays what ITK reads)
+            return Path(save_label_map(part, replace(geom, filename=None), path, dtype=dtype))
         affine = geom.affine.copy()
         affine[:3, 3] += affine[:3, :3] @ start
         sub = ImageGeometry(affine=affine, spatial_shape=as_xyz(part.shape), header=geom.header, filename=None,

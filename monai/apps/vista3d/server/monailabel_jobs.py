@@ -38,14 +38,11 @@ import torch
 
 from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
 from monai.apps.vista3d.core.session import Vista3DSession
-from monai.apps.vista3d.io.image_geometry import ImageGeometry
-from monai.apps.vista3d.io.nifti_write import save_label_map
-from monai.apps.vista3d.io.nrrd_write import save_nrrd
 from monai.apps.vista3d.labels import everything_labels, label_name, label_names
 
 from . import jobs
 from .errors import ServeError
-from .images import LoadedImage, nrrd_placement
+from .images import LoadedImage, write_label_map
 
 __all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "Grid", "app_info",
            "check_model", "parse_params", "prompt_sizes", "result_format", "auto_request", "click_request",
@@ -282,15 +279,13 @@ class Grid:
 
 
 def write_result(values: torch.Tensor, grid: Grid, path: Path, fmt: ResultFormat) -> Path:
-    """Write ``values`` (``[X, Y, Z]`` on the uploaded image's grid) as ``fmt`` with the image's geometry."""
+    """Write ``values`` (``[X, Y, Z]`` on the uploaded image's grid) as ``fmt`` (``path`` ends with its suffix) with
+    the image's geometry: the NIM routes' writer, :func:`~.images.write_label_map`."""
     if tuple(values.shape) != tuple(grid.image.shape):
         raise RuntimeError(f"the answer's shape {tuple(values.shape)} is not the image's {grid.image.shape}")
-    if fmt.suffix == ".nrrd":
-        return save_nrrd(values, nrrd_placement(grid.image), path, fmt.dtype)
-    geometry = grid.image.geometry if grid.image.format == "nifti" else ImageGeometry(
-        affine=grid.affine, spatial_shape=grid.image.shape, header=None, filename=None,
-        dtype=np.dtype(fmt.dtype))
-    return Path(save_label_map(values, geometry, path, dtype=fmt.dtype, threads=1))
+    if not path.name.endswith(fmt.suffix):
+        raise RuntimeError(f"the answer's file {path.name} does not end with {fmt.suffix}")
+    return write_label_map(values, grid.image, path, dtype=fmt.dtype)
 
 
 # -------------------------------------------------------------------------------- on the model's thread

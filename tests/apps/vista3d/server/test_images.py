@@ -23,6 +23,7 @@ from unittest import mock
 
 import nibabel as nib
 import numpy as np
+import torch
 from parameterized import parameterized
 
 from monai.apps.vista3d.server import images
@@ -99,6 +100,59 @@ class TestInspectImage(unittest.TestCase):
         self.assertEqual(cm.exception.status, 413)
         for words in ("125000 voxels (shape (50, 50, 50))", "more than --max-voxels 1000", "before any voxel"):
             self.assertIn(words, cm.exception.message)
+
+
+class TestWriteLabelMap(unittest.TestCase):
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def _negative_pixdim_ct(self) -> Path:
+        """A .nii whose stored pixdim is negative along y (nibabel reads it as positive; ITK reads it as a flip)."""
+        img = nib.Nifti1Image(np.zeros((10, 9, 8), np.int16), np.diag([1.5, 1.5, 2.0, 1.0]))
+        img.header.set_qform(img.affine, 1)
+        path = self.tmp / "ct.nii"
+        nib.save(img, path)
+        raw = bytearray(path.read_bytes())
+        pixdim = np.frombuffer(bytes(raw[76:108]), dtype="<f4").copy()
+        pixdim[2] = -pixdim[2]
+        raw[76:108] = pixdim.astype("<f4").tobytes()
+        path.write_bytes(bytes(raw))
+        return path
+
+    @staticmethod
+    def _stored(path: Path) -> nib.Nifti1Header:
+        block = (gzip.open(path) if path.name.endswith(".gz") else open(path, "rb")).read(348)
+        return nib.Nifti1Header(block, check=False)
+
+    def test_whole_map_keeps_the_stored_header(self):
+        from monai.apps.vista3d.io.nifti import load_image
+
+        src = self._negative_pixdim_ct()
+        image, geometry = load_image(src)
+        loaded = images.LoadedImage("ct", "nifti", tuple(geometry.spatial_shape), geometry)
+        labels = torch.zeros(image.shape[1:], dtype=torch.uint8)
+        labels[2:5, 3:6, 1:4] = 7
+        out = images.write_label_map(labels, loaded, self.tmp / "ct_trans.nii.gz")
+        before, after = self._stored(src), self._stored(out)
+        self.assertLess(float(before["pixdim"][2]), 0)
+        for key in ("pixdim", "qform_code", "sform_code", "quatern_b", "quatern_c", "quatern_d", "qoffset_x",
+                    "qoffset_y", "qoffset_z", "srow_x", "srow_y", "srow_z"):
+            np.testing.assert_array_equal(after[key], before[key], err_msg=key)
+        np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), labels.numpy())
+
+    def test_a_box_keeps_its_place(self):
+        from monai.apps.vista3d.io.nifti import load_image
+
+        src = self._negative_pixdim_ct()
+        image, geometry = load_image(src)
+        loaded = images.LoadedImage("ct", "nifti", tuple(geometry.spatial_shape), geometry)
+        labels = torch.arange(image[0].numel(), dtype=torch.int32).reshape(image.shape[1:]) % 100
+        box = (slice(2, 6), slice(1, 8), slice(3, 5))
+        out = nib.load(images.write_label_map(labels, loaded, self.tmp / "box.nii.gz", box, dtype="int16"))
+        np.testing.assert_array_equal(np.asanyarray(out.dataobj), labels[box].numpy())
+        # its first voxel lies where the whole map's voxel (2, 1, 3) lies
+        np.testing.assert_allclose(out.affine[:3, 3], (geometry.affine @ np.array([2, 1, 3, 1.0]))[:3])
 
 
 if __name__ == "__main__":
