@@ -137,7 +137,8 @@ class InProcess:
         setup = _now(cfg.device) - start
         geometry = self.session.geometry
         self.grid = mj.Grid(LoadedImage("ct", "nifti", tuple(geometry.spatial_shape), geometry), geometry.affine)
-        self.masks = []
+        self.masks: list = []
+        self.unrepeated: list[str] = []  # in-process clicks whose mask differs from the same click of sequence 0
         return setup, self.sequence(0)
 
     def sequence(self, r: int) -> dict:
@@ -159,6 +160,9 @@ class InProcess:
             out["click_and_answer_s"].append(done - start)
             if r == 0:
                 self.masks.append(mask.cpu().numpy())
+            elif not np.array_equal(mask.cpu().numpy(), self.masks[k]):  # the same clicks again, in this process
+                self.unrepeated.append(f"sequence {r} click {k}: "
+                                       f"{int((mask.cpu().numpy() != self.masks[k]).sum())} voxels")
         return out
 
 
@@ -244,6 +248,9 @@ def run(cfg: Config) -> dict:
             proc.terminate()
             proc.wait(timeout=60)
             local.close()
+    if local.unrepeated:  # the same clicks in one process gave different masks: the GPU's results are not repeatable
+        print(f"in process, {len(local.unrepeated)} clicks differ from the same click of sequence 0: "
+              + "; ".join(local.unrepeated[:10]))
     if remote.failures:
         raise SystemExit(f"{len(remote.failures)} answers differ:\n" + "\n".join(remote.failures[:10]))
     summary = {"config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.__dict__.items()},
