@@ -86,6 +86,19 @@ class TestRootLabelsTriton(unittest.TestCase):
             self.assertEqual(m, n)
             self.assertTrue(torch.equal(got.cpu(), expected))
 
+    @unittest.skipUnless(torch.cuda.is_available(), "millions of voxels at once: needs a CUDA GPU")
+    def test_noise_at_full_size_equals_scipy_every_time(self):
+        # a random network's foreground: salt and pepper near the percolation threshold, many tiny components and
+        # one that spans the volume, as a click on random weights labels; the GPU's order differs from run to run
+        gen = torch.Generator().manual_seed(11)
+        for density in (0.3, 0.5):
+            m = torch.rand(200, 160, 128, generator=gen) < density
+            expected, n = point_helpers._label(m, connectivity=3)  # on the CPU: scipy's
+            for _ in range(3):
+                got, k = point_helpers._label(m.cuda(), connectivity=3)
+                self.assertEqual(k, n)
+                self.assertTrue(torch.equal(got.cpu(), expected), density)
+
 
 @unittest.skipUnless(torch.cuda.is_available() and KERNELS_RUN, "the GPU labeller's kernels: needs a Hopper GPU")
 class TestDispatch(unittest.TestCase):
