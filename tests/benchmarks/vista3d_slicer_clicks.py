@@ -136,7 +136,7 @@ class InProcess:
         self.session = Vista3DSession(self.pipe, str(self.ct))
         setup = _now(cfg.device) - start
         geometry = self.session.geometry
-        self.grid = mj.Grid(LoadedImage("ct", "nifti", tuple(geometry.spatial_shape), geometry), geometry.affine)
+        self.image = LoadedImage("ct", "nifti", tuple(geometry.spatial_shape), geometry)
         self.masks: list = []
         self.unrepeated: list[str] = []  # in-process clicks whose mask differs from the same click of sequence 0
         return setup, self.sequence(0)
@@ -154,7 +154,7 @@ class InProcess:
             label_map = self.session.click(*new_points(self.requests, k), classes=LABEL)
             clicked = _now(self.cfg.device)
             mask = mj.object_mask(label_map)
-            mj.write_result(mask, self.grid, self.scratch / "answer.nrrd", mj.ResultFormat(".nrrd", "uint8"))
+            mj.write_result(mask, self.image, self.scratch / "answer.nrrd", mj.ResultFormat(".nrrd", "uint8"))
             done = time.perf_counter()
             out["click_s"].append(clicked - start)
             out["click_and_answer_s"].append(done - start)

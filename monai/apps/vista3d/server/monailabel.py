@@ -399,10 +399,10 @@ async def _automatic(request: Request, call: Call, params: dict, form: FormData,
                     form.file, state.settings.limits.max_voxels), safe_stem(form.filename or "image"))
             result = mj.result_format(params, source.format)
             job = mj.segment(source.path, source.format, source.name, req.prompt)
-            labels, grid, timings = await slot.run(job, call.deadline, call.gone())
+            labels, loaded, timings = await slot.run(job, call.deadline, call.gone())
             values = await run_in_threadpool(mj.renumber, labels, req.label_names, req.label_ids)
             name = f"{source.name}_vista3d{result.suffix}"
-            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
+            path = await run_in_threadpool(mj.write_result, values, loaded, call.folder / name, result)
     return {"label_names": req.label_names, "latencies": {k: round(v, 4) for k, v in timings.items()}}, path, name
 
 
@@ -415,10 +415,10 @@ async def _clicks(request: Request, call: Call, params: dict, image: str, sessio
         async with state.worker.reserve(client_of(request)) as slot:
             async with ml.clicks.serialized(key):
                 entry = await _click(call, slot, ml.clicks, key, req, source, client_of(request))
-                values, grid, clicked = entry.answer, entry.grid, len(entry.foreground) + len(entry.background)
+                values, loaded, clicked = entry.answer, entry.image, len(entry.foreground) + len(entry.background)
                 latencies = {k: round(v, 4) for k, v in entry.latencies.items()}
             name = f"{source.name}_{safe_stem(req.label)}{result.suffix}"
-            path = await run_in_threadpool(mj.write_result, values, grid, call.folder / name, result)
+            path = await run_in_threadpool(mj.write_result, values, loaded, call.folder / name, result)
     return {"label_names": {req.label: 1}, "clicks": clicked, "latencies": latencies}, path, name
 
 
@@ -438,8 +438,8 @@ async def _click(call: Call, slot: Any, clicks: ClickSessions, key: Any, req: mj
     try:
         if entry is None:
             start = mj.first_click(source.path, source.format, source.name, points, labels, req.class_id)
-            session, grid, label_map = await slot.run(start, call.deadline, call.gone())
-            entry = ClickEntry(session=session, image=grid.image, grid=grid, owner=client)
+            session, loaded, label_map = await slot.run(start, call.deadline, call.gone())
+            entry = ClickEntry(session=session, image=loaded, owner=client)
             clicks.add(key, entry)
         else:
             more = mj.click(entry.session, points, labels, req.class_id, reset=step is None)

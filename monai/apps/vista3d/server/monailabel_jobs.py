@@ -44,7 +44,7 @@ from . import jobs
 from .errors import ServeError
 from .images import LoadedImage, write_label_map
 
-__all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "Grid", "app_info",
+__all__ = ["AUTO_MODEL", "CLICK_MODEL", "ResultFormat", "AutoRequest", "ClickRequest", "app_info",
            "check_model", "parse_params", "prompt_sizes", "result_format", "auto_request", "click_request",
            "new_clicks", "renumber", "object_mask", "write_result", "segment", "first_click", "click"]
 
@@ -270,49 +270,41 @@ def object_mask(label_map: torch.Tensor) -> torch.Tensor:
     return ((label_map != 0) & (label_map != 255)).to(torch.uint8)  # stays on the label map's device
 
 
-@dataclass(frozen=True)
-class Grid:
-    """Where an answer goes: the uploaded image (:class:`~.images.LoadedImage`) and its RAS ``affine``."""
-
-    image: LoadedImage
-    affine: np.ndarray
-
-
-def write_result(values: torch.Tensor, grid: Grid, path: Path, fmt: ResultFormat) -> Path:
-    """Write ``values`` (``[X, Y, Z]`` on the uploaded image's grid) as ``fmt`` (``path`` ends with its suffix) with
-    the image's geometry: the NIM routes' writer, :func:`~.images.write_label_map`."""
-    if tuple(values.shape) != tuple(grid.image.shape):
-        raise RuntimeError(f"the answer's shape {tuple(values.shape)} is not the image's {grid.image.shape}")
+def write_result(values: torch.Tensor, image: LoadedImage, path: Path, fmt: ResultFormat) -> Path:
+    """Write ``values`` (``[X, Y, Z]`` on the uploaded ``image``'s grid) as ``fmt`` (``path`` ends with its suffix)
+    with the image's geometry: the NIM routes' writer, :func:`~.images.write_label_map`."""
+    if tuple(values.shape) != tuple(image.shape):
+        raise RuntimeError(f"the answer's shape {tuple(values.shape)} is not the image's {image.shape}")
     if not path.name.endswith(fmt.suffix):
         raise RuntimeError(f"the answer's file {path.name} does not end with {fmt.suffix}")
-    return write_label_map(values, grid.image, path, dtype=fmt.dtype)
+    return write_label_map(values, image, path, dtype=fmt.dtype)
 
 
 # -------------------------------------------------------------------------------- on the model's thread
 def segment(path: Path, fmt: str, name: str, prompt: Prompt
-            ) -> Callable[[Any], tuple[torch.Tensor, Grid, dict[str, float]]]:
-    """The job of an automatic request: ``(label map of VISTA3D ids, Grid, seconds per stage)``."""
+            ) -> Callable[[Any], tuple[torch.Tensor, LoadedImage, dict[str, float]]]:
+    """The job of an automatic request: ``(label map of VISTA3D ids, the image it answers, seconds per stage)``."""
 
-    def job(pipeline: Any) -> tuple[torch.Tensor, Grid, dict[str, float]]:
+    def job(pipeline: Any) -> tuple[torch.Tensor, LoadedImage, dict[str, float]]:
         start = time.perf_counter()
         image, affine, loaded = jobs.load(pipeline, path, fmt, name)
         seconds = time.perf_counter() - start
         result = pipeline.segment(image, affine, prompt)
-        return result.labels, Grid(loaded, np.asarray(affine, dtype=np.float64)), {"load": seconds, **result.timings}
+        return result.labels, loaded, {"load": seconds, **result.timings}
 
     return job
 
 
 def first_click(path: Path, fmt: str, name: str, points: list, labels: list, class_id: int | None
-                ) -> Callable[[Any], tuple[Vista3DSession, Grid, torch.Tensor]]:
+                ) -> Callable[[Any], tuple[Vista3DSession, LoadedImage, torch.Tensor]]:
     """The job of an object's first request: the image loaded and preprocessed once into a ``Vista3DSession``,
-    and its first clicks: ``(session, Grid, label map)``."""
+    and its first clicks: ``(session, the image it answers, label map)``."""
 
-    def job(pipeline: Any) -> tuple[Vista3DSession, Grid, torch.Tensor]:
+    def job(pipeline: Any) -> tuple[Vista3DSession, LoadedImage, torch.Tensor]:
         image, affine, loaded = jobs.load(pipeline, path, fmt, name)
         session = Vista3DSession(pipeline, image, affine)
         label_map = session.click(points, labels, classes=class_id)
-        return session, Grid(loaded, np.asarray(affine, dtype=np.float64)), label_map
+        return session, loaded, label_map
 
     return job
 

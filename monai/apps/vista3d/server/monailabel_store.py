@@ -169,13 +169,11 @@ class ClickEntry(SessionEntry):
     """A click session of the MONAI Label protocol: a server session with what its answers need.
 
     Attributes:
-        grid: where the answers go (:class:`~.monailabel_jobs.Grid`).
         foreground, background: the points clicked so far (voxel indices), in the order they came.
         answer: the last answer (``[X, Y, Z]`` uint8, 1 on the object), sent again when no point is new.
         latencies: seconds per stage of the last click (none when no point was new).
     """
 
-    grid: Any = None
     foreground: list = field(default_factory=list)
     background: list = field(default_factory=list)
     answer: Any = None

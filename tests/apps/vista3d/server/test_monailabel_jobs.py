@@ -199,30 +199,30 @@ class TestWriteResult(unittest.TestCase):
                                 [0.0, 0.0, 0.0, 1.0]])
         self.values = torch.arange(210, dtype=torch.int64).reshape(self.shape).remainder(4).to(torch.uint8)
 
-    def _nifti_grid(self) -> mj.Grid:
+    def _nifti_image(self) -> LoadedImage:
         img = nib.Nifti1Image(np.zeros(self.shape, np.int16), self.affine)
         geometry = ImageGeometry(self.affine, self.shape, img.header.copy(), None, np.dtype(np.int16))
-        return mj.Grid(LoadedImage("ct", "nifti", self.shape, geometry), self.affine)
+        return LoadedImage("ct", "nifti", self.shape, geometry)
 
-    def _nrrd_grid(self) -> mj.Grid:
+    def _nrrd_image(self) -> LoadedImage:
         path = self.root / "ct.nrrd"
         header = {"space": "left-posterior-superior", "space directions": (LPS @ self.affine[:3, :3]).T,
                   "space origin": LPS @ self.affine[:3, 3]}
         nrrd.write(str(path), np.zeros(self.shape, np.int16), header, index_order="F")
         _, affine, placement = load_nrrd(path)
-        return mj.Grid(LoadedImage("ct", "nrrd", self.shape, placement), affine)
+        np.testing.assert_allclose(affine, self.affine, atol=1e-12)  # the RAS grid the answers are checked on
+        return LoadedImage("ct", "nrrd", self.shape, placement)
 
     @parameterized.expand([("uint8",), ("int16",), ("float32",)])
     def test_nifti_in_nrrd_out(self, dtype):
-        out = mj.write_result(self.values, self._nifti_grid(), self.root / "a.nrrd", mj.ResultFormat(".nrrd", dtype))
+        out = mj.write_result(self.values, self._nifti_image(), self.root / "a.nrrd", mj.ResultFormat(".nrrd", dtype))
         data, header = nrrd.read(str(out), index_order="F")
         self.assertEqual(data.dtype, np.dtype(dtype))
         np.testing.assert_array_equal(data, self.values.numpy())
         np.testing.assert_allclose(nrrd_affine(header), self.affine, atol=1e-12)
 
     def test_nrrd_in_nrrd_out_keeps_its_fields(self):
-        grid = self._nrrd_grid()
-        out = mj.write_result(self.values, grid, self.root / "a.nrrd", mj.ResultFormat(".nrrd", "uint8"))
+        out = mj.write_result(self.values, self._nrrd_image(), self.root / "a.nrrd", mj.ResultFormat(".nrrd", "uint8"))
         _, header = nrrd.read(str(out))
         _, source = nrrd.read(str(self.root / "ct.nrrd"))
         self.assertEqual(header["space"], source["space"])
@@ -231,8 +231,8 @@ class TestWriteResult(unittest.TestCase):
 
     @parameterized.expand([("nifti", ".nii.gz"), ("nrrd", ".nii.gz"), ("nifti", ".nii")])
     def test_nifti_out(self, source, suffix):
-        grid = self._nifti_grid() if source == "nifti" else self._nrrd_grid()
-        out = mj.write_result(self.values, grid, self.root / f"a{suffix}", mj.ResultFormat(suffix, "int16"))
+        image = self._nifti_image() if source == "nifti" else self._nrrd_image()
+        out = mj.write_result(self.values, image, self.root / f"a{suffix}", mj.ResultFormat(suffix, "int16"))
         img = nib.load(str(out))
         self.assertEqual(img.get_data_dtype(), np.dtype(np.int16))
         np.testing.assert_array_equal(np.asarray(img.dataobj), self.values.numpy())
@@ -242,14 +242,14 @@ class TestWriteResult(unittest.TestCase):
         # the app writes NRRD itself: a server without pynrrd still answers 3D Slicer's NRRD requests
         with mock.patch.dict(sys.modules, {"nrrd": None}):  # 'import nrrd' raises ImportError in here
             fmt = mj.result_format({"result_extension": ".nrrd"}, "nifti")
-            out = mj.write_result(self.values, self._nifti_grid(), self.root / "a.nrrd", fmt)
+            out = mj.write_result(self.values, self._nifti_image(), self.root / "a.nrrd", fmt)
         data, header = nrrd.read(str(out), index_order="F")
         np.testing.assert_array_equal(data, self.values.numpy())
         np.testing.assert_allclose(nrrd_affine(header), self.affine, atol=1e-12)
 
     def test_a_wrong_shape_is_refused(self):
         with self.assertRaises(RuntimeError):
-            mj.write_result(self.values[:2], self._nifti_grid(), self.root / "a.nrrd",
+            mj.write_result(self.values[:2], self._nifti_image(), self.root / "a.nrrd",
                             mj.ResultFormat(".nrrd", "uint8"))
 
 
