@@ -150,12 +150,12 @@ def _label_torch(mask: torch.Tensor, connectivity: int, items: bool = False) -> 
     box = _bounding_box(m)
     if box is None:
         return ids.reshape(shape), 0
-    sub = m[box]
+    sub = m[box].contiguous()  # copied once: the rounds and the numbering read it flat
     axes = list(range(1 if items else 0, sub.ndim))
     roots = _root_labels(sub, max(1, min(connectivity, len(axes))), axes).reshape(-1)
     # a component's root is the one voxel labelled with its own index; numbering the roots in index order (a
     # running count) numbers the components in raster order, without sorting the labels
-    flat_sub = sub.reshape(-1)
+    flat_sub = sub.view(-1)
     is_root = roots == torch.arange(flat_sub.numel(), device=roots.device)
     rank = torch.cumsum(is_root, 0)
     ids[box] = torch.where(flat_sub, rank[torch.where(flat_sub, roots, 0).long()], 0).view(sub.shape)
