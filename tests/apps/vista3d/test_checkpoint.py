@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import unittest.mock
 from pathlib import Path
 
 import torch
@@ -83,6 +84,48 @@ class TestNetworkFromCheckpoint(unittest.TestCase):
             torch.save(build_network({"encoder_embed_dim": 8}).state_dict(), path)
             with self.assertRaisesRegex(CheckpointError, "encoder_embed_dim=8, the network was built with 16"):
                 network_from_checkpoint(path, {"encoder_embed_dim": 16})
+
+    @parameterized.expand([
+        ("nan", torch.float32, float("nan"), True),
+        ("inf", torch.float32, float("-inf"), True),
+        ("float64 past float32's range", torch.float64, 1e39, True),  # Inf once the network's float32 holds it
+        ("finite values whose sum overflows", torch.float32, 3e38, False),
+    ])
+    def test_non_finite_weights_refused_where_they_land(self, _, dtype, value, refused):
+        sd = build_network({"encoder_embed_dim": 8}).state_dict()
+        key = "class_head.mlp.0.weight"
+        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+        sd[key] = torch.full_like(sd[key], value)
+        devices = [None, torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.pt"
+            torch.save(sd, path)
+            for device in devices:
+                if not refused:
+                    net = network_from_checkpoint(path, {"encoder_embed_dim": 8}, device)
+                    self.assertEqual(net.class_head.mlp[0].weight.device.type, (device or torch.device("cpu")).type)
+                    continue
+                with self.assertRaises(CheckpointError, msg=str(device)) as ctx:
+                    network_from_checkpoint(path, {"encoder_embed_dim": 8}, device)
+                self.assertIn(f"holds NaN or Inf weights in 1 tensor(s): {key}; it is damaged", str(ctx.exception))
+
+    @unittest.skipUnless(torch.cuda.is_available(), "the weights' check on the GPU needs CUDA")
+    def test_weights_checked_on_the_gpu_they_were_copied_to(self):
+        from monai.apps.vista3d.core import checkpoint
+
+        seen = []
+        original = checkpoint._check_finite
+
+        def record(sd, path):
+            seen.extend({v.device.type for v in sd.values()})
+            return original(sd, path)
+
+        with tempfile.TemporaryDirectory() as tmp, unittest.mock.patch.object(checkpoint, "_check_finite", record):
+            path = Path(tmp) / "model.pt"
+            torch.save(build_network({"encoder_embed_dim": 8}).state_dict(), path)
+            net = network_from_checkpoint(path, {"encoder_embed_dim": 8}, torch.device("cuda"))
+        self.assertEqual(set(seen), {"cuda"})
+        self.assertTrue(all(p.is_cuda for p in net.parameters()))
 
     def test_meta_build_draws_nothing(self):
         """Counting weights or taking a checkpoint's tensors builds on the meta device; drawing random values there

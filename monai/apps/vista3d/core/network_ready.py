@@ -60,7 +60,7 @@ def ready_network(
     if network is None:
         check_network_kwargs(network_kwargs)
         if weights is not None:
-            return on_device(network_from_checkpoint(weights, network_kwargs), device, fuse)
+            return on_device(network_from_checkpoint(weights, network_kwargs, device), device, fuse)
         network = build_network(network_kwargs)
     if weights is not None:
         if not isinstance(network, torch.nn.Module):
