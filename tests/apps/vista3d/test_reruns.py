@@ -13,16 +13,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import tempfile
+import threading
 import unittest
 from pathlib import Path
+from unittest import mock
 
 import nibabel as nib
 import numpy as np
-from parameterized import parameterized
-
 import torch
+from parameterized import parameterized
 
 from monai.apps.vista3d.batch.inputs import collect_inputs
 from monai.apps.vista3d.batch.run import run_batch
@@ -147,6 +149,33 @@ class TestRerunSettings(unittest.TestCase):
         code, _, err = self._run("--weights", weights[1])
         self.assertEqual(code, 2, err)
         self.assertIn('weights {"bytes":', err)
+
+    def test_first_image_segmented_while_the_weights_are_hashed(self):
+        """The record's SHA-256 of the weights is awaited on the saver's thread, not before the first image."""
+        from monai.apps.vista3d.batch import provenance
+        from monai.apps.vista3d.batch.segmenter import PipelineSegmenter
+        from monai.networks.nets import vista3d132
+
+        weights = self.dir / "w.pt"
+        torch.save(vista3d132(encoder_embed_dim=8).state_dict(), weights)
+        segmenting, seen = threading.Event(), []
+        sha256, segment = provenance._sha256, PipelineSegmenter.__call__
+
+        def slow_sha256(path):  # the hash finishes only once an image is being segmented (or after 20 s)
+            seen.append(segmenting.wait(timeout=20))
+            return sha256(path)
+
+        def segment_and_say(self, *args):
+            segmenting.set()
+            return segment(self, *args)
+
+        with mock.patch.object(provenance, "_sha256", slow_sha256), \
+                mock.patch.object(PipelineSegmenter, "__call__", segment_and_say):
+            code, _, err = run_main(["-i", self.cts[0], "-o", self.out, *FLAGS, "--weights", weights])
+        self.assertEqual(code, 0, err)
+        self.assertEqual(seen, [True])  # one hash, and an image was segmented before it returned
+        record = read_output_record(self.maps[0])
+        self.assertEqual(record["weights"]["sha256"], hashlib.sha256(weights.read_bytes()).hexdigest())
 
     def test_outputs_without_a_record_are_skipped(self):
         """An output of an earlier version (no record) is taken as it is, as before."""
