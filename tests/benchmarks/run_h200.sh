@@ -57,6 +57,8 @@
 #                         under cProfile, fused and --no-fuse, bytecode and kernel cache warm (issue 50, item 2)
 #   cold_start            the vista3d command in fresh processes: cold and warm kernel caches, --no-fuse, auto, six CTs,
 #                         against the bundle's one-shot process and a bare torch start (issue 24)
+#   clicks_across_processes  the slicer benchmark's in-process clicks in fresh processes, cuDNN autotuning on and
+#                         off: do the masks repeat across processes? (issue 50, item 3)
 #   network_beside_load   the network's build from its checkpoint alone and beside the CT's load and the weights' hash
 #   cold_quick            cold_start's warm rows only (baseline, package, warm, --no-fuse, auto): issue 50's goal 2
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
@@ -66,7 +68,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,67p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,69p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -140,6 +142,7 @@ for run in "$@"; do
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
   startup_profile) step startup_profile 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/sp$$ --out "$out/startup_prof" ;;
   cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
+  clicks_across_processes) step clicks_across_processes 300 python3 tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 2 ;;
   network_beside_load) step network_beside_load 120 python3 tests/benchmarks/experiments/network_beside_load.py --workdir /tmp/nbl$$ ;;
   cold_quick) step cold_quick 300 python3 tests/benchmarks/vista3d_cold_start.py --device cuda --quick --repeats 3 --workdir /tmp/coldq$$ --json "$out/cold_quick.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;

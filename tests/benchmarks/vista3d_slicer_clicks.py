@@ -23,8 +23,13 @@ last byte of the answer parsed.
 
 Before the server starts, the same clicks run in this process on a ``Vista3DSession`` of the same weights and
 settings (the server's defaults: overlap 0.25, sw_batch_size 1): ``click`` alone, and ``click`` plus what the server
-adds before it answers (the 0/1 mask and the NRRD file), so that the socket's own share shows. Every answer over
-the socket must equal the in-process mask, or the benchmark fails.
+adds before it answers (the 0/1 mask and the NRRD file), so that the socket's own share shows.
+
+Every answer is compared with the in-process mask of the same click. Both sides let cuDNN time its algorithms
+(``FusedConfig.cudnn_autotune``, on where many windows follow), and the winner can differ between two processes: on
+an H100 with random weights (logits near 0), two fresh processes gave masks 0.05-0.08 % of the object apart, each
+repeated exactly within its process (``experiments/clicks_across_processes.py``). An answer may differ in at most
+``TOLERANCE`` of the voxels either mask holds; a wrong object, grid or geometry differs in far more.
 
     python tests/benchmarks/vista3d_slicer_clicks.py                      # CPU: width 8, 64x64x48, 32^3 windows
     python tests/benchmarks/vista3d_slicer_clicks.py --device cuda --weights-size published [--weights model.pt]
@@ -55,6 +60,8 @@ SIZES = {"tiny": (8, (64, 64, 48), 32), "published": (48, (512, 512, 200), 128)}
 SPACING = (1.0, 1.0, 1.5)
 CLICKS = 5
 LABEL = "liver"
+#: the share of an object's voxels an answer may differ in from the in-process mask (cuDNN's per-process picks)
+TOLERANCE = 1e-3
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,7 @@ class OverSocket:
 
         self.client, self.ct, self.requests, self.scratch = SlicerLikeClient(url), ct, requests, scratch
         self.failures: list[str] = []
+        self.apart: list[float] = []  # each answer's differing voxels, a share of the voxels either mask holds
         self.stages: list[float] = []  # seconds of each click's stages on the server (its answer's latencies)
 
     def upload(self) -> float:
@@ -208,12 +216,22 @@ class OverSocket:
             path = self.scratch / answer.filename
             path.write_bytes(answer.data)
             data, _ = nrrd.read(str(path), index_order="F")
-            if masks is not None and not np.array_equal(data, masks[k]):
-                differ = int((data != masks[k]).sum()) if data.shape == masks[k].shape else "all"
-                self.failures.append(f"sequence {r} request {k}: the answer differs from Vista3DSession in {differ} "
-                                     f"voxels (shape {data.shape} / {masks[k].shape}, foreground {int(data.sum())} / "
-                                     f"{int(masks[k].sum())})")
+            if masks is not None:
+                self.compare(f"sequence {r} request {k}", data, masks[k])
         return seconds
+
+    def compare(self, what: str, data: np.ndarray, mask: np.ndarray) -> None:
+        """Check an answer against the in-process mask: equal, or apart in at most ``TOLERANCE`` of the voxels
+        either holds (cuDNN's autotuning picks its algorithms per process; see the module's docstring)."""
+        if data.shape != mask.shape:
+            self.failures.append(f"{what}: the answer's shape {data.shape} is not the mask's {mask.shape}")
+            return
+        differ = int((data != mask).sum())
+        union = int(((data != 0) | (mask != 0)).sum())
+        self.apart.append(differ / max(union, 1))
+        if differ > TOLERANCE * union:
+            self.failures.append(f"{what}: the answer differs from Vista3DSession in {differ} voxels of {union} "
+                                 f"(foreground {int(data.sum())} / {int(mask.sum())})")
 
 
 def run(cfg: Config) -> dict:
@@ -258,7 +276,7 @@ def run(cfg: Config) -> dict:
                "requests": requests,
                "in_process": {"setup_s": setup, "first_click_s": first["click_s"][0], **local_s},
                "socket": {"upload_s": upload, "cold_first_request_s": warm[0], "start_s": start[0],
-                          "click_s": socket_s, "server_stages_s": remote.stages[1:]}}
+                          "click_s": socket_s, "server_stages_s": remote.stages[1:], "apart": remote.apart}}
     _print(summary)
     return summary
 
@@ -293,7 +311,9 @@ def _print(summary: dict) -> None:
         later = float(np.median(per_click[1:]))
         print(f"{name}: each click of a sequence, median of sequences 2-{cfg['repeats']} (ms): "
               + " ".join(f"{ms:.1f}" for ms in per_click) + f"; a later click {later / per_click[0]:.2f}x the first")
-    print("every answer over the socket equal to Vista3DSession's mask")
+    apart = remote["apart"]
+    print(f"answers over the socket against Vista3DSession's masks: {sum(a == 0 for a in apart)} of {len(apart)} "
+          f"equal, the most apart {100 * max(apart, default=0):.4f} % of the object (allowed {100 * TOLERANCE:g} %)")
 
 
 def by_click(click_s: list[float]) -> list[float]:

@@ -84,6 +84,28 @@ def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = 
     setattr(owner, name, wrapper)
 
 
+def _time_triton_loads() -> list[float]:
+    """Seconds of each Triton kernel's load (``JITFunction._do_compile``: from the cache when it holds the kernel)."""
+    seconds: list[float] = []
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return seconds
+    original = getattr(JITFunction, "_do_compile", None)
+    if original is None:  # another Triton: nothing to time
+        return seconds
+
+    def timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    JITFunction._do_compile = timed
+    return seconds
+
+
 def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else 0
     config = _overrides(argv[:split])
@@ -122,11 +144,20 @@ def main(argv: list[str]) -> int:
     _wrap(network_ready, "network_from_checkpoint", None, "checkpoint read into the network (CPU)")
     _wrap(network_ready, "on_device", None, "network on the device, fused")
     _wrap(batch_run, "load_for", "image load called", "image loaded", once=True)
+    _wrap(batch_run, "timed_save", "save called", "saved", once=True)
+    _wrap(Vista3DPipeline, "__init__", None, "pipeline built", once=True)
+    _wrap(Vista3DPipeline, "segment", "segment called", "segment returned", once=True, sync=True)
     _wrap(Vista3DPipeline, "preprocess", "preprocess called", "preprocess returned", once=True)
+    _wrap(Vista3DPipeline, "stream", "stream called", None, once=True)
     _wrap(torch.cuda, "_lazy_init", "CUDA context asked for", "CUDA context up", once=True)
     _wrap(torch, "load", "torch.load called", "torch.load returned")
     _wrap(VISTA3D, "forward", "first forward called", "first forward returned", once=True, sync=True)
     _wrap(graph_cache.GraphCache, "_capture", "graph capture called", "graph captured", sync=True)
+    # the first call of each library the first forward pays for (cuBLAS, cuDNN), and Triton's loads from its cache
+    _wrap(torch.nn.functional, "linear", "first linear called", "first linear returned", once=True, sync=True)
+    _wrap(torch.nn.functional, "conv_transpose3d", "first conv_transpose3d called", "first conv_transpose3d returned",
+          once=True, sync=True)
+    loads = _time_triton_loads()
     out = sys.stdout
 
     class Lines:
@@ -148,6 +179,9 @@ def main(argv: list[str]) -> int:
     for t, what in _EVENTS:
         print(f"  {t:7.3f}  +{t - previous:6.3f}  {what}", file=sys.stderr)
         previous = t
+    if loads:
+        print(f"Triton kernels loaded (compiled or read from the cache): {len(loads)}, {sum(loads):.3f} s on the "
+              f"threads that launched them", file=sys.stderr)
     if fast_exit:
         sys.stdout.flush()
         sys.stderr.flush()
