@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=45, help="rows of each table")
     p.add_argument("--timeline", type=int, default=2, metavar="N",
                    help="first run the command N times under experiments/process_timeline.py (no profiler)")
+    p.add_argument("--timeline-config", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="then as many timelines with these FusedConfig fields replaced (e.g. graph_max_windows=4), "
+                        "taking turns with the command's own")
     args = p.parse_args(argv)
     work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -68,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
            "--device", args.device, "--timing", "--overwrite", *small]
     subprocess.run([sys.executable, *cli], env=env, check=True, capture_output=True)  # fills the kernel cache
     timeline = str(REPO / "tests" / "benchmarks" / "experiments" / "process_timeline.py")
+    configs = [[]] + ([args.timeline_config] if args.timeline_config else [])
     for i in range(args.timeline):  # when each step is reached, in the command's own process (no profiler)
-        t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, timeline, "exit=fast", "--", *cli[2:]], env=env, capture_output=True,
-                             text=True)
-        wall = time.perf_counter() - t0
-        print(f"=== timeline {i + 1}: {wall:.2f} s wall (exit {run.returncode})\n{run.stderr[-3000:]}")
+        for config in configs:
+            t0 = time.perf_counter()
+            run = subprocess.run([sys.executable, timeline, "exit=fast", *config, "--", *cli[2:]], env=env,
+                                 capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            print(f"=== timeline {i + 1}{' (' + ' '.join(config) + ')' if config else ''}: {wall:.2f} s wall "
+                  f"(exit {run.returncode})\n{run.stderr[-3000:]}")
     for name, extra in (("fused", []), ("no-fuse", ["--no-fuse"])):
         prof = out / f"startup_{name}.prof"
         t0 = time.perf_counter()
