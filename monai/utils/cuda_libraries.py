@@ -31,6 +31,8 @@ def start_cublas(device: torch.device) -> threading.Thread | None:
     """
     if device.type != "cuda":
         return None
+    if device.index is None:  # the caller's current GPU (a new thread's would be GPU 0, whatever torchrun set)
+        device = torch.device("cuda", torch.cuda.current_device())
 
     def multiply() -> None:
         with torch.no_grad():
