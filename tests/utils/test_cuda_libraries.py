@@ -38,7 +38,7 @@ class TestStartCublas(unittest.TestCase):
             devices.append(device)
             return torch.empty(*shape, dtype=dtype)  # a stand-in on the CPU
 
-        with mock.patch("torch.nn.functional.linear", linear), mock.patch("torch.cuda.synchronize") as sync, \
+        with mock.patch("torch.nn.functional.linear", linear), \
                 mock.patch("torch.ones", ones), mock.patch("torch.cuda.current_device", return_value=1):
             thread = start_cublas(torch.device("cuda"))
             self.assertTrue(thread.daemon)  # never holds the process's exit
@@ -46,7 +46,6 @@ class TestStartCublas(unittest.TestCase):
         self.assertEqual(seen, [("cpu", torch.float16, False)])
         # an unnumbered device is the caller's current GPU (torchrun's rank), not the new thread's default GPU 0
         self.assertEqual(devices, [torch.device("cuda", 1)])
-        sync.assert_called_once_with(torch.device("cuda", 1))
 
     @unittest.skipUnless(torch.cuda.is_available(), "cuBLAS runs on a CUDA GPU")
     def test_later_products_on_the_main_thread_unchanged(self):
