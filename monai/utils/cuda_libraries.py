@@ -23,7 +23,7 @@ def start_cublas(device: torch.device) -> threading.Thread | None:
     """Run one small half-precision matrix product on ``device`` on a daemon thread; returns the thread (``None``
     off CUDA).
 
-    A process's first matrix product creates its cuBLAS handle and loads the library (0.10-0.12 s on an H100 host,
+    A process's first matrix product creates its cuBLAS handle and loads the library (0.09-0.12 s on an H100 host,
     paid by the first linear layer of a fresh process's first forward). PyTorch lets other threads run meanwhile,
     so a caller that knows a network will follow starts it here and reads its checkpoint in the meantime; the
     handle goes back to PyTorch's pool when the thread ends, and the next thread that multiplies takes it. Only the
