@@ -14,7 +14,8 @@
 weights in the benchmark's own process. This runs that in-process sequence (the five liver clicks on the phantom,
 the server's settings) in fresh processes: ``--processes`` alike (cuDNN's autotuning on, the default), then one with
 it off, one on a worker thread and one after a sequence on another session of the same pipeline (what the benchmark's
-in-process side does), and prints how many voxels of each click's 0/1 mask differ from the first process's.
+in-process side does), and prints how many voxels of each click's 0/1 mask differ from the first process's, and
+each click's time (the first click of a process pays cuDNN's autotuning where it is on).
 
     python tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 3
 """
@@ -25,6 +26,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -61,13 +63,16 @@ def child(args: argparse.Namespace) -> None:
                 warm.click(*new_points(requests, k), classes=LABEL)
             del warm
         session = Vista3DSession(pipe, args.ct)
-        masks = []
+        masks, seconds = [], []
         for r in range(2):
             if r:
                 session.reset()
             for k in range(CLICKS):
+                start = time.perf_counter()
                 mask = object_mask(session.click(*new_points(requests, k), classes=LABEL)).cpu().numpy()
+                seconds.append(time.perf_counter() - start)
                 masks.append(np.packbits(mask.astype(bool)))
+        np.save(args.child + ".seconds.npy", np.array(seconds))
         return masks
 
     if args.layout == "thread":
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         ct = write_phantom(root / "ct.nii.gz", shape, (1.0, 1.0, 1.5), 0)
         torch.manual_seed(0)
         torch.save(vista3d132(encoder_embed_dim=embed_dim).state_dict(), root / "model.pt")
-        runs = {}
+        runs, times = {}, {}
         layouts = [("on", "main")] * args.processes + [("off", "main"), ("on", "thread"), ("on", "second")]
         for autotune, layout in layouts:
             name = f"autotune {autotune}, {layout}"
@@ -113,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run([sys.executable, __file__, "--device", args.device, "--size", args.size, "--child", str(out),
                             "--autotune", autotune, "--layout", layout, "--weights", str(root / "model.pt"),
                             "--ct", str(ct)], check=True)
-            runs[name if name not in runs else f"{name} #{len(runs)}"] = np.load(out)
+            key = name if name not in runs else f"{name} #{len(runs)}"
+            runs[key] = np.load(out)
+            times[key] = np.load(str(out) + ".seconds.npy")
         (first_name, first), *others = runs.items()
         clicks = first.shape[0] // 2
         print(f"foreground of each click ({first_name}): {[int(np.unpackbits(m).sum()) for m in first[:clicks]]}")
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             across = [int(np.unpackbits(first[k] ^ masks[k]).sum()) for k in range(clicks)]
             print(f"{name}: voxels differing per click from its own first sequence {within}, from {first_name}'s "
                   f"{across}")
+            ms = ", ".join(f"{1000 * t:.1f}" for t in times[name])
+            print(f"{name}: ms per click, two sequences (the mask to the host included): {ms}")
     return 0
 
 
