@@ -145,6 +145,7 @@ for run in "$@"; do
   startup_graphs) step startup_graphs 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --timeline-config graph_max_windows=4 --workdir /tmp/sg$$ --out "$out/startup_graphs_prof" ;;
   cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
   clicks_across_processes) step clicks_across_processes 300 python3 tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 2 ;;
+  cuda_init_beside_imports) step cuda_init_beside_imports 120 python3 tests/benchmarks/experiments/cuda_init_beside_imports.py --repeats 3 ;;
   network_beside_load) step network_beside_load 120 python3 tests/benchmarks/experiments/network_beside_load.py --workdir /tmp/nbl$$ ;;
   cold_quick) step cold_quick 300 python3 tests/benchmarks/vista3d_cold_start.py --device cuda --quick --repeats 3 --workdir /tmp/coldq$$ --json "$out/cold_quick.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
