@@ -15,6 +15,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
+import threading
+import time
 import unittest
 from unittest import mock
 
@@ -219,6 +221,26 @@ class TestFusedReference(unittest.TestCase):
                     self.assertEqual(torch.backends.cudnn.benchmark, caller_setting)  # the caller's after each call
         finally:
             torch.backends.cudnn.benchmark = before
+
+    def test_first_kernel_waits_for_the_prefetched_hash(self):
+        # a kernel launched while the prefetched hash of Triton runs would hash Triton again on its own thread
+        from monai.networks.nets import vista3d_fused
+        from monai.utils import triton_support
+
+        order = []
+        hashing = threading.Thread(target=lambda: time.sleep(0.2) or order.append("hashed"))
+        real_first_conv = vista3d_fused.FusedClassBranch._first_conv
+
+        def first_conv(branch, conv, x):
+            order.append("first convolution")
+            return real_first_conv(branch, conv, x)
+
+        net = build_tiny_vista3d().eval().fuse(TORCH)
+        with mock.patch.object(triton_support, "_cache_key_thread", hashing), \
+                mock.patch.object(vista3d_fused.FusedClassBranch, "_first_conv", first_conv):
+            hashing.start()
+            _logits(net, torch.randn(1, 1, 32, 32, 32))
+        self.assertEqual(order, ["hashed", "first convolution"])
 
     def test_shape_check(self):
         net = build_tiny_vista3d().eval().fuse(TORCH)

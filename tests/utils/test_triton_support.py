@@ -26,6 +26,12 @@ def _triton_with_key(key) -> types.SimpleNamespace:
 
 
 class TestPrefetchCacheKey(unittest.TestCase):
+    def setUp(self):
+        # each test starts in a process that has started no hash (the module keeps its one thread)
+        patcher = mock.patch.object(triton_support, "_cache_key_thread", None)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
     def test_hashes_on_a_daemon_thread(self):
         seen = []
         fake = _triton_with_key(lambda: seen.append(threading.current_thread().name))
@@ -48,6 +54,32 @@ class TestPrefetchCacheKey(unittest.TestCase):
         fake = _triton_with_key(lambda: self.fail("hashed under the interpreter"))
         with mock.patch.object(triton_support, "triton", fake), mock.patch.dict(os.environ, {"TRITON_INTERPRET": "1"}):
             self.assertIsNone(triton_support.prefetch_cache_key())
+
+    def test_one_hash_per_process(self):
+        # the command starts the hash as early as it can, the network's loader asks again: one thread, one hash
+        release, hashed = threading.Event(), []
+        fake = _triton_with_key(lambda: release.wait(10) and hashed.append(1))
+        with mock.patch.object(triton_support, "triton", fake), mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+            first = triton_support.prefetch_cache_key()
+            second = triton_support.prefetch_cache_key()
+            release.set()
+            first.join(10)
+            self.assertIs(triton_support.prefetch_cache_key(), first)  # a finished hash is not started again
+        self.assertIs(first, second)
+        self.assertEqual(hashed, [1])
+
+    def test_wait_returns_once_the_hash_is_done(self):
+        release, hashed = threading.Event(), []
+        fake = _triton_with_key(lambda: release.wait(10) and hashed.append(1))
+        with mock.patch.object(triton_support, "triton", fake), mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+            triton_support.prefetch_cache_key()
+            threading.Timer(0.2, release.set).start()
+            triton_support.wait_for_cache_key()
+        self.assertEqual(hashed, [1])  # not before the hash was kept
+
+    def test_wait_without_a_hash_started(self):
+        triton_support.wait_for_cache_key()  # nothing to wait for: returns at once
+        self.assertIsNone(triton_support._cache_key_thread)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ from monai.networks.kernels.graph_cache import GraphCache, OutputT
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
-from monai.utils.triton_support import unavailable_reason
+from monai.utils.triton_support import unavailable_reason, wait_for_cache_key
 
 if TYPE_CHECKING:
     from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify
@@ -301,6 +301,7 @@ class FusedClassBranch:
                 f"Input spatial dims {tuple(image.shape)} must be divisible by {segresnet.shape_factor()}; "
                 "pad or crop the input."
             )
+        wait_for_cache_key()  # a kernel launched during the prefetched hash of Triton would hash it again
         encoder = segresnet.encoder
         x = self._first_conv(_of_kind(encoder.conv_init, nn.Conv3d, "the first convolution"), image)
         # the blocks run in this frame's loops: a helper called with a level's input would hold that tensor for all
