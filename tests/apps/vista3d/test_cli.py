@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import gzip
 import io
 import json
 import os
@@ -636,6 +638,73 @@ class TestFusedPerRun(unittest.TestCase):
                           "--device", "cpu"])
         self.assertEqual(choice.call_args.args[:2], (count, torch.device("cpu")))
         self.assertIs(run_batch.call_args.args[2].fuse, chosen)
+
+
+class TestKernelCacheKeyEarly(unittest.TestCase):
+    """Triton's hash of itself starts before the run's imports where the flags say the run fuses on a GPU."""
+
+    @parameterized.expand([
+        ("default device, a GPU", None, True, True, True),
+        ("cuda:1", "cuda:1", True, True, True),
+        ("--no-fuse", None, False, True, False),
+        ("--device cpu", "cpu", True, True, False),
+        ("no GPU", None, True, False, False),
+    ])
+    def test_started_where_the_run_fuses_on_a_gpu(self, _, device, fuse, gpu, starts):
+        from monai.apps.vista3d.cli import main as cli_main
+        from monai.utils import triton_support
+
+        args = argparse.Namespace(device=device, fuse=fuse)
+        with mock.patch.object(torch.cuda, "is_available", return_value=gpu), \
+                mock.patch.object(triton_support, "prefetch_cache_key") as prefetch:
+            cli_main._start_kernel_cache_key(args)
+        self.assertEqual(prefetch.call_count, int(starts))
+
+    def test_segment_starts_it_first(self):
+        from monai.apps.vista3d.batch import run as batch_run
+        from monai.apps.vista3d.cli import main as cli_main
+
+        calls = []
+        stop = lambda *a, **k: calls.append("run") or 1 / 0  # noqa: E731
+        with tempfile.TemporaryDirectory() as tmp:
+            ct = str(_write_ct(Path(tmp) / "ct.nii.gz", seed=0))
+            with mock.patch.object(cli_main, "_start_kernel_cache_key", side_effect=lambda a: calls.append("key")), \
+                    mock.patch.object(batch_run, "run_batch", side_effect=stop), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                with self.assertRaises(ZeroDivisionError):
+                    main(["-i", ct, "-o", str(Path(tmp) / "out"), "--embed-dim", "8", "--roi-size", "32", "--device",
+                          "cpu"])
+        self.assertEqual(calls, ["key", "run"])
+
+
+class TestNibabelWithoutPydicom(unittest.TestCase):
+    def test_segment_imports_nibabel_alone_and_keeps_extensions(self):
+        # where pydicom is installed, nibabel would import it whole (0.2 s) to parse DICOM headers kept in NIfTI
+        # extensions; the command imports nibabel as where it is not, and keeps such an extension byte for byte
+        code = (
+            "import importlib.util, sys\n"
+            "from monai.apps.vista3d.cli.main import main\n"
+            "assert 'nibabel' not in sys.modules\n"
+            "status = main(sys.argv[1:])\n"
+            "import nibabel.nifti1\n"
+            "print(status, 'pydicom' in sys.modules, nibabel.nifti1.have_dicom)\n"
+            "if importlib.util.find_spec('pydicom') is not None:\n"
+            "    import pydicom  # still importable for the DICOM reader\n"
+        )
+        content = b"\x08\x00\x60\x00\x02\x00\x00\x00CT"  # (0008,0060) Modality 'CT', implicit VR
+        with tempfile.TemporaryDirectory() as tmp:
+            ct = _write_ct(Path(tmp) / "ct.nii.gz")
+            img = nib.load(ct)
+            img.header.extensions.append(nib.nifti1.Nifti1Extension(2, content))
+            nib.save(img, ct)
+            out = Path(tmp) / "out.nii.gz"
+            res = subprocess.run([sys.executable, "-c", code, "-i", str(ct), "-o", str(out), "--embed-dim", "8",
+                                  "--roi-size", "32", "--device", "cpu", "--quiet"], capture_output=True, text=True,
+                                 env=child_env(), timeout=300)
+            self.assertEqual(res.stdout.split()[-3:], ["0", "False", "False"], res.stderr)
+            with open(out, "rb") as f:
+                written = gzip.decompress(f.read())
+        self.assertIn(content, written[348:int(np.frombuffer(written[108:112], "<f4")[0])])  # among the extensions
 
 
 if __name__ == "__main__":
