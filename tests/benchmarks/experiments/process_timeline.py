@@ -135,10 +135,8 @@ def main(argv: list[str]) -> int:
     except ImportError:
         pass
     from monai.apps.vista3d.batch import run as batch_run
-    from monai.apps.vista3d.core import network_ready
+    from monai.apps.vista3d.core import checkpoint, network_ready
     from monai.apps.vista3d.core.pipeline import Vista3DPipeline
-
-    from monai.apps.vista3d.core import checkpoint
 
     _wrap(checkpoint, "_check_finite", "finite check called", "finite check returned")
     _wrap(checkpoint, "_check_keys", "keys check called", None)
@@ -156,6 +154,7 @@ def main(argv: list[str]) -> int:
     _wrap(graph_cache.GraphCache, "_capture", "graph capture called", "graph captured", sync=True)
     # the first call of each library the first forward pays for (cuBLAS, cuDNN), and Triton's loads from its cache
     _wrap(torch.nn.functional, "linear", "first linear called", "first linear returned", once=True, sync=True)
+    _wrap(torch.nn.functional, "conv3d", "first conv3d called", "first conv3d returned", once=True, sync=True)
     _wrap(torch.nn.functional, "conv_transpose3d", "first conv_transpose3d called", "first conv_transpose3d returned",
           once=True, sync=True)
     loads = _time_triton_loads()
