@@ -16,31 +16,36 @@ import threading
 
 import torch
 
-__all__ = ["start_cublas"]
+__all__ = ["start_cuda_libraries"]
 
 
-def start_cublas(device: torch.device) -> threading.Thread | None:
-    """Run one small half-precision matrix product on ``device`` on a daemon thread; returns the thread (``None``
-    off CUDA).
+def start_cuda_libraries(device: torch.device) -> threading.Thread | None:
+    """Run one small half-precision matrix product and one small 3D convolution on ``device`` on a daemon thread;
+    returns the thread (``None`` off CUDA).
 
-    A process's first matrix product creates its cuBLAS handle and loads the library (0.09-0.12 s on an H100 host,
-    paid by the first linear layer of a fresh process's first forward). PyTorch lets other threads run meanwhile,
-    so a caller that knows a network will follow starts it here and reads its checkpoint in the meantime; the
-    handle goes back to PyTorch's pool when the thread ends, and the next thread that multiplies takes it. Only the
-    time moves: no result changes.
+    A process's first matrix product creates its cuBLAS handle and loads the library (0.09-0.12 s on an H100 host),
+    its first convolution does the same for cuDNN (0.12-0.13 s), both paid by a fresh process's first forward.
+    PyTorch lets other threads run meanwhile, so a caller that knows a network will follow starts them here and
+    reads its checkpoint in the meantime; the handles go back to PyTorch's pools when the thread ends, and the next
+    thread that multiplies or convolves takes them. Only the time moves: no result changes.
     """
     if device.type != "cuda":
         return None
     if device.index is None:  # the caller's current GPU (a new thread's would be GPU 0, whatever torchrun set)
         device = torch.device("cuda", torch.cuda.current_device())
 
-    def multiply() -> None:
-        # the handle and the library's kernels are made at the launch, on the host: nothing to wait for on the GPU
-        # (where the product queues behind the weights' copy)
+    def start() -> None:
+        # the handles and the libraries' kernels are made at the launch, on the host: nothing to wait for on the GPU
+        # (where the work queues behind the weights' copy)
         with torch.no_grad():
             a = torch.ones(64, 64, device=device, dtype=torch.float16)
             torch.nn.functional.linear(a, a)
+            # the layout and dtype of the fused network's convolutions (channels-last fp16), at a tiny size
+            x = torch.ones(1, 8, 8, 8, 8, device=device, dtype=torch.float16)
+            w = torch.ones(8, 8, 3, 3, 3, device=device, dtype=torch.float16)
+            x, w = x.to(memory_format=torch.channels_last_3d), w.to(memory_format=torch.channels_last_3d)
+            torch.nn.functional.conv3d(x, w, padding=1)
 
-    thread = threading.Thread(target=multiply, name="cublas-start", daemon=True)
+    thread = threading.Thread(target=start, name="cuda-libraries-start", daemon=True)
     thread.start()
     return thread

@@ -16,21 +16,28 @@ from unittest import mock
 
 import torch
 
-from monai.utils.cuda_libraries import start_cublas
+from monai.utils.cuda_libraries import start_cuda_libraries
 
 
-class TestStartCublas(unittest.TestCase):
+class TestStartCudaLibraries(unittest.TestCase):
     def test_nothing_off_cuda(self):
         with mock.patch("threading.Thread") as thread:
-            self.assertIsNone(start_cublas(torch.device("cpu")))
+            self.assertIsNone(start_cuda_libraries(torch.device("cpu")))
         thread.assert_not_called()
 
-    def test_multiplies_on_the_device_on_a_daemon_thread(self):
+    def test_multiplies_and_convolves_on_the_device_on_a_daemon_thread(self):
         seen = []
 
         def linear(a, b):
-            seen.append((a.device.type, a.dtype, torch.is_grad_enabled()))
+            seen.append(("linear", a.dtype, torch.is_grad_enabled()))
             return a
+
+        def conv3d(x, w, padding):
+            seen.append(("conv3d", x.dtype, torch.is_grad_enabled()))
+            # the fused network's layout: channels-last input and weights
+            self.assertTrue(x.is_contiguous(memory_format=torch.channels_last_3d))
+            self.assertTrue(w.is_contiguous(memory_format=torch.channels_last_3d))
+            return x
 
         devices = []
 
@@ -38,24 +45,30 @@ class TestStartCublas(unittest.TestCase):
             devices.append(device)
             return torch.empty(*shape, dtype=dtype)  # a stand-in on the CPU
 
-        with mock.patch("torch.nn.functional.linear", linear), \
+        with mock.patch("torch.nn.functional.linear", linear), mock.patch("torch.nn.functional.conv3d", conv3d), \
                 mock.patch("torch.ones", ones), mock.patch("torch.cuda.current_device", return_value=1):
-            thread = start_cublas(torch.device("cuda"))
+            thread = start_cuda_libraries(torch.device("cuda"))
             self.assertTrue(thread.daemon)  # never holds the process's exit
             thread.join(30)
-        self.assertEqual(seen, [("cpu", torch.float16, False)])
+        self.assertEqual(seen, [("linear", torch.float16, False), ("conv3d", torch.float16, False)])
         # an unnumbered device is the caller's current GPU (torchrun's rank), not the new thread's default GPU 0
-        self.assertEqual(devices, [torch.device("cuda", 1)])
+        self.assertEqual(set(devices), {torch.device("cuda", 1)})
 
-    @unittest.skipUnless(torch.cuda.is_available(), "cuBLAS runs on a CUDA GPU")
-    def test_later_products_on_the_main_thread_unchanged(self):
+    @unittest.skipUnless(torch.cuda.is_available(), "cuBLAS and cuDNN run on a CUDA GPU")
+    def test_later_work_on_the_main_thread_unchanged(self):
         a = torch.randn(64, 48, device="cuda", dtype=torch.float16)
         b = torch.randn(32, 48, device="cuda", dtype=torch.float16)
-        thread = start_cublas(torch.device("cuda"))
+        x = torch.randn(1, 4, 6, 6, 6, device="cuda")
+        w = torch.randn(2, 4, 3, 3, 3, device="cuda")
+        thread = start_cuda_libraries(torch.device("cuda"))
         thread.join(60)
         self.assertFalse(thread.is_alive())
         torch.testing.assert_close(torch.nn.functional.linear(a, b).float(), a.float() @ b.float().T,
                                    rtol=1e-2, atol=1e-2)
+        expected = torch.nn.functional.conv3d(x.double().cpu(), w.double().cpu(), padding=1)
+        # (cuDNN may compute in TF32: 10 mantissa bits over 108 products)
+        torch.testing.assert_close(torch.nn.functional.conv3d(x, w, padding=1).double().cpu(), expected,
+                                   rtol=1e-2, atol=5e-2)
 
 
 if __name__ == "__main__":

@@ -75,17 +75,17 @@ class TestTritonKeyFirst(unittest.TestCase):
         self.assertEqual(calls, ["key"] * starts + ["network"])
 
 
-class TestCublasFirst(unittest.TestCase):
+class TestCudaLibrariesFirst(unittest.TestCase):
     @parameterized.expand([("cpu", "cpu"), ("cuda", "cuda")])
     def test_started_for_the_device_before_the_network(self, _, device):
         calls = []
-        with mock.patch("monai.apps.vista3d.core.network_ready.start_cublas",
-                        side_effect=lambda d: calls.append(("cublas", d.type))), \
+        with mock.patch("monai.apps.vista3d.core.network_ready.start_cuda_libraries",
+                        side_effect=lambda d: calls.append(("libraries", d.type))), \
                 mock.patch("monai.apps.vista3d.core.network_ready.on_device", side_effect=lambda n, d, f: n), \
                 mock.patch("monai.apps.vista3d.core.network_ready.build_network",
                            side_effect=lambda kw: calls.append("network") or vista3d132(**kw)):
             ready_network(None, None, {"encoder_embed_dim": 8}, torch.device(device), False)
-        self.assertEqual(calls, [("cublas", device), "network"])
+        self.assertEqual(calls, [("libraries", device), "network"])
 
 
 class TestRecord(unittest.TestCase):

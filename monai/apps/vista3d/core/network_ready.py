@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from monai.apps.vista3d.config import DEFAULT_EMBED_DIM, embed_dim_of
-from monai.utils.cuda_libraries import start_cublas
+from monai.utils.cuda_libraries import start_cuda_libraries
 
 from .checkpoint import build_network, load_checkpoint, network_from_checkpoint
 
@@ -58,7 +58,7 @@ def ready_network(
         from monai.utils.triton_support import prefetch_cache_key
 
         prefetch_cache_key()  # Triton's one hash of itself, while the checkpoint is read
-    start_cublas(device)  # the library's start, while the checkpoint is read
+    start_cuda_libraries(device)  # cuBLAS's and cuDNN's starts, while the checkpoint is read
     if network is None:
         check_network_kwargs(network_kwargs)
         if weights is not None:
