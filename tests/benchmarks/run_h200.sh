@@ -55,6 +55,7 @@
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
 #   startup_profile       the vista3d command's steps in fresh processes (experiments/process_timeline.py), then
 #                         under cProfile, fused and --no-fuse, bytecode and kernel cache warm (issue 50, item 2)
+#   startup_base          startup_profile at the commit BASE_REV (a git worktree), beside startup_profile in one call
 #   startup_graphs        the timelines of startup_profile, each beside one with CUDA graphs for the one CT's windows
 #   cold_start            the vista3d command in fresh processes: cold and warm kernel caches, --no-fuse, auto, six CTs,
 #                         against the bundle's one-shot process and a bare torch start (issue 24)
@@ -142,6 +143,8 @@ for run in "$@"; do
   batch_agreement) PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json" ;;
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
   startup_profile) step startup_profile 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/sp$$ --out "$out/startup_prof" ;;
+  startup_base) wt=/tmp/base$$; git worktree add -f "$wt" "${BASE_REV:?set BASE_REV to the commit to compare with}" >/dev/null 2>&1 || { echo "startup_base: no worktree of $BASE_REV"; continue; }
+    (cd "$wt" && export PYTHONPATH=$wt:/tmp/deps && step startup_base 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/spb$$ --out "$out/startup_base_prof") ;;
   startup_graphs) step startup_graphs 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --timeline-config graph_max_windows=4 --workdir /tmp/sg$$ --out "$out/startup_graphs_prof" ;;
   cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
   clicks_across_processes) step clicks_across_processes 300 python3 tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 2 ;;
