@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import gzip
 import io
@@ -638,43 +637,6 @@ class TestFusedPerRun(unittest.TestCase):
                           "--device", "cpu"])
         self.assertEqual(choice.call_args.args[:2], (count, torch.device("cpu")))
         self.assertIs(run_batch.call_args.args[2].fuse, chosen)
-
-
-class TestKernelCacheKeyEarly(unittest.TestCase):
-    """Triton's hash of itself starts before the run's imports where the flags say the run fuses on a GPU."""
-
-    @parameterized.expand([
-        ("default device, a GPU", None, True, True, True),
-        ("cuda:1", "cuda:1", True, True, True),
-        ("--no-fuse", None, False, True, False),
-        ("--device cpu", "cpu", True, True, False),
-        ("no GPU", None, True, False, False),
-    ])
-    def test_started_where_the_run_fuses_on_a_gpu(self, _, device, fuse, gpu, starts):
-        from monai.apps.vista3d.cli import main as cli_main
-        from monai.utils import triton_support
-
-        args = argparse.Namespace(device=device, fuse=fuse)
-        with mock.patch.object(torch.cuda, "is_available", return_value=gpu), \
-                mock.patch.object(triton_support, "prefetch_cache_key") as prefetch:
-            cli_main._start_kernel_cache_key(args)
-        self.assertEqual(prefetch.call_count, int(starts))
-
-    def test_segment_starts_it_first(self):
-        from monai.apps.vista3d.batch import run as batch_run
-        from monai.apps.vista3d.cli import main as cli_main
-
-        calls = []
-        stop = lambda *a, **k: calls.append("run") or 1 / 0  # noqa: E731
-        with tempfile.TemporaryDirectory() as tmp:
-            ct = str(_write_ct(Path(tmp) / "ct.nii.gz", seed=0))
-            with mock.patch.object(cli_main, "_start_kernel_cache_key", side_effect=lambda a: calls.append("key")), \
-                    mock.patch.object(batch_run, "run_batch", side_effect=stop), \
-                    contextlib.redirect_stderr(io.StringIO()):
-                with self.assertRaises(ZeroDivisionError):
-                    main(["-i", ct, "-o", str(Path(tmp) / "out"), "--embed-dim", "8", "--roi-size", "32", "--device",
-                          "cpu"])
-        self.assertEqual(calls, ["key", "run"])
 
 
 class TestNibabelWithoutPydicom(unittest.TestCase):

@@ -147,7 +147,6 @@ def _seed_and_warn(args: argparse.Namespace, warn: bool = True) -> None:
 
 
 def _segment(args: argparse.Namespace) -> int:
-    _start_kernel_cache_key(args)  # before the run's imports: they and CUDA's start take the hash's time
     _import_nibabel_without_pydicom()
     from monai.apps.vista3d.batch.run import run_batch
     from monai.apps.vista3d.config import TorchrunEnv
@@ -291,25 +290,13 @@ def _part(text: str | None, output_dir: str | None) -> tuple[int, int] | None:
         raise UsageError(f"--{e}") from None  # "--part 4/4 does not exist: ..."
 
 
-def _start_kernel_cache_key(args: argparse.Namespace) -> None:
-    """Start Triton's one hash of itself (0.3-0.4 s on an H100 host) where the run will fuse on a GPU, before the run's
-    modules are imported; the network's loader would start it only after that, and the first window would wait for
-    what is left (:func:`monai.utils.triton_support.prefetch_cache_key`). A guess from the flags: the job still
-    decides the device and the fused path, and a wrong guess costs a daemon thread's hash, never a result."""
-    if not args.fuse or str(args.device or "cuda").split(":")[0] != "cuda" or not torch.cuda.is_available():
-        return
-    from monai.utils.triton_support import prefetch_cache_key
-
-    prefetch_cache_key()
-
-
 def _import_nibabel_without_pydicom() -> None:
     """Import nibabel as where pydicom is not installed.
 
     Where it is, nibabel imports it whole at its own import (0.17 s of a fresh process on an H100 host, 0.2 s on the
     CPU), only to parse DICOM headers stored inside NIfTI extensions, which this program never reads: it copies the
     extensions it keeps as bytes, which nibabel does without pydicom. pydicom stays importable for the DICOM
-    reader; no thread of this program imports it at this point of a run (the one running hashes Triton's files).
+    reader; no other thread of this program runs yet at this point of a run.
     """
     if "nibabel" in sys.modules or "pydicom" in sys.modules:
         return
