@@ -56,12 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args(argv)
-    env_path = f"{REPO}"
     for layout in ("serial", "thread", "serial-no-pydicom"):
         rows = []
         for _ in range(args.repeats):
             out = subprocess.run([sys.executable, "-c", CHILD, layout], capture_output=True, text=True, check=True,
-                                 cwd=env_path).stdout.split()
+                                 cwd=REPO).stdout.split()
             rows.append(f"{float(out[0]):.3f} s (imports {float(out[1]):.3f})")
         print(f"{layout:18s} import torch -> imports and CUDA done: {', '.join(rows)}")
     return 0
