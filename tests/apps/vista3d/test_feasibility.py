@@ -28,6 +28,7 @@ from monai.apps.vista3d.core.feasibility import failure_reason
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.errors import CheckpointError, ResourceError
 from monai.apps.vista3d.io.nifti import read_header
+from monai.networks.nets import vista3d132
 from tests.apps.vista3d.test_cli import TINY, run_main
 
 
@@ -62,16 +63,19 @@ class TestFeasibility(unittest.TestCase):
                 feasibility.check_network(800000, "cpu")
             feasibility.check_network(8, "cpu")
 
-    def test_width_counted_once_per_process(self):
-        """The command line and the pipeline it builds both check the width; the meta build runs once."""
+    @parameterized.expand([(8,), (16,), (48,), (96,), (256,)])
+    def test_weights_counted_as_the_network_holds_them(self, width):
+        with torch.device("meta"):
+            built = vista3d132(encoder_embed_dim=width)
+        self.assertEqual(feasibility.network_bytes(width), 4 * sum(p.numel() for p in built.parameters()))
+
+    def test_width_checked_without_building_the_network(self):
+        """The command line and the pipeline it builds both check the width: neither builds a network for it."""
         import monai.networks.nets as nets
 
-        feasibility._network_bytes.cache_clear()
         with mock.patch.object(nets, "vista3d132", wraps=nets.vista3d132) as build:
-            first = feasibility._network_bytes(16)
-            self.assertEqual(feasibility._network_bytes(16), first)
             feasibility.check_network(16, "cpu")
-        self.assertEqual(build.call_count, 1)
+        build.assert_not_called()
 
     def test_pipeline_refuses_in_its_constructor(self):
         with self.assertRaisesRegex(ResourceError, "deepest level"):
