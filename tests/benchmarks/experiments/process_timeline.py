@@ -18,14 +18,16 @@ map's line printed and the return of ``main``. ``KEY=VALUE`` pairs before ``--``
 ``FusedConfig`` the command fuses with (``graph_max_windows=4``, ``cudnn_autotune=True``) to measure what each policy
 costs a fresh process; ``exit=fast`` ends the process with ``os._exit`` once ``main`` has returned and the streams are
 flushed, skipping the interpreter's teardown (time the process from outside to see what that teardown costs: on an
-H100 at e74e066, 0.73 s passed between ``main``'s return and the exit). They are for this experiment only, not
-user settings.
+H100 at e74e066, 0.73 s passed between ``main``'s return and the exit); where the command has ``run`` (the program:
+what it does before ``main`` and its exit), ``exit=fast`` runs ``main`` through it, as the ``vista3d`` program does.
+They are for this experiment only, not user settings.
 
     python tests/benchmarks/experiments/process_timeline.py graph_max_windows=0 -- -i ct.nii.gz -o out --weights m.pt
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import sys
@@ -169,19 +171,34 @@ def main(argv: list[str]) -> int:
         def __getattr__(self, name):
             return getattr(out, name)
 
-    sys.stdout = Lines()
-    code = vista3d_main.main(cli)
-    sys.stdout = out
-    mark("main returned")
-    out.flush()
-    previous = 0.0
-    print(f"process timeline ({' '.join(argv[:split]) or 'defaults'}): seconds since start, step", file=sys.stderr)
-    for t, what in _EVENTS:
-        print(f"  {t:7.3f}  +{t - previous:6.3f}  {what}", file=sys.stderr)
-        previous = t
-    if loads:
-        print(f"Triton kernels loaded (compiled or read from the cache): {len(loads)}, {sum(loads):.3f} s on the "
-              f"threads that launched them", file=sys.stderr)
+    command_main = vista3d_main.main
+
+    def timed_main(_argv=None) -> int:
+        sys.stdout = Lines()
+        try:
+            return command_main(cli)
+        finally:
+            sys.stdout = out
+            mark("main returned")
+            out.flush()
+
+    def print_timeline() -> None:
+        previous = 0.0
+        print(f"process timeline ({' '.join(argv[:split]) or 'defaults'}): seconds since start, step",
+              file=sys.stderr)
+        for t, what in _EVENTS:
+            print(f"  {t:7.3f}  +{t - previous:6.3f}  {what}", file=sys.stderr)
+            previous = t
+        if loads:
+            print(f"Triton kernels loaded (compiled or read from the cache): {len(loads)}, {sum(loads):.3f} s on the "
+                  f"threads that launched them", file=sys.stderr)
+
+    if fast_exit and hasattr(vista3d_main, "run"):  # the program itself: it runs the exit handlers, then os._exit
+        vista3d_main.main = timed_main
+        atexit.register(print_timeline)
+        vista3d_main.run()
+    code = timed_main()
+    print_timeline()
     if fast_exit:
         sys.stdout.flush()
         sys.stderr.flush()

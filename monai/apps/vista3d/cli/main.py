@@ -25,6 +25,7 @@ import argparse
 import atexit
 import dataclasses
 import functools
+import gc
 import json
 import os
 import signal
@@ -532,7 +533,12 @@ def run() -> NoReturn:
     H100). So the streams are flushed, the exit handlers run (logging's flush, temporary folders) and the process
     ends with ``main``'s status. Where a thread that is not a daemon still runs, Python's own exit waits for it as
     usual; an exception from ``main`` also leaves the usual way.
+
+    Before ``main``, the objects already made (torch's and this module's imports, ~165,000) are frozen out of the
+    cyclic garbage collector (:func:`gc.freeze`): they live until the exit anyway, and each full collection would
+    otherwise walk them all again (one in a run to its first window, 0.06-0.07 s on a CPU core of this VM).
     """
+    gc.freeze()
     code = main()
     main_thread = threading.main_thread()
     if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
