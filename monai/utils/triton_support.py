@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 
 import torch
 
@@ -33,7 +32,6 @@ except ImportError:  # the CPU wheels of torch come without Triton; the fused pa
 
 __all__ = [
     "triton", "tl", "interpreting", "check_kernel_input", "unavailable_reason", "kernel_cache_dir", "can_write",
-    "prefetch_cache_key", "wait_for_cache_key",
 ]
 
 
@@ -87,43 +85,3 @@ def can_write(folder: str) -> bool:
     except OSError:
         return False
     return True
-
-
-_cache_key_thread: threading.Thread | None = None
-_cache_key_lock = threading.Lock()
-
-
-def prefetch_cache_key() -> threading.Thread | None:
-    """Start hashing Triton's own install on a daemon thread, once per process; returns that thread (the same one on
-    every call), ``None`` where there is nothing to hash (no Triton, or a Triton without
-    ``triton.runtime.cache.triton_key``).
-
-    Before a process's first kernel is found in the kernel cache, Triton hashes its own files once (the key of every
-    cached kernel; 0.34 s on an H100 host with Triton 3.6, on the thread that launches). The hash is kept for the
-    process. Reading and hashing large files let other threads run, but its walk over Triton's modules holds the
-    GIL, so a caller that knows kernels will follow starts it where its own thread mostly waits (a fused network's
-    checkpoint read: started before a command's imports it slowed them, 0.64-1.24 s against 0.54-0.56 s to the first
-    image's load on an H100 host); the first kernel's launch waits for it (:func:`wait_for_cache_key`). Only the time
-    moves: the kernels and their results are the same.
-    """
-    global _cache_key_thread
-    key = getattr(getattr(getattr(triton, "runtime", None), "cache", None), "triton_key", None)
-    if key is None or interpreting():
-        return None
-    with _cache_key_lock:
-        if _cache_key_thread is None:
-            _cache_key_thread = threading.Thread(target=key, name="triton-cache-key", daemon=True)
-            _cache_key_thread.start()
-        return _cache_key_thread
-
-
-def wait_for_cache_key() -> None:
-    """Wait until :func:`prefetch_cache_key`'s hash is done, where one was started; call it before launching kernels.
-
-    Triton keeps the hash only once it is computed: a kernel launched while the thread still hashes would hash
-    Triton's files again on its own thread (0.34-0.39 s on an H100 host, measured as the first forward of a fresh
-    process), where waiting costs only what is left of the first hash.
-    """
-    thread = _cache_key_thread
-    if thread is not None and thread.is_alive():
-        thread.join()

@@ -50,7 +50,8 @@ from monai.networks.kernels.graph_cache import GraphCache, OutputT
 from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
-from monai.utils.triton_support import unavailable_reason, wait_for_cache_key
+from monai.utils.triton_cache_key import wait_for_cache_key
+from monai.utils.triton_support import unavailable_reason
 
 if TYPE_CHECKING:
     from monai.networks.nets.vista3d import VISTA3D, ClassMappingClassify

@@ -68,7 +68,7 @@ class TestTritonKeyFirst(unittest.TestCase):
         reason = None if fuses_here else "not here"
         with mock.patch.object(VISTA3D, "fused_unavailable_reason", return_value=reason), \
                 mock.patch.object(VISTA3D, "fuse"), \
-                mock.patch("monai.utils.triton_support.prefetch_cache_key", side_effect=lambda: calls.append("key")), \
+                mock.patch("monai.utils.triton_cache_key.prefetch_cache_key", side_effect=lambda: calls.append("key")), \
                 mock.patch("monai.apps.vista3d.core.network_ready.build_network",
                            side_effect=lambda kw: calls.append("network") or vista3d132(**kw)):
             ready_network(None, None, {"encoder_embed_dim": 8}, CPU, fuse)

@@ -55,7 +55,7 @@ def ready_network(
     """``network`` (or ``vista3d132(**network_kwargs)`` built) with ``weights`` loaded, on ``device`` in eval mode,
     and fused (with ``fuse`` when it is a ``FusedConfig``) where the network says its fused path can run there."""
     if fuse is not False and _fuses_on(device):
-        from monai.utils.triton_support import prefetch_cache_key
+        from monai.utils.triton_cache_key import prefetch_cache_key
 
         prefetch_cache_key()  # Triton's one hash of itself, while the checkpoint is read
     start_cuda_libraries(device)  # cuBLAS's and cuDNN's starts, while the checkpoint is read
