@@ -105,12 +105,12 @@ def known_triton_key(folder: str | None = None) -> str:
     try:
         stamp, keys = install_stamp(), _read_keys(path)
     except OSError:  # a file of Triton's went away while it was stamped: what Triton computes holds, kept nowhere
-        return triton.runtime.cache.triton_key()
+        return str(triton.runtime.cache.triton_key())
     key = keys.get(stamp)
     if key is not None:
         triton.runtime.cache.triton_key = lambda: key
         return key
-    key = triton.runtime.cache.triton_key()
+    key = str(triton.runtime.cache.triton_key())
     others = [s for s in keys if s != stamp][-(_KEPT - 1):]
     _write_keys(path, {**{s: keys[s] for s in others}, stamp: key})
     return key
