@@ -60,6 +60,8 @@
 #                         the first window (experiments/windows_gpu_busy.py)
 #   weights_to_gpu        after startup_profile: the checkpoint's copy to the GPU in fresh processes, serial, on threads,
 #                         through one pinned buffer (experiments/weights_to_gpu.py)
+#   placeholder_window    the timelines of startup_profile, each beside one where a placeholder network of the same width
+#                         runs one window while the checkpoint loads (experiments/placeholder_window.py)
 #   startup_graphs        the timelines of startup_profile, each beside one with CUDA graphs for the one CT's windows
 #   cold_start            the vista3d command in fresh processes: cold and warm kernel caches, --no-fuse, auto, six CTs,
 #                         against the bundle's one-shot process and a bare torch start (issue 24)
@@ -153,6 +155,7 @@ for run in "$@"; do
     TRITON_CACHE_DIR=/tmp/sp$$/triton_cache step windows_gpu_busy 120 python3 tests/benchmarks/experiments/windows_gpu_busy.py -- -i /tmp/sp$$/cts/ct0.nii.gz -o /tmp/sp$$/out_busy --weights /tmp/sp$$/model.pt --device cuda --overwrite ;;
   weights_to_gpu) [ -f /tmp/sp$$/model.pt ] || { echo "weights_to_gpu: run startup_profile first in this call (its checkpoint)"; continue; }
     step weights_to_gpu 150 python3 tests/benchmarks/experiments/weights_to_gpu.py --weights /tmp/sp$$/model.pt --repeats 3 ;;
+  placeholder_window) step placeholder_window 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --timeline-script placeholder_window.py --workdir /tmp/spw$$ --out "$out/placeholder_window_prof" ;;
   startup_graphs) step startup_graphs 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --timeline-config graph_max_windows=4 --workdir /tmp/sg$$ --out "$out/startup_graphs_prof" ;;
   cold_start) step cold_start 570 python3 tests/benchmarks/vista3d_cold_start.py $UP --repeats 3 --workdir /tmp/cold$$ --json "$out/cold_start.json" ;;
   clicks_across_processes) step clicks_across_processes 300 python3 tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 2 ;;

@@ -53,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeline-config", nargs="*", default=[], metavar="KEY=VALUE",
                    help="then as many timelines with these FusedConfig fields replaced (e.g. graph_max_windows=4), "
                         "taking turns with the command's own")
+    p.add_argument("--timeline-script", default=None, metavar="NAME.py",
+                   help="then as many timelines by this script of experiments/ (it takes process_timeline's "
+                        "arguments), taking turns with the command's own")
     args = p.parse_args(argv)
     work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -70,15 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     cli = ["-m", "monai.apps.vista3d", "-i", str(cts[0]), "-o", str(work / "out"), "--weights", str(weights),
            "--device", args.device, "--timing", "--overwrite", *small]
     subprocess.run([sys.executable, *cli], env=env, check=True, capture_output=True)  # fills the kernel cache
-    timeline = str(REPO / "tests" / "benchmarks" / "experiments" / "process_timeline.py")
-    configs = [[]] + ([args.timeline_config] if args.timeline_config else [])
+    experiments = REPO / "tests" / "benchmarks" / "experiments"
+    timeline = str(experiments / "process_timeline.py")
+    variants = [(timeline, [])] + ([(timeline, args.timeline_config)] if args.timeline_config else [])
+    if args.timeline_script:
+        variants.append((str(experiments / args.timeline_script), []))
     for i in range(args.timeline):  # when each step is reached, in the command's own process (no profiler)
-        for config in configs:
+        for script, config in variants:
             t0 = time.perf_counter()
-            run = subprocess.run([sys.executable, timeline, "exit=fast", *config, "--", *cli[2:]], env=env,
+            run = subprocess.run([sys.executable, script, "exit=fast", *config, "--", *cli[2:]], env=env,
                                  capture_output=True, text=True)
             wall = time.perf_counter() - t0
-            print(f"=== timeline {i + 1}{' (' + ' '.join(config) + ')' if config else ''}: {wall:.2f} s wall "
+            label = " ".join(config) or (Path(script).stem if script != timeline else "")
+            print(f"=== timeline {i + 1}{' (' + label + ')' if label else ''}: {wall:.2f} s wall "
                   f"(exit {run.returncode})\n{run.stderr[-3000:]}")
     for name, extra in (("fused", []), ("no-fuse", ["--no-fuse"])):
         prof = out / f"startup_{name}.prof"
