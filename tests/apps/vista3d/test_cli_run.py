@@ -85,17 +85,17 @@ class TestRun(unittest.TestCase):
     def test_the_program_freezes_its_imports_for_the_collector(self, _, end, frozen):
         # what the process made before main (torch's objects) is out of the cyclic collector's walks in the
         # program only; main alone (as tests and callers run it in their process) leaves the collector as it was
-        probe = ("import gc, monai.apps.vista3d.cli.main as cli\nmade = len(gc.get_objects())\n"
-                 "cli.main = main = lambda: print('frozen', gc.get_freeze_count(), 'made', made, flush=True) or 0\n")
+        probe = ("import gc, monai.apps.vista3d.cli.main as cli\n"
+                 "made, before = len(gc.get_objects()), gc.get_freeze_count()\n"
+                 "cli.main = main = lambda: print(gc.get_freeze_count(), made, before, flush=True) or 0\n")
         proc = _program(self.folder, probe + end, "--version")
         self.assertEqual(proc.returncode, 0, proc.stderr)
-        counts = proc.stdout.split()
-        made, count = int(counts[3]), int(counts[1])
+        count, made, before = (int(n) for n in proc.stdout.split())
         self.assertGreater(made, 50_000)  # torch's imports
         if frozen:
-            self.assertGreaterEqual(count, made)
-        else:
-            self.assertEqual(count, 0)
+            self.assertGreaterEqual(count - before, made)
+        else:  # (an interpreter may start with a few objects frozen: 375 on the GPU image's Python 3.12)
+            self.assertEqual(count, before)
 
     def test_module_entry_uses_run(self):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
