@@ -9,21 +9,18 @@
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """Each thing done once per run or per image: the input folder walked once, each header read once before the image is
-loaded, one job built from the flags, each image preprocessed once (the first on the loader's thread)."""
+loaded, one job built from the flags."""
 
 from __future__ import annotations
 
 import collections
-import json
 import tempfile
-import threading
 import unittest
 from pathlib import Path
 from unittest import mock
 
 from monai.apps.vista3d.batch import inputs, run
 from monai.apps.vista3d.core import feasibility
-from monai.apps.vista3d.core import pipeline as pipeline_module
 from monai.apps.vista3d.io import nifti
 from tests.apps.vista3d.test_cli import TINY, _write_ct, run_main
 
@@ -55,26 +52,6 @@ class TestOncePerImage(unittest.TestCase):
         self.assertEqual(headers, {p: 1 for p in self.cts})
         self.assertEqual(rereads, [])  # the fit check takes the header the run read
         self.assertTrue(all((self.tmp / "out" / f"p{k}" / "ct" / "ct_trans.nii.gz").is_file() for k in range(2)))
-
-    def test_first_image_preprocessed_by_the_loader_while_the_network_loads(self):
-        calls = []
-
-        def recording(real):
-            def preprocess(image, affine, dtype=None):
-                calls.append((threading.current_thread().name, tuple(image.shape[-3:]), dtype))
-                return real(image, affine, dtype)
-            return preprocess
-
-        with mock.patch.object(run, "preprocess_like_bundle", recording(run.preprocess_like_bundle)), \
-                mock.patch.object(pipeline_module, "preprocess_like_bundle",
-                                  recording(pipeline_module.preprocess_like_bundle)):
-            code, _, err = run_main(["-i", self.tmp / "cts", "-o", self.tmp / "out", *TINY])
-        self.assertEqual(code, 0, err)
-        # two images, two preprocessings: the first image's on the loader's thread, the second in the pipeline
-        self.assertEqual([c[0] for c in calls], ["vista3d-prefetch", "MainThread"])
-        self.assertTrue(all(c[2] is not None for c in calls))  # with the job's resampling type, as the pipeline's
-        per_image = json.loads((self.tmp / "out" / "summary.json").read_text())["per_image"]
-        self.assertTrue(all(rec["stages"]["preprocess"] > 0 for rec in per_image))  # each still reports its own
 
 
 if __name__ == "__main__":

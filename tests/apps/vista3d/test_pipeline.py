@@ -28,7 +28,6 @@ from monai.apps.vista3d.batch.segmenter import pipeline_segment_fn
 from monai.apps.vista3d.config import PipelineOptions
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.apps.vista3d.core.postprocess import ClassMasks
-from monai.apps.vista3d.core.preprocess import PreparedImage, preprocess_like_bundle
 from monai.apps.vista3d.errors import (
     ClassPromptError,
     EmptyForegroundError,
@@ -418,21 +417,6 @@ class TestStagesCompose(unittest.TestCase):
             np.testing.assert_array_equal(written.geometry.affine, aff)
             self.assertEqual((list(written.timings)[0], list(written.timings)[-1]), ("load", "save"))
             np.testing.assert_array_equal(np.asarray(nib.load(written.output).dataobj), by_stage.numpy())
-
-    def test_a_prepared_image_is_not_preprocessed_again(self):
-        """The batch runner's loader preprocesses the first image: ``segment`` takes it, with the same labels, and
-        reports the loader's time as its preprocessing."""
-        img, aff, _ = phantom((30, 28, 24), np.eye(3), (1.2, 1.0, 1.5))
-        image = torch.from_numpy(img)[None]
-        pipe = _pipe(StubVista(HU), streaming=True)
-        alone = pipe.segment(image, aff, classes=[1, 3])
-        x, record = preprocess_like_bundle(image, aff, pipe.resample_dtype)
-        with contextlib.ExitStack() as stack:
-            calls = self._spied(stack)
-            result = pipe.segment(image, aff, classes=[1, 3], prepared=PreparedImage(x, record, 0.25))
-        self.assertEqual(calls["preprocess"], 0)
-        torch.testing.assert_close(result.labels, alone.labels)
-        self.assertEqual(result.timings["preprocess"], 0.25)
 
 
 class TestPipelineErrors(unittest.TestCase):

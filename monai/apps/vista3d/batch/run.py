@@ -46,7 +46,6 @@ import torch
 from monai.apps.vista3d.config import BatchOptions, DicomOptions, ImageOutputs
 from monai.apps.vista3d.core.feasibility import check_environment, check_image, failure_reason
 from monai.apps.vista3d.core.job import SegmentJob
-from monai.apps.vista3d.core.preprocess import preprocess_like_bundle
 from monai.apps.vista3d.errors import Vista3DInputError
 from monai.apps.vista3d.io.input_kind import input_problem
 from monai.apps.vista3d.io.nifti import read_header
@@ -302,12 +301,7 @@ class _Work:
         read = functools.partial(load_for, device=self.device, nonfinite=self.what.nonfinite, dicom=self.dicom)
         items = [(job.image, job.volume) for job in jobs.todo]
         load = jobs.claims.claiming(read, [job.output for job in jobs.todo])  # each output claimed before its read
-        # a job's pipeline preprocesses as preprocess_like_bundle does with the job's resampling type: the loader does
-        # the first image's while the pipeline is built (0.05-0.13 s of a fresh process on H100 hosts)
-        job = self.what
-        first = functools.partial(preprocess_like_bundle, dtype=job.resample_dtype) if isinstance(job, SegmentJob) \
-            else None
-        return Loader(load, items, self.prefetch, self.device, prepare_first=first)
+        return Loader(load, items, self.prefetch, self.device)
 
     def ready_segmenter(self, todo: list[ImageJob]) -> Segmenter | None:
         """What segments each image; a job's pipeline is built here, while the loader reads the first image (none
@@ -385,7 +379,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
     try:
         save = _RecordedSave(work.what) if isinstance(work.what, SegmentJob) else timed_save
         with AsyncSaver(max_pending=1, save_fn=save, dtype=work.what.output_dtype) as saver:
-            for k, (job, (image, geom, t_load, err, prepared)) in enumerate(zip(jobs.todo, loads), start=1):
+            for k, (job, (image, geom, t_load, err)) in enumerate(zip(jobs.todo, loads), start=1):
                 rec = records[job.index]
                 rec.load_seconds = round(t_load, 4)
                 # on CUDA it synchronises at the end, so the time includes the GPU work; a CPU job touches no GPU
@@ -397,8 +391,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
                     if isinstance(fn, PipelineSegmenter):
                         fn.show_image(k, len(jobs.todo), job.image, work.rank, work.world)
                     with timer.stage("segment"):
-                        made = fn(image, geom, prepared) if isinstance(fn, PipelineSegmenter) else fn(image, geom)
-                        labels, info = labels_and_info(made)
+                        labels, info = labels_and_info(fn(image, geom))
                     if work.extras.any:  # while the image and its labels are still on the device
                         with timer.stage("reports"):
                             reports = image_reports(image, labels, geom, work.extras)
@@ -413,7 +406,7 @@ def _segment_all(jobs: _Jobs, work: _Work, report: Callable[[ImageRecord], None]
                     finish(job, [], None, e)
                     continue
                 finally:
-                    del image, prepared
+                    del image
                 # reported on the saver's thread as soon as the file is written (at once if it already is)
                 fut.add_done_callback(functools.partial(finish, job, created))
             saver.close(raise_errors=False)

@@ -28,7 +28,6 @@ import torch
 from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE, check_nonfinite, check_output_dtype
 from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.core.pipeline import Vista3DPipeline
-from monai.apps.vista3d.core.preprocess import PreparedImage
 from monai.apps.vista3d.core.progress import text_bar
 from monai.apps.vista3d.core.prompts import Prompt, parse_prompt
 from monai.apps.vista3d.core.results import SegmentationResult
@@ -98,11 +97,8 @@ class PipelineSegmenter:
         else:
             self.pipeline.progress_label = f"[rank {rank}] [{k}] {path.name} windows"
 
-    def __call__(
-        self, image: torch.Tensor, geometry: ImageGeometry, prepared: PreparedImage | None = None
-    ) -> SegmentationResult:
-        """Segment ``image``; ``prepared``: the same image already preprocessed (the loader's first)."""
-        return self.pipeline.segment(image, geometry.affine, self.prompt, prepared=prepared)
+    def __call__(self, image: torch.Tensor, geometry: ImageGeometry) -> SegmentationResult:
+        return self.pipeline.segment(image, geometry.affine, self.prompt)
 
 
 def pipeline_segment_fn(

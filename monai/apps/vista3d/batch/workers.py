@@ -27,7 +27,6 @@ import torch
 
 from monai.apps.vista3d.config import DEFAULT_OUTPUT_DTYPE, DicomOptions
 from monai.apps.vista3d.core.feasibility import failure_reason
-from monai.apps.vista3d.core.preprocess import PreparedImage
 from monai.apps.vista3d.errors import WorkerError
 from monai.apps.vista3d.io.handoff import get_from
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
@@ -152,23 +151,15 @@ class Loader:
     loads run on a stream of their own (an image's slabs cross while the previous image is segmented); each image
     is complete on the GPU when it is handed over.
 
-    With ``prepare_first`` it also preprocesses the first image (``prepare_first(image, affine) -> (x, record)``)
-    and hands it on as a :class:`~monai.apps.vista3d.core.preprocess.PreparedImage`: the network is still loading
-    then, and no other image is on the device. Each later image is handed on as read (``None`` in its place).
-
     Args:
         load: ``load(path, volume_index) -> (image, geometry)``.
         items: ``(path, volume_index)`` in the order they are wanted.
         depth: images loaded ahead.
         device: the device ``load`` puts the images on.
-        prepare_first: preprocesses the first image, or None.
     """
 
-    def __init__(
-        self, load: Callable, items: list[tuple[Path, int | None]], depth: int, device: torch.device,
-        prepare_first: Callable | None = None,
-    ):
-        self._load, self._items, self._device, self._prepare = load, items, device, prepare_first
+    def __init__(self, load: Callable, items: list[tuple[Path, int | None]], depth: int, device: torch.device):
+        self._load, self._items, self._device = load, items, device
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._work, name="vista3d-prefetch", daemon=True)
@@ -178,7 +169,7 @@ class Loader:
         try:
             self._load_all()
         except BaseException as e:  # handed to the main thread, which raises it
-            self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {failure_reason(e)}"), None))
+            self._hand_on((None, None, 0.0, WorkerError(f"loading the images failed: {failure_reason(e)}")))
 
     def _hand_on(self, item: tuple) -> None:
         while not self._stop.is_set():
@@ -194,43 +185,30 @@ class Loader:
 
     def _load_each(self) -> None:
         side = torch.cuda.Stream(self._device) if self._device.type == "cuda" else None
-
-        def on_side() -> Any:
-            return torch.cuda.stream(side) if side is not None else nullcontext()
-
-        for k, (path, volume_index) in enumerate(self._items):
+        for path, volume_index in self._items:
             if self._stop.is_set():
                 return
             timer = StageTimer(sync=False, nvtx=False)  # a host-side stage on another thread
-            item: tuple[Any, Any, float, BaseException | None, PreparedImage | None]
+            item: tuple[Any, Any, float, BaseException | None]
             try:
-                with timer.stage("load"), on_side():
+                with timer.stage("load"), torch.cuda.stream(side) if side is not None else nullcontext():
                     image, geom = self._load(path, volume_index)
                     if side is not None:
                         side.synchronize()
-                prepared = None
-                if k == 0 and self._prepare is not None:
-                    with timer.stage("preprocess"), on_side():
-                        x, record = self._prepare(image, geom.affine)
-                        if side is not None:
-                            side.synchronize()
-                    prepared = PreparedImage(x, record, timer.timings["preprocess"])
-                item = (image, geom, timer.timings["load"], None, prepared)
+                item = (image, geom, timer.timings["load"], None)
             except Exception as e:  # reported per image
-                item = (None, None, timer.timings.get("load", 0.0), e, None)
+                item = (None, None, timer.timings["load"], e)
             self._hand_on(item)
 
-    def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None, PreparedImage | None]]:
+    def __iter__(self) -> Iterator[tuple[Any, Any, float, BaseException | None]]:
         for _ in self._items:
-            image, geom, seconds, error, prepared = get_from(self._queue, self._thread, "load")
+            image, geom, seconds, error = get_from(self._queue, self._thread, "load")
             if isinstance(error, WorkerError):
                 raise error  # the loader itself failed: no image after this one can come
-            for made in (image, prepared.x if prepared is not None else None):
-                if isinstance(made, torch.Tensor) and made.is_cuda:
-                    # made on the loader's stream, used and freed on this one: keep the allocator from reusing it
-                    # early
-                    made.record_stream(torch.cuda.current_stream(made.device))
-            yield image, geom, seconds, error, prepared
+            if isinstance(image, torch.Tensor) and image.is_cuda:
+                # made on the loader's stream, used and freed on this one: keep the allocator from reusing it early
+                image.record_stream(torch.cuda.current_stream(image.device))
+            yield image, geom, seconds, error
 
     def close(self) -> None:
         """Stop loading and wait for the thread, a few seconds at most: a load that hangs (a stuck read) must not

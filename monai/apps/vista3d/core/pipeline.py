@@ -71,7 +71,7 @@ from .network_ready import (
     ready_network,
 )
 from .postprocess import ClassMasks, logits_to_outputs
-from .preprocess import PreparedImage, PreprocessRecord, invert_labels, preprocess_like_bundle
+from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import SegmentationResult
 from .window_pass import PassSettings, WindowPass, WindowPasses
@@ -321,7 +321,6 @@ class Vista3DPipeline:
         points: Any = None,
         point_labels: Any = None,
         volume_index: int | None = None,
-        prepared: PreparedImage | None = None,
     ) -> SegmentationResult:
         """Segment one image: a NIfTI path, or a tensor with its affine.
 
@@ -333,8 +332,6 @@ class Vista3DPipeline:
             points: ``"x,y,z;..."`` or ``[N, 3]`` voxel indices of ``image``.
             point_labels: ``"1,0,..."`` or ``[N]``, one per point.
             volume_index: volume of a 4D file.
-            prepared: ``image`` already preprocessed as :meth:`preprocess` does it (on this pipeline's device, with
-                its ``resample_dtype``); its time is reported as the ``preprocess`` stage.
 
         Returns:
             the label map on the input grid with the stage timings, windows and preprocessing record; with
@@ -354,12 +351,8 @@ class Vista3DPipeline:
             affine = geometry.affine
         if affine is None:
             raise ValueError("give the image's [4, 4] affine (voxel -> world mm) with a tensor input")
-        if prepared is not None:
-            x, record = prepared.x, prepared.record
-            timer.set("preprocess", prepared.seconds)
-        else:
-            with timer.stage("preprocess"):
-                x, record = self.preprocess(image, affine)
+        with timer.stage("preprocess"):
+            x, record = self.preprocess(image, affine)
         on_grid = self.prompts(prompt, record)
         if on_grid["point_coords"] is None:  # a sliding-window pass over the whole image
             check_window_passes(x.shape[1:], self.roi_size, self.overlap, "this image")

@@ -33,7 +33,6 @@ from monai.apps.vista3d.labels import bundle_config
 __all__ = [
     "AFFINE_TOL",
     "PreprocessRecord",
-    "PreparedImage",
     "spacing_geometry",
     "resample",
     "foreground_box",
@@ -301,22 +300,6 @@ class PreprocessRecord:
     final_affine: np.ndarray
     final_shape: tuple[int, int, int]
     settings: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PreparedImage:
-    """An image preprocessed before its segmentation starts (the batch runner's loader preprocesses its first image
-    while the network loads).
-
-    Attributes:
-        x: ``[1, X', Y', Z']`` network input, as :func:`preprocess_like_bundle` makes it.
-        record: its :class:`PreprocessRecord`.
-        seconds: what the preprocessing took, where it ran.
-    """
-
-    x: torch.Tensor
-    record: PreprocessRecord
-    seconds: float
 
 
 def _translate(v: Sequence[float]) -> np.ndarray:
