@@ -39,11 +39,12 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return busy
 
 
-def _gaps(intervals: list[tuple[float, float]], least: float) -> list[float]:
+def _gaps(intervals: list[tuple[float, float]], least: float) -> list[tuple[float, float]]:
+    """``(start, end)`` of each stretch longer than ``least`` where no interval runs."""
     gaps, end = [], None
     for a, b in sorted(intervals):
         if end is not None and a - end > least:
-            gaps.append(a - end)
+            gaps.append((end, a))
         end = b if end is None else max(end, b)
     return gaps
 
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> int:
         print("no streamed pass ran", file=sys.stderr)
         return 1
     events = prof_box[0].events()
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA and e.name not in ("stream", "window call")]
     calls = sorted((e for e in events if e.name == "window call"), key=lambda e: e.time_range.start)
     whole = next(e for e in events if e.name == "stream")
     if len(calls) < 2 or not kernels:
@@ -90,19 +91,29 @@ def main(argv: list[str]) -> int:
     wall = (whole.time_range.end - start) / 1e6
     busy = _union(later) / 1e6
     gaps = _gaps(later, 50.0)
+    spans = [b - a for a, b in gaps]
     host = [c.time_range.elapsed_us() / 1e3 for c in calls[1:]]
     per_kernel: dict[str, float] = collections.defaultdict(float)
     for k in kernels:
         if k.time_range.start >= start:
             per_kernel[k.name] += k.time_range.elapsed_us() / 1e3
     print(f"after the first window: {len(calls) - 1} window calls, wall {wall:.3f} s, a kernel running {busy:.3f} s "
-          f"({100 * busy / wall:.0f} %), {len(gaps)} gaps over 50 us totalling {sum(gaps) / 1e6:.3f} s "
-          f"(largest {max(gaps, default=0) / 1e3:.1f} ms)")
+          f"({100 * busy / wall:.0f} %), {len(gaps)} gaps over 50 us totalling {sum(spans) / 1e6:.3f} s "
+          f"(largest {max(spans, default=0) / 1e3:.1f} ms)")
     print(f"host time per window call (profiled): median {sorted(host)[len(host) // 2]:.1f} ms, "
           f"min {min(host):.1f}, max {max(host):.1f}")
     print("GPU ms after the first window, by kernel (top 15):")
     for name, ms in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:15]:
         print(f"  {ms:9.2f}  {name[:110]}")
+    # what the host did while the GPU waited: the longest host events (ops, CUDA runtime calls) inside each gap
+    host_events = [e for e in events if e.device_type != DeviceType.CUDA and e.name not in ("stream", "window call")]
+    print("the largest gaps (ms from the first window's return), with the longest host events overlapping them:")
+    for a, b in sorted(gaps, key=lambda g: g[0] - g[1])[:6]:
+        inside = [e for e in host_events if e.time_range.start < b and e.time_range.end > a]
+        inside.sort(key=lambda e: -min(e.time_range.end, b) + max(e.time_range.start, a))
+        what = ", ".join(f"{e.name[:48]} {(min(e.time_range.end, b) - max(e.time_range.start, a)) / 1e3:.1f}"
+                         for e in inside[:5])
+        print(f"  at {(a - start) / 1e3:8.1f}  {(b - a) / 1e3:6.1f} ms: {what}")
     return code
 
 
