@@ -278,7 +278,7 @@ class WindowStitcher:
                 idx = self._target_index(k, c)
                 pj = p[j : j + 1]
                 wj = None if wsrc is None else wsrc[j : j + 1] if wsrc.shape[0] > 1 else wsrc
-                add_weighted(target[idx], pj, wj, self.window_add)
+                _add_weighted(target[idx], pj, wj, self.window_add)
                 if self.per_window_weights:
                     wc = (w[j : j + 1] if w.shape[0] > 1 else w).to(self.device)
                     if wc.shape[1] > 1:
@@ -364,7 +364,7 @@ class WindowStitcher:
         return results
 
 
-def add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None, kernel: bool) -> None:
+def _add_weighted(target: torch.Tensor, src: torch.Tensor, weight: torch.Tensor | None, kernel: bool) -> None:
     """``target += src * weight`` (``+= src`` without a weight): with ``kernel``, through the window-add kernel where it
     takes the tensors (PyTorch's mixed-dtype path over a strided slice is slow on a GPU), else in PyTorch."""
     if kernel:

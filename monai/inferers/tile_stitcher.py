@@ -38,7 +38,6 @@ from typing import Any, Protocol
 
 import torch
 
-from monai.inferers.stitcher import add_weighted
 from monai.inferers.windows import SlidingWindowPlan
 
 __all__ = ["TileReduction", "TileStitcher", "Tiling"]
@@ -140,9 +139,6 @@ class TileStitcher:
         device: device of the result (kept by the reduction; tiles are held where the predictor's outputs are).
         dtype: dtype of the accumulators.
         slab_dim: spatial dimension along which the volume is completed slab by slab (0: the first).
-        window_add: add window parts into CUDA accumulators with the Triton kernel of
-            :mod:`monai.inferers.window_add` where it takes the tensors (a setting of the fused VISTA3D path,
-            ``FusedConfig.window_add``); off: PyTorch.
 
     Raises:
         ValueError: for a ``slab_dim`` out of range.
@@ -156,7 +152,6 @@ class TileStitcher:
         device: torch.device,
         dtype: torch.dtype,
         slab_dim: int = 0,
-        window_add: bool = False,
     ):
         ndim = len(plan.roi_size)
         if not -ndim <= slab_dim < ndim:
@@ -164,7 +159,6 @@ class TileStitcher:
                 f"slab_dim must be in [{-ndim}, {ndim - 1}] for {ndim} spatial dimensions, got {slab_dim}."
             )
         self.plan, self.device, self.dtype, self.reduction = plan, torch.device(device), dtype, reduction
-        self.window_add = window_add
         while weight.ndim < ndim + 2:
             weight = weight[None]
         self.weight = weight
@@ -236,7 +230,7 @@ class TileStitcher:
             return
         if t not in self._acc:
             self._new_accumulator(t, p)
-        add_weighted(self._acc[t][dst_i], p[src_i], weight[src_i], self.window_add)
+        self._acc[t][dst_i].addcmul_(p[src_i], weight[src_i])
         self._cnt[t][dst_i].add_(weight[src_i])
 
     def _new_accumulator(self, t: Tile, p: torch.Tensor) -> None:
@@ -250,7 +244,7 @@ class TileStitcher:
             parts = sorted(self._parts.pop(t), key=lambda x: x[0])
             self._new_accumulator(t, parts[0][2])
             for _, part_dst, part, weight in parts:
-                add_weighted(self._acc[t][part_dst], part, weight, self.window_add)
+                self._acc[t][part_dst].addcmul_(part, weight)
                 self._cnt[t][part_dst].add_(weight)
         outputs = self._acc.pop(t)[0] / self._cnt.pop(t)[0]
         src: list[slice] = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import itertools
 import unittest
-from unittest import mock
 
 import torch
 from parameterized import parameterized
@@ -155,38 +154,6 @@ class TestTileStitcher(unittest.TestCase):
         self.assertLessEqual(tiles, [2 * s // r + 1 for s, r in zip(shape, roi)])  # cuts half a window apart
         self.assertGreater(stitcher.plan.num_windows, 1)
         self.assertLessEqual(stitcher.peak, classes * x[0, 0].numel())  # never more than the full outputs
-
-    @parameterized.expand([c for c in CASES if c[0] == 1])
-    def test_window_add_kernel_equals_pytorch(self, batch, shape, roi, overlap, mode, slab_dim, sw_batch_size):
-        """With ``window_add`` the parts of windows go into the tiles through the Triton kernel (slices of the window
-        and of its weight), with the same result as PyTorch's add."""
-        from monai.inferers import window_add
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU runs the kernel in Triton's interpreter
-        conv = per_window_conv(2, 4, seed=sum(shape))
-
-        def predictor(w):
-            return conv(w.cpu()).to(device)
-
-        x = torch.randn(batch, 2, *shape, generator=torch.Generator().manual_seed(7)).to(device)
-        results = {}
-        for kernel in (False, True):
-            settings = SlidingWindowSettings(roi_size=roi, sw_batch_size=sw_batch_size, overlap=overlap, mode=mode,
-                                             window_add=kernel)
-            reduction = MaxReduction(x)
-            factory = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=reduction, window_add=kernel)
-            in_pytorch, real = [], torch.Tensor.addcmul_
-
-            def counted(tensor, *args, _real=real, _calls=in_pytorch, **kwargs):
-                _calls.append(1)
-                return _real(tensor, *args, **kwargs)
-
-            with torch.no_grad(), mock.patch.object(window_add, "add_window", wraps=window_add.add_window) as add, \
-                    mock.patch.object(torch.Tensor, "addcmul_", counted):
-                results[kernel] = run_sliding_window(x, predictor, settings, stitcher=factory)
-            # every part through one of the two: the kernel where asked for, PyTorch otherwise
-            self.assertEqual((add.call_count > 0, len(in_pytorch) > 0), (kernel, not kernel))
-        torch.testing.assert_close(results[True], results[False], rtol=1e-5, atol=1e-6)
 
     def test_errors(self):
         x = torch.randn(1, 1, 20, 20, 20)

@@ -56,23 +56,6 @@ class TestAddWindow(unittest.TestCase):
         tol = 1e-6 if t_dtype == torch.float32 else 1e-3
         torch.testing.assert_close(result, expected, rtol=tol, atol=tol)  # outside the slice: untouched
 
-    @parameterized.expand([(True,), (False,)])
-    def test_slices_of_the_source_and_weight(self, weighted):
-        """A tile's part of a window: the window's output and its weight sliced (rows still contiguous)."""
-        g = torch.Generator().manual_seed(3)
-        window = torch.randn(1, 3, 8, 7, 12, generator=g).to(DEVICE, torch.float16)
-        weight = torch.rand(1, 1, 8, 7, 12, generator=g).to(DEVICE)
-        tile = torch.randn(1, 3, 5, 6, 9, generator=g).to(DEVICE)
-        src_idx = (slice(None), slice(None), slice(2, 6), slice(1, 5), slice(3, 10))
-        dst_idx = (slice(None), slice(None), slice(1, 5), slice(2, 6), slice(0, 7))
-        src, w = window[src_idx], weight[src_idx] if weighted else None
-        self.assertFalse(src.is_contiguous())
-        expected = tile.clone()
-        expected[dst_idx] += src.float() * (w if weighted else 1.0)
-        self.assertTrue(add_window_supported(tile[dst_idx], src, w))
-        add_window(tile[dst_idx], src, w)
-        torch.testing.assert_close(tile, expected, rtol=1e-6, atol=1e-6)
-
     def test_unsupported(self):
         target = torch.zeros(1, 2, 3, 4, 5, device=DEVICE)
         src = torch.ones(1, 2, 3, 4, 5, device=DEVICE)

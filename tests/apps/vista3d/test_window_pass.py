@@ -56,26 +56,6 @@ class TestWindowPasses(unittest.TestCase):
         self.assertGreater(full.windows, 1)
         self.assertIn("inference/total", full.stages)
 
-    @parameterized.expand([(False,), (True,)])
-    def test_streamed_pass_adds_through_the_kernel_when_told(self, told):
-        """``window_add`` (the fused path's setting) reaches the streamed pass's tiles: the window-add kernel adds
-        every window part there (stood in by PyTorch, as on a GPU with Triton), with the same labels."""
-        from unittest import mock
-
-        from monai.inferers import window_add
-
-        net = StubVista(HU)
-        settings = PassSettings(ROI, overlap=0.25, sw_batch_size=2, amp=False, progress=False, timing=False,
-                                window_add=told)
-        passes = WindowPasses(net, torch.device("cpu"), settings)
-        x = _image()
-        with mock.patch.object(window_add, "add_window_supported", return_value=True), \
-                mock.patch.object(window_add, "add_window", side_effect=lambda t, s, w=None: t.add_(s * w)) as add:
-            labels, _, _ = passes.stream(x, [1, 3], masks=False)
-        self.assertEqual(add.call_count > 0, told)
-        plain, _, _ = _passes(2)[0].stream(x, [1, 3], masks=False)
-        torch.testing.assert_close(labels, plain)
-
     def test_windows_counted_per_call(self):
         passes, net = _passes(2)
         _, run = passes.logits(_image(), [1])

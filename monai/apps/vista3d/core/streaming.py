@@ -200,7 +200,7 @@ def sliding_window_label_inference(
         roi_size=roi_size, sw_batch_size=sw_batch_size, overlap=overlap, mode=mode, **window
     )
     reduction = LabelMapReduction(inputs, settings.result_device(inputs), label_ids, return_max_prob, return_masks)
-    stitcher = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=reduction, window_add=settings.window_add)
+    stitcher = functools.partial(TileStitcher, slab_dim=slab_dim, reduction=reduction)
     result: torch.Tensor | tuple[torch.Tensor, ...] = run_sliding_window(
         inputs, predictor, settings, args, kwargs, auto_cache=auto_cache, stitcher=stitcher
     )

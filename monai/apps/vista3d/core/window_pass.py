@@ -230,8 +230,7 @@ class WindowPasses:
                 out = sliding_window_label_inference(
                     inp, s.roi_size, s.sw_batch_size, self.counting, overlap=s.overlap, with_coord=True,
                     label_ids=torch.as_tensor(list(label_ids)), auto_cache=self._auto_cache, return_masks=masks,
-                    on_plan=progress.planned, window_add=s.window_add, transpose=True, class_vector=cv,
-                    prompt_class=cv,
+                    on_plan=progress.planned, transpose=True, class_vector=cv, prompt_class=cv,
                 )
         finally:
             run = self.counting.finish()
