@@ -225,7 +225,7 @@ class TestFusedReference(unittest.TestCase):
     def test_first_kernel_waits_for_the_prefetched_hash(self):
         # a kernel launched while the prefetched hash of Triton runs would hash Triton again on its own thread
         from monai.networks.nets import vista3d_fused
-        from monai.utils import triton_support
+        from monai.utils import triton_cache_key
 
         order = []
         hashing = threading.Thread(target=lambda: time.sleep(0.2) or order.append("hashed"))
@@ -236,7 +236,7 @@ class TestFusedReference(unittest.TestCase):
             return real_first_conv(branch, conv, x)
 
         net = build_tiny_vista3d().eval().fuse(TORCH)
-        with mock.patch.object(triton_support, "_cache_key_thread", hashing), \
+        with mock.patch.object(triton_cache_key, "_cache_key_thread", hashing), \
                 mock.patch.object(vista3d_fused.FusedClassBranch, "_first_conv", first_conv):
             hashing.start()
             _logits(net, torch.randn(1, 1, 32, 32, 32))
