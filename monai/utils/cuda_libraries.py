@@ -8,15 +8,46 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""CUDA libraries started ahead of the work that needs them, on a thread of their own."""
+"""CUDA libraries, and the first launches of kernels, started ahead of the work that needs them on threads of their
+own."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-__all__ = ["start_cuda_libraries"]
+__all__ = ["start_cuda_libraries", "start_first_calls"]
+
+
+def _numbered(device: torch.device) -> torch.device:
+    """``device`` with its index: an unnumbered one is the caller's current GPU (a new thread's would be GPU 0,
+    whatever torchrun set)."""
+    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
+
+
+def start_first_calls(device: torch.device, calls: Callable[[torch.device], Any], name: str) -> threading.Thread | None:
+    """Run ``calls(device)`` without gradients on a daemon thread named ``name``; returns the thread (``None`` off
+    CUDA).
+
+    A process's first launch of a kernel loads its code (lazily, from the library that holds it): tens of
+    milliseconds for some of PyTorch's. PyTorch lets other threads run meanwhile, so a caller that knows which
+    kernels will follow launches them here on tiny tensors of the same types while its own thread reads a checkpoint.
+    Only the time moves: no result changes.
+    """
+    if device.type != "cuda":
+        return None
+    device = _numbered(device)
+
+    def run() -> None:
+        with torch.no_grad():
+            calls(device)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 def start_cuda_libraries(device: torch.device) -> threading.Thread | None:
@@ -29,23 +60,16 @@ def start_cuda_libraries(device: torch.device) -> threading.Thread | None:
     reads its checkpoint in the meantime; the handles go back to PyTorch's pools when the thread ends, and the next
     thread that multiplies or convolves takes them. Only the time moves: no result changes.
     """
-    if device.type != "cuda":
-        return None
-    if device.index is None:  # the caller's current GPU (a new thread's would be GPU 0, whatever torchrun set)
-        device = torch.device("cuda", torch.cuda.current_device())
 
-    def start() -> None:
+    def start(device: torch.device) -> None:
         # the handles and the libraries' kernels are made at the launch, on the host: nothing to wait for on the GPU
         # (where the work queues behind the weights' copy)
-        with torch.no_grad():
-            a = torch.ones(64, 64, device=device, dtype=torch.float16)
-            torch.nn.functional.linear(a, a)
-            # the layout and dtype of the fused network's convolutions (channels-last fp16), at a tiny size
-            x = torch.ones(1, 8, 8, 8, 8, device=device, dtype=torch.float16)
-            w = torch.ones(8, 8, 3, 3, 3, device=device, dtype=torch.float16)
-            x, w = x.to(memory_format=torch.channels_last_3d), w.to(memory_format=torch.channels_last_3d)
-            torch.nn.functional.conv3d(x, w, padding=1)
+        a = torch.ones(64, 64, device=device, dtype=torch.float16)
+        torch.nn.functional.linear(a, a)
+        # the layout and dtype of the fused network's convolutions (channels-last fp16), at a tiny size
+        x = torch.ones(1, 8, 8, 8, 8, device=device, dtype=torch.float16)
+        w = torch.ones(8, 8, 3, 3, 3, device=device, dtype=torch.float16)
+        x, w = x.to(memory_format=torch.channels_last_3d), w.to(memory_format=torch.channels_last_3d)
+        torch.nn.functional.conv3d(x, w, padding=1)
 
-    thread = threading.Thread(target=start, name="cuda-libraries-start", daemon=True)
-    thread.start()
-    return thread
+    return start_first_calls(device, start, "cuda-libraries-start")

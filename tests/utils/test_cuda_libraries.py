@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import threading
 import unittest
 from unittest import mock
 
 import torch
 
-from monai.utils.cuda_libraries import start_cuda_libraries
+from monai.utils.cuda_libraries import start_cuda_libraries, start_first_calls
 
 
 class TestStartCudaLibraries(unittest.TestCase):
@@ -53,6 +54,19 @@ class TestStartCudaLibraries(unittest.TestCase):
         self.assertEqual(seen, [("linear", torch.float16, False), ("conv3d", torch.float16, False)])
         # an unnumbered device is the caller's current GPU (torchrun's rank), not the new thread's default GPU 0
         self.assertEqual(set(devices), {torch.device("cuda", 1)})
+
+    def test_first_calls_on_a_named_daemon_thread_without_gradients(self):
+        seen = []
+
+        def calls(device):
+            seen.append((device, torch.is_grad_enabled(), threading.current_thread().name))
+
+        self.assertIsNone(start_first_calls(torch.device("cpu"), calls, "x"))
+        with mock.patch("torch.cuda.current_device", return_value=2):
+            thread = start_first_calls(torch.device("cuda"), calls, "label-map-start")
+            self.assertTrue(thread.daemon)
+            thread.join(30)
+        self.assertEqual(seen, [(torch.device("cuda", 2), False, "label-map-start")])
 
     @unittest.skipUnless(torch.cuda.is_available(), "cuBLAS and cuDNN run on a CUDA GPU")
     def test_later_work_on_the_main_thread_unchanged(self):

@@ -23,6 +23,7 @@ from parameterized import parameterized
 from monai.apps.vista3d.batch.provenance import Provenance
 from monai.apps.vista3d.core.job import SegmentJob
 from monai.apps.vista3d.core.network_ready import fused_for_images, on_device, ready_network
+from monai.apps.vista3d.core.pipeline import Vista3DPipeline
 from monai.networks.kernels.dispatch import FusedConfig
 from monai.networks.nets import VISTA3D, vista3d132
 
@@ -86,6 +87,21 @@ class TestCudaLibrariesFirst(unittest.TestCase):
                            side_effect=lambda kw: calls.append("network") or vista3d132(**kw)):
             ready_network(None, None, {"encoder_embed_dim": 8}, torch.device(device), False)
         self.assertEqual(calls, [("libraries", device), "network"])
+
+
+class TestLabelMapFirst(unittest.TestCase):
+    def test_pipeline_starts_the_label_maps_first_calls_before_its_network(self):
+        from monai.apps.vista3d.core import pipeline as pipeline_module
+        from monai.apps.vista3d.core.streaming import first_label_map
+
+        calls = []
+        real_ready = pipeline_module.ready_network
+        with mock.patch.object(pipeline_module, "start_first_calls",
+                               side_effect=lambda d, fn, name: calls.append((fn, d.type, name))), \
+                mock.patch.object(pipeline_module, "ready_network",
+                                  side_effect=lambda *a: calls.append("network") or real_ready(*a)):
+            Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 8}, warn_random=False)
+        self.assertEqual(calls, [(first_label_map, "cpu", "label-map-start"), "network"])
 
 
 class TestRecord(unittest.TestCase):

@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 import monai.inferers.batch_size as bsz
 from monai.apps.vista3d.core.postprocess import ClassMasks, logits_to_labels
-from monai.apps.vista3d.core.streaming import sliding_window_label_inference
+from monai.apps.vista3d.core.streaming import LabelMapReduction, first_label_map, sliding_window_label_inference
 from monai.inferers import sliding_window_inference
 from tests.networks.tiny_vista3d import (
     load_testing_data,
@@ -199,6 +199,27 @@ MASK_CASES = [
     (1, (7, 6, 19), (10, 8, 6), 0.25, "gaussian", 19, 1, 2),
     (2, (20, 14, 17), (8, 8, 8), 0.0, "constant", 1, -1, 1),
 ]
+
+
+class TestFirstLabelMap(unittest.TestCase):
+    def test_launches_what_a_streamed_pass_launches_first(self):
+        """The tile a pipeline reduces while its network loads has the types of a streamed pass's tiles: the same
+        kernels are launched, so their first launches are paid there."""
+        seen = []
+        real_add = LabelMapReduction.add
+
+        def add(self, image, region, outputs):
+            seen.append((outputs.dtype, outputs.ndim, self.ids.dtype if self.ids is not None else None))
+            return real_add(self, image, region, outputs)
+
+        with mock.patch.object(LabelMapReduction, "add", add):
+            first_label_map(torch.device("cpu"))
+            x = torch.randn(1, 1, 20, 18, 16)
+            sliding_window_label_inference(x, (16, 16, 16), 2, PerWindowConv(1, 3, 0), overlap=0.25,
+                                           label_ids=[2, 5, 7])
+        warm, real = seen[0], seen[1]
+        self.assertEqual(warm, real)  # float32 [C, *tile] logits, int64 label ids
+        self.assertEqual(warm[0], torch.float32)
 
 
 class TestStreamingMasks(unittest.TestCase):

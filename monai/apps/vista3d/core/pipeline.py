@@ -61,6 +61,7 @@ from monai.apps.vista3d.io.image_geometry import ImageGeometry
 from monai.apps.vista3d.io.load_policy import load_input
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.apps.vista3d.io.paths import check_output, class_mask_dir, class_mask_paths, output_path
+from monai.utils.cuda_libraries import start_first_calls
 from monai.utils.profiling import StageTimer
 
 from .auto_batch_store import AutoBatchStore
@@ -74,6 +75,7 @@ from .postprocess import ClassMasks, logits_to_outputs
 from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import SegmentationResult
+from .streaming import first_label_map
 from .window_pass import PassSettings, WindowPass, WindowPasses
 
 if TYPE_CHECKING:
@@ -152,6 +154,7 @@ class Vista3DPipeline:
         self.random_weights = network is None and weights is None
         if network is None:
             check_network(embed_dim_of(network_kwargs), self.device)
+        start_first_calls(self.device, first_label_map, "label-map-start")  # while the network loads
         self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
