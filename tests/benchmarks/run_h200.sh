@@ -172,3 +172,5 @@ for run in "$@"; do
   *) echo "run_h200.sh: unknown run '$run' (see the list at the top of this script)" >&2; exit 2 ;;
   esac
 done
+# the device returns at most 8 files from $out: the profiles' .prof files (their tables are in each run's .txt) go
+rm -rf "$out"/*_prof
