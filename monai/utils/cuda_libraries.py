@@ -22,12 +22,6 @@ import torch
 __all__ = ["start_cuda_libraries", "start_first_calls"]
 
 
-def _numbered(device: torch.device) -> torch.device:
-    """``device`` with its index: an unnumbered one is the caller's current GPU (a new thread's would be GPU 0,
-    whatever torchrun set)."""
-    return torch.device("cuda", torch.cuda.current_device()) if device.index is None else device
-
-
 def start_first_calls(device: torch.device, calls: Callable[[torch.device], Any], name: str) -> threading.Thread | None:
     """Run ``calls(device)`` without gradients on a daemon thread named ``name``; returns the thread (``None`` off
     CUDA).
@@ -39,7 +33,8 @@ def start_first_calls(device: torch.device, calls: Callable[[torch.device], Any]
     """
     if device.type != "cuda":
         return None
-    device = _numbered(device)
+    if device.index is None:  # the caller's current GPU (a new thread's would be GPU 0, whatever torchrun set)
+        device = torch.device("cuda", torch.cuda.current_device())
 
     def run() -> None:
         with torch.no_grad():
