@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_EMBED_DIM",
     "TorchrunEnv",
     "resolve_device",
+    "resolve_amp",
     "DEFAULT_OUTPUT_DTYPE",
     "DEFAULT_ROI_SIZE",
     "DEFAULT_OVERLAP",
@@ -163,6 +164,11 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
                                 f"{count} (--nproc_per_node={count}) or run on the CPU (device='cpu').")
         raise SettingError("device", f"'cuda:{index}' does not exist: this machine has {count} GPUs.")
     return torch.device("cuda", index)
+
+
+def resolve_amp(amp: bool | None, device: torch.device) -> bool:
+    """Whether a pipeline on ``device`` runs float16 autocast: ``amp`` as asked, ``None`` meaning on CUDA only."""
+    return device.type == "cuda" if amp is None else bool(amp)
 
 
 def check_roi_size(value: int | Sequence[int], multiple: int = 1) -> tuple[int, int, int]:

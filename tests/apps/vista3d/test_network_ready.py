@@ -89,19 +89,22 @@ class TestCudaLibrariesFirst(unittest.TestCase):
         self.assertEqual(calls, [("libraries", device), "network"])
 
 
-class TestLabelMapFirst(unittest.TestCase):
-    def test_pipeline_starts_the_label_maps_first_calls_before_its_network(self):
+class TestFirstStreamedPassStarted(unittest.TestCase):
+    @parameterized.expand([(None, False), (True, True), (False, False)])
+    def test_pipeline_starts_the_passes_first_calls_before_its_network(self, amp, resolved):
+        """The tiny pass runs on a thread before the network is built, with the amp the pipeline resolves."""
         from monai.apps.vista3d.core import pipeline as pipeline_module
-        from monai.apps.vista3d.core.streaming import first_label_map
+        from monai.apps.vista3d.core.streaming import first_streamed_pass
 
         calls = []
         real_ready = pipeline_module.ready_network
         with mock.patch.object(pipeline_module, "start_first_calls",
-                               side_effect=lambda d, fn, name: calls.append((fn, d.type, name))), \
+                               side_effect=lambda d, fn, name: calls.append((fn.func, fn.keywords, d.type, name))), \
                 mock.patch.object(pipeline_module, "ready_network",
                                   side_effect=lambda *a: calls.append("network") or real_ready(*a)):
-            Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 8}, warn_random=False)
-        self.assertEqual(calls, [(first_label_map, "cpu", "label-map-start"), "network"])
+            pipe = Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 8}, warn_random=False, amp=amp)
+        self.assertEqual(calls, [(first_streamed_pass, {"amp": resolved}, "cpu", "label-map-start"), "network"])
+        self.assertEqual(pipe.amp, resolved)
 
 
 class TestRecord(unittest.TestCase):

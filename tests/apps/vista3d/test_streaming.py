@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_leaves
 
 import monai.inferers.batch_size as bsz
 from monai.apps.vista3d.core.postprocess import ClassMasks, logits_to_labels
-from monai.apps.vista3d.core.streaming import LabelMapReduction, first_label_map, sliding_window_label_inference
+from monai.apps.vista3d.core.streaming import first_streamed_pass, sliding_window_label_inference
 from monai.inferers import sliding_window_inference
 from tests.networks.tiny_vista3d import (
     load_testing_data,
@@ -201,25 +201,43 @@ MASK_CASES = [
 ]
 
 
-class TestFirstLabelMap(unittest.TestCase):
-    def test_launches_what_a_streamed_pass_launches_first(self):
-        """The tile a pipeline reduces while its network loads has the types of a streamed pass's tiles: the same
-        kernels are launched, so their first launches are paid there."""
-        seen = []
-        real_add = LabelMapReduction.add
+class OpKinds(TorchDispatchMode):
+    """The (op, dtypes and contiguity of its tensor arguments) run while active and not paused."""
 
-        def add(self, image, region, outputs):
-            seen.append((outputs.dtype, outputs.ndim, self.ids.dtype if self.ids is not None else None))
-            return real_add(self, image, region, outputs)
+    def __init__(self):
+        super().__init__()
+        self.kinds: set = set()
+        self.paused = False
 
-        with mock.patch.object(LabelMapReduction, "add", add):
-            first_label_map(torch.device("cpu"))
-            x = torch.randn(1, 1, 20, 18, 16)
-            sliding_window_label_inference(x, (16, 16, 16), 2, PerWindowConv(1, 3, 0), overlap=0.25,
-                                           label_ids=[2, 5, 7])
-        warm, real = seen[0], seen[1]
-        self.assertEqual(warm, real)  # float32 [C, *tile] logits, int64 label ids
-        self.assertEqual(warm[0], torch.float32)
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.paused:
+            tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+            self.kinds.add((str(func), tuple((t.dtype, t.is_contiguous()) for t in tensors)))
+        return func(*args, **(kwargs or {}))
+
+
+class TestFirstStreamedPass(unittest.TestCase):
+    @parameterized.expand([
+        (True, (30, 27, 21), 0.25), (False, (30, 27, 21), 0.25), (True, (40, 40, 30), 0.5), (True, (50, 37, 20), 0.6)
+    ])  # fmt: skip
+    def test_runs_every_kind_of_op_a_pass_runs_besides_its_network(self, amp, shape, overlap):
+        """What a pipeline runs while its network loads covers the ops (with their argument types and layouts) of a
+        streamed pass over a larger image, the network's own aside: their first launches are paid there."""
+        net = PerWindowConv(1, 3)
+        image = torch.randn(1, 1, *shape)
+        with OpKinds() as warm_up:
+            first_streamed_pass(torch.device("cpu"), amp)
+        with OpKinds() as real:
+            def predictor(windows, coords, *args, **kwargs):
+                real.paused = True  # the network's ops are not the pass's
+                out = net(windows).to(torch.float16 if amp else torch.float32)
+                real.paused = False
+                return out
+
+            sliding_window_label_inference(image, (16, 16, 16), 1, predictor, overlap=overlap, with_coord=True,
+                                           label_ids=torch.as_tensor([2, 5, 7]))
+        self.assertTrue(any("addcmul_" in op for op, _ in real.kinds))
+        self.assertEqual(real.kinds - warm_up.kinds, set())
 
 
 class TestStreamingMasks(unittest.TestCase):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -54,6 +55,7 @@ from monai.apps.vista3d.config import (
     PipelineOptions,
     check_roi_size,
     embed_dim_of,
+    resolve_amp,
     resolve_device,
 )
 from monai.apps.vista3d.errors import PromptError, Vista3DInputError
@@ -75,7 +77,7 @@ from .postprocess import ClassMasks, logits_to_outputs
 from .preprocess import PreprocessRecord, invert_labels, preprocess_like_bundle
 from .prompts import ClassSpec, Prompt, parse_prompt, prompt_on_grid
 from .results import SegmentationResult
-from .streaming import first_label_map
+from .streaming import first_streamed_pass
 from .window_pass import PassSettings, WindowPass, WindowPasses
 
 if TYPE_CHECKING:
@@ -154,7 +156,9 @@ class Vista3DPipeline:
         self.random_weights = network is None and weights is None
         if network is None:
             check_network(embed_dim_of(network_kwargs), self.device)
-        start_first_calls(self.device, first_label_map, "label-map-start")  # while the network loads
+        # the streamed pass's own first launches while the network loads (amp: float16 logits)
+        amp = resolve_amp(opts.amp, self.device)
+        start_first_calls(self.device, functools.partial(first_streamed_pass, amp=amp), "label-map-start")
         self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
@@ -174,7 +178,7 @@ class Vista3DPipeline:
         if self._roi_multiple == ROI_MULTIPLE:
             width, halvings = encoder_shape(self.network)
             check_window(self.roi_size, width, self.device, halvings)
-        self.amp = (self.device.type == "cuda") if options.amp is None else options.amp
+        self.amp = resolve_amp(options.amp, self.device)
         # the stitch's Triton window add is a setting of the fused path: on where the network was fused with it
         fused = self.network.fused_config if isinstance(self.network, VISTA3D) else None
         settings = PassSettings(self.roi_size, self.overlap, self.sw_batch_size, self.amp, self.progress, self.timing,

@@ -52,7 +52,7 @@ from monai.utils import BlendMode
 
 from .postprocess import logits_to_labels, pack_masks, packed_channels
 
-__all__ = ["sliding_window_label_inference", "LabelMapReduction", "first_label_map"]  # post-transform re-exported
+__all__ = ["sliding_window_label_inference", "LabelMapReduction", "first_streamed_pass"]  # post-transform re-exported
 
 # Settings of the full blended outputs that tile-by-tile stitching has no use for.
 _NOT_STREAMED = ("process_fn", "buffer_steps", "buffer_dim")
@@ -137,20 +137,6 @@ class LabelMapReduction:
         return (self.labels, *extra)
 
 
-def first_label_map(device: torch.device) -> None:
-    """One tiny tile of two classes through :class:`LabelMapReduction` on ``device``, as a tile stitcher hands it
-    over (float32 sums over weights): the launches a streamed pass makes first for its label map.
-
-    Their first launch in a process loads their code: under ``torch.profiler`` a fresh process's streamed pass of a
-    CT on an H100 waited 40, 12 and 5.5 ms on its first ``masked_fill_``, index and ``argmax``, its GPU idle. A
-    pipeline runs this on a thread while its network loads (:func:`~monai.utils.cuda_libraries.start_first_calls`).
-    """
-    acc = torch.zeros((1, 2, 2, 2, 2), device=device)
-    count = torch.ones((1, 1, 2, 2, 2), device=device)
-    reduction = LabelMapReduction(acc, device, label_ids=[1, 2])
-    reduction.add(0, (slice(0, 2),) * 3, acc[0] / count[0])
-
-
 def sliding_window_label_inference(
     inputs: torch.Tensor,
     roi_size: Sequence[int] | int,
@@ -219,3 +205,28 @@ def sliding_window_label_inference(
         inputs, predictor, settings, args, kwargs, auto_cache=auto_cache, stitcher=stitcher
     )
     return result
+
+
+def first_streamed_pass(device: torch.device, amp: bool) -> None:
+    """A streamed pass over a tiny image on ``device`` with the types of a pipeline's (a float32 image, float16
+    logits under ``amp``, int64 label ids, overlapping windows cut into tiles): the launches a CT's pass makes besides
+    its network's.
+
+    A process's first launch of each loads its code: under ``torch.profiler`` a fresh process's pass of a CT on an
+    H100 left the GPU idle 20 ms at its first ``addcmul_`` (float16 window parts into float32 tiles) and 40, 12 and
+    5.5 ms at the label map's first ``masked_fill_``, index and ``argmax``. A pipeline runs this on a thread while
+    its network loads (:func:`~monai.utils.cuda_libraries.start_first_calls`).
+    """
+    dtype = torch.float16 if amp else torch.float32
+
+    def logits(windows: torch.Tensor, coords: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # (not random: the process's CUDA generator stays where it was)
+        return torch.zeros((windows.shape[0], 2, *windows.shape[2:]), dtype=dtype, device=windows.device)
+
+    # 27 windows of 4 voxels over 8^3: whole windows and parts of them in tiles, contiguous or strided, as a CT's
+    # 128^3 windows at any overlap (tests/apps/vista3d/test_streaming.py compares)
+    image = torch.zeros((1, 1, 8, 8, 8), device=device)
+    autocast = torch.autocast("cuda", torch.float16, enabled=amp and device.type == "cuda")
+    with autocast:
+        sliding_window_label_inference(image, 4, 1, logits, overlap=0.25, with_coord=True,
+                                       label_ids=torch.as_tensor([1, 2]))
