@@ -55,6 +55,7 @@
 #   end_to_end            file in, label map out: the fork against the bundle's pipeline on two CTs (issue 15)
 #   startup_profile       the vista3d command's steps in fresh processes (experiments/process_timeline.py), then
 #                         under cProfile, fused and --no-fuse, bytecode and kernel cache warm (issue 50, item 2)
+#   startup_auto          startup_profile's timelines, each beside one of the command with --sw-batch-size auto
 #   startup_base          startup_profile at the commit BASE_REV (a git worktree), beside startup_profile in one call
 #   windows_gpu_busy      after startup_profile: the command's streamed pass under torch.profiler, how busy the GPU is after
 #                         the first window (experiments/windows_gpu_busy.py)
@@ -68,7 +69,8 @@
 #   clicks_across_processes  the slicer benchmark's in-process clicks in fresh processes, cuDNN autotuning on and
 #                         off: do the masks repeat across processes? (issue 50, item 3)
 #   network_beside_load   the network's build from its checkpoint alone and beside the CT's load and the weights' hash
-#   cold_quick            cold_start's warm rows only (baseline, package, warm, --no-fuse, auto): issue 50's goal 2
+#   cold_quick            cold_start's warm rows only (baseline, package, warm, --no-fuse, auto), taking turns, 5 each
+#                         (COLD_REPEATS): issue 50's goal 2
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
 #   dicom_statistics      117 structures' statistics and the preview of a 512x512x300 label map on the GPU (issue 48)
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
@@ -76,7 +78,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,70p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,78p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -149,6 +151,7 @@ for run in "$@"; do
   batch_agreement) PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json" ;;
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
   startup_profile) step startup_profile 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/sp$$ --out "$out/startup_prof" ;;
+  startup_auto) step startup_auto 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --timeline-flags="--sw-batch-size auto" --workdir /tmp/spa$$ --out "$out/startup_auto_prof" ;;
   startup_base) wt=/tmp/base$$; git worktree add -f "$wt" "${BASE_REV:?set BASE_REV to the commit to compare with}" >/dev/null 2>&1 || { echo "startup_base: no worktree of $BASE_REV"; continue; }
     (cd "$wt" && export PYTHONPATH=$wt:/tmp/deps && step startup_base 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/spb$$ --out "$out/startup_base_prof") ;;
   windows_gpu_busy) [ -f /tmp/sp$$/model.pt ] || { echo "windows_gpu_busy: run startup_profile first in this call (its inputs and kernel cache)"; continue; }
@@ -161,7 +164,7 @@ for run in "$@"; do
   clicks_across_processes) step clicks_across_processes 300 python3 tests/benchmarks/experiments/clicks_across_processes.py --device cuda --processes 2 ;;
   cuda_init_beside_imports) step cuda_init_beside_imports 120 python3 tests/benchmarks/experiments/cuda_init_beside_imports.py --repeats 3 ;;
   network_beside_load) step network_beside_load 120 python3 tests/benchmarks/experiments/network_beside_load.py --workdir /tmp/nbl$$ ;;
-  cold_quick) step cold_quick 300 python3 tests/benchmarks/vista3d_cold_start.py --device cuda --quick --repeats 3 --workdir /tmp/coldq$$ --json "$out/cold_quick.json" ;;
+  cold_quick) step cold_quick 300 python3 tests/benchmarks/vista3d_cold_start.py --device cuda --quick --repeats ${COLD_REPEATS:-5} --workdir /tmp/coldq$$ --json "$out/cold_quick.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
   nifti_load_stages) step nifti_load_stages 300 python3 tests/benchmarks/nifti_load_stages.py --repeat 5 --device cuda --json "$out/nifti_load_stages.json" ;;
   dicom_statistics) step dicom_statistics 90 python3 -m tests.benchmarks.dicom_read --device cuda --skip-readers --repeats 3 ;;

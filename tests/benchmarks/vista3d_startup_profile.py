@@ -24,6 +24,7 @@ import argparse
 import io
 import os
 import pstats
+import shlex
 import subprocess
 import sys
 import time
@@ -56,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeline-script", default=None, metavar="NAME.py",
                    help="then as many timelines by this script of experiments/ (it takes process_timeline's "
                         "arguments), taking turns with the command's own")
+    p.add_argument("--timeline-flags", default="", metavar="'FLAGS'",
+                   help="then as many timelines of the command with these flags added (given with '=': "
+                        "--timeline-flags='--sw-batch-size auto'), taking turns with the command's own")
     args = p.parse_args(argv)
     work, out = Path(args.workdir).resolve(), Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -75,16 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([sys.executable, *cli], env=env, check=True, capture_output=True)  # fills the kernel cache
     experiments = REPO / "tests" / "benchmarks" / "experiments"
     timeline = str(experiments / "process_timeline.py")
-    variants = [(timeline, [])] + ([(timeline, args.timeline_config)] if args.timeline_config else [])
+    # (script, FusedConfig fields, flags added to the command)
+    variants = [(timeline, [], [])] + ([(timeline, args.timeline_config, [])] if args.timeline_config else [])
     if args.timeline_script:
-        variants.append((str(experiments / args.timeline_script), []))
+        variants.append((str(experiments / args.timeline_script), [], []))
+    if args.timeline_flags:
+        variants.append((timeline, [], shlex.split(args.timeline_flags)))
     for i in range(args.timeline):  # when each step is reached, in the command's own process (no profiler)
-        for script, config in variants:
+        for script, config, flags in variants:
             t0 = time.perf_counter()
-            run = subprocess.run([sys.executable, script, "exit=fast", *config, "--", *cli[2:]], env=env,
+            run = subprocess.run([sys.executable, script, "exit=fast", *config, "--", *cli[2:], *flags], env=env,
                                  capture_output=True, text=True)
             wall = time.perf_counter() - t0
-            label = " ".join(config) or (Path(script).stem if script != timeline else "")
+            label = " ".join(config + flags) or (Path(script).stem if script != timeline else "")
             print(f"=== timeline {i + 1}{' (' + label + ')' if label else ''}: {wall:.2f} s wall "
                   f"(exit {run.returncode})\n{run.stderr[-3000:]}")
     for name, extra in (("fused", []), ("no-fuse", ["--no-fuse"])):
