@@ -218,7 +218,8 @@ class OpKinds(TorchDispatchMode):
 
 class TestFirstStreamedPass(unittest.TestCase):
     @parameterized.expand([
-        (True, (30, 27, 21), 0.25), (False, (30, 27, 21), 0.25), (True, (40, 40, 30), 0.5), (True, (50, 37, 20), 0.6)
+        (True, (30, 27, 21), 0.25), (False, (30, 27, 21), 0.25), (True, (40, 40, 30), 0.5), (True, (50, 37, 20), 0.6),
+        (True, (20, 40, 12), 0.25), (False, (17, 33, 9), 0.5),  # smaller than the window along one axis: padded
     ])  # fmt: skip
     def test_runs_every_kind_of_op_a_pass_runs_besides_its_network(self, amp, shape, overlap):
         """What a pipeline runs while its network loads covers the ops (with their argument types and layouts) of a

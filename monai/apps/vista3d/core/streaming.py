@@ -223,10 +223,12 @@ def first_streamed_pass(device: torch.device, amp: bool) -> None:
         # (not random: the process's CUDA generator stays where it was)
         return torch.zeros((windows.shape[0], 2, *windows.shape[2:]), dtype=dtype, device=windows.device)
 
-    # 27 windows of 4 voxels over 8^3: whole windows and parts of them in tiles, contiguous or strided, as a CT's
-    # 128^3 windows at any overlap (tests/apps/vista3d/test_streaming.py compares)
-    image = torch.zeros((1, 1, 8, 8, 8), device=device)
+    # windows of 4 voxels: over 7 x 7 x 8, tiles inside, across and equal to windows (contiguous and strided parts,
+    # as a CT's 128^3 windows at any overlap give); over 7 x 3 x 3, an image the window pads and the labels crop.
+    # 14 windows in all (tests/apps/vista3d/test_streaming.py compares with larger passes)
     autocast = torch.autocast("cuda", torch.float16, enabled=amp and device.type == "cuda")
     with autocast:
-        sliding_window_label_inference(image, 4, 1, logits, overlap=0.25, with_coord=True,
-                                       label_ids=torch.as_tensor([1, 2]))
+        for shape in ((7, 7, 8), (7, 3, 3)):
+            image = torch.zeros((1, 1, *shape), device=device)
+            sliding_window_label_inference(image, 4, 1, logits, overlap=0.25, with_coord=True,
+                                           label_ids=torch.as_tensor([1, 2]))
