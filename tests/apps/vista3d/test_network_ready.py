@@ -103,7 +103,7 @@ class TestFirstStreamedPassStarted(unittest.TestCase):
                 mock.patch.object(pipeline_module, "ready_network",
                                   side_effect=lambda *a: calls.append("network") or real_ready(*a)):
             pipe = Vista3DPipeline(device="cpu", network_kwargs={"encoder_embed_dim": 8}, warn_random=False, amp=amp)
-        self.assertEqual(calls, [(first_streamed_pass, {"amp": resolved}, "cpu", "label-map-start"), "network"])
+        self.assertEqual(calls, [(first_streamed_pass, {"amp": resolved}, "cpu", "streamed-pass-start"), "network"])
         self.assertEqual(pipe.amp, resolved)
 
 

@@ -158,7 +158,7 @@ class Vista3DPipeline:
             check_network(embed_dim_of(network_kwargs), self.device)
         # the streamed pass's own first launches while the network loads (amp: float16 logits)
         amp = resolve_amp(opts.amp, self.device)
-        start_first_calls(self.device, functools.partial(first_streamed_pass, amp=amp), "label-map-start")
+        start_first_calls(self.device, functools.partial(first_streamed_pass, amp=amp), "streamed-pass-start")
         self.network = ready_network(network, weights, network_kwargs, self.device, fuse)
         if self.random_weights and warn_random:
             warnings.warn(RANDOM_WEIGHTS_WARNING, stacklevel=2)
