@@ -390,7 +390,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     """The benchmark's settings from its flags, with the defaults of the device (smaller on the CPU)."""
-    from monai.apps.vista3d.config import resolve_device
+    from monai.apps.vista3d.config import resolve_amp, resolve_device
     from monai.apps.vista3d.io.image_geometry import as_xyz
     from monai.apps.vista3d.labels import parse_classes
 
@@ -406,7 +406,7 @@ def _bench_setup(args: argparse.Namespace) -> BenchSetup:
     embed_dim = embed_dim_or(args.embed_dim, DEFAULT_EMBED_DIM if cuda else 8)
     if args.repeats < 1:
         raise UsageError("--repeats must be >= 1")
-    amp = (cuda if args.amp is None else args.amp) and cuda
+    amp = resolve_amp(args.amp, device) and cuda  # (autocast runs on CUDA only: the report says off elsewhere)
     return BenchSetup(device, size, spacing, sws, roi, embed_dim, amp, len(parse_classes(args.classes)))
 
 
