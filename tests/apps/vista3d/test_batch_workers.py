@@ -8,7 +8,7 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The batch's label map crosses to the host once, in the narrow type, through the device cast path."""
+"""The batch's label map is cast to the narrow type where it is and crosses to the host once, slab by slab."""
 
 from __future__ import annotations
 
@@ -39,28 +39,30 @@ class TestLabelMapToTheSaver(unittest.TestCase):
         self.images = [write_phantom(self.tmp / f"ct{i}.nii.gz", SHAPE, seed=i) for i in range(2)]
 
     def _run(self, output_dtype: str, off_host: bool):
-        """run_batch with the label map treated as on a GPU (``off_host``): every host copy of a label-map-shaped
-        tensor, every device cast, and what the saver was handed."""
+        """run_batch with the label map treated as on a GPU (``off_host``): every host copy of the whole label map
+        or of a file-order slab of it (its z-slices), every device cast, and what the saver was handed."""
         copies, casts, saved = [], [], []
         real_cpu, real_save = torch.Tensor.cpu, batch_workers.save_label_map
-        real_cast = label_transfer.to_host_file_order
+        real_cast = label_transfer.to_device_file_order
 
         def counted_cpu(t, *a, **k):
-            if tuple(t.shape) in (SHAPE, (1, *SHAPE), SHAPE[::-1]):  # [X, Y, Z] or file order
-                copies.append(t.dtype)
+            if tuple(t.shape) in (SHAPE, (1, *SHAPE)):
+                copies.append((t.dtype, "the whole map"))
+            elif t.ndim == 3 and tuple(t.shape[1:]) == (SHAPE[1], SHAPE[0]):  # a file-order slab [z, Y, X]
+                copies.append((t.dtype, int(t.shape[0])))
             return real_cpu(t, *a, **k)
 
         def counted_cast(t, dtype):
             out = real_cast(t, dtype)
-            casts.append((t.dtype, out.dtype))
+            casts.append((t.dtype, out.data.dtype))
             return out
 
         def recorded_save(labels, geometry, path, **kw):
-            saved.append((type(labels), labels.dtype, kw.get("dtype")))
+            saved.append((type(labels).__name__, getattr(labels, "dtype", None), kw.get("dtype")))
             return real_save(labels, geometry, path, **kw)
 
         with mock.patch.object(torch.Tensor, "cpu", counted_cpu), \
-                mock.patch.object(label_transfer, "to_host_file_order", counted_cast), \
+                mock.patch.object(label_transfer, "to_device_file_order", counted_cast), \
                 mock.patch.object(batch_workers, "save_label_map", recorded_save), \
                 mock.patch.object(batch_workers, "_on_device", lambda labels: off_host):
             result = run_batch(self.images, self.tmp / f"{output_dtype}-{off_host}",
@@ -72,10 +74,11 @@ class TestLabelMapToTheSaver(unittest.TestCase):
     def test_label_map_crosses_once_as_uint8(self, output_dtype):
         copies, casts, saved, outputs = self._run(output_dtype, off_host=True)
         # one cast per image where the map is, to one byte a voxel (every label id fits uint8) ...
-        self.assertEqual(casts, [(torch.int16, np.dtype(np.uint8))] * 2)
-        # ... and the only host copy of a label map is that uint8 one
-        self.assertEqual(copies, [torch.uint8] * 2)
-        self.assertEqual(saved, [(np.ndarray, np.dtype(np.uint8), output_dtype)] * 2)
+        self.assertEqual(casts, [(torch.int16, torch.uint8)] * 2)
+        # ... and the only host copies of a label map are slabs of that uint8 one, every z-slice once per image
+        self.assertEqual({dtype for dtype, _ in copies}, {torch.uint8})
+        self.assertEqual(sum(slices for _, slices in copies), 2 * SHAPE[2])
+        self.assertEqual(saved, [("DeviceLabelMap", None, output_dtype)] * 2)
         _, _, _, on_host = self._run(output_dtype, off_host=False)  # the same run with the map on the host
         for out, ref in zip(outputs, on_host):
             written = nib.load(str(out))
@@ -86,7 +89,7 @@ class TestLabelMapToTheSaver(unittest.TestCase):
     def test_host_label_map_is_not_copied(self):
         _, casts, saved, _ = self._run("uint8", off_host=False)
         self.assertEqual(casts, [])  # a CPU map is handed to the saver as it is
-        self.assertEqual([s[0] for s in saved], [torch.Tensor] * 2)
+        self.assertEqual([s[0] for s in saved], ["Tensor"] * 2)
 
 
 if __name__ == "__main__":

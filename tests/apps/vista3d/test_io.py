@@ -720,21 +720,38 @@ class TestSaveLabelMap(TempDirCase):
         labels = torch.from_numpy(self.labels).to(src_dtype)
         if extra:
             labels[1, 2, 3] = extra
-        host = label_transfer.to_host_file_order(labels, np.dtype(dtype))  # what a GPU map becomes on the host
-        self.assertEqual(host.dtype, np.dtype(carrier))
-        self.assertTrue(host.T.flags.c_contiguous)  # file order: the host-side slabs are views
-        np.testing.assert_array_equal(host, labels.numpy())
+        on_device = label_transfer.to_device_file_order(labels, np.dtype(dtype))  # what a GPU map becomes there
+        self.assertEqual(on_device.data.dtype, torch.from_numpy(np.zeros(1, carrier)).dtype)
+        self.assertEqual(on_device.shape, tuple(labels.shape))
+        self.assertNotEqual(on_device.data.data_ptr(), labels.data_ptr())  # its own copy, whatever the caller does
+        # slabs of any cut, widened to the output type on the host, in file order
+        nz = labels.shape[2]
+        slabs = [on_device.slab(k, min(k + 7, nz), np.dtype(dtype)) for k in range(0, nz, 7)]
+        self.assertTrue(all(s.dtype == np.dtype(dtype) and s.flags.c_contiguous for s in slabs))
+        np.testing.assert_array_equal(np.concatenate(slabs).T, labels.numpy())
         with mock.patch.object(label_transfer, "_SLAB_BYTES", 2000):  # widened slab by slab on the compressing threads
-            out = save_label_map(host, self.geom, self.tmp / "narrow.nii.gz", dtype, threads=2)
+            out = save_label_map(on_device, self.geom, self.tmp / "narrow.nii.gz", dtype, threads=2)
             ref = save_label_map(labels.numpy(), self.geom, self.tmp / "ref.nii.gz", dtype, threads=2)
         self.assertEqual(gzip.decompress(out.read_bytes()), gzip.decompress(ref.read_bytes()))
         self.assertEqual(nib.load(out).get_data_dtype(), np.dtype(dtype))
+
+    def test_map_already_in_file_order_is_copied(self):
+        labels = torch.zeros(1, 1, 5, dtype=torch.uint8)  # its file-order layout is itself
+        on_device = label_transfer.to_device_file_order(labels, np.dtype("uint8"))
+        labels += 7  # the caller changes its tensor after handing it on
+        self.assertEqual(on_device.slab(0, 5, np.dtype("uint8")).ravel().tolist(), [0] * 5)
+
+    def test_device_map_off_the_grid(self):
+        on_device = label_transfer.to_device_file_order(torch.from_numpy(self.labels)[:-1], np.dtype("uint8"))
+        with self.assertRaisesRegex(Vista3DInputError, r"does not match the input grid"):
+            save_label_map(on_device, self.geom, self.tmp / "g.nii.gz")
+        self.assertEqual(sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("g")), [])
 
     def test_device_map_checked_before_narrowing(self):
         labels = torch.from_numpy(self.labels).to(torch.int32)
         labels[0, 0, 0] = -1
         with self.assertRaisesRegex(Vista3DInputError, r"\[-1, 255\].*does not fit uint8"):
-            label_transfer.to_host_file_order(labels, np.dtype("uint8"))
+            label_transfer.to_device_file_order(labels, np.dtype("uint8"))
 
     @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
     def test_cuda_labels(self):

@@ -30,7 +30,7 @@ from monai.apps.vista3d.core.feasibility import failure_reason
 from monai.apps.vista3d.errors import WorkerError
 from monai.apps.vista3d.io.handoff import get_from
 from monai.apps.vista3d.io.image_geometry import ImageGeometry
-from monai.apps.vista3d.io.label_transfer import label_map_to_host
+from monai.apps.vista3d.io.label_transfer import label_map_for_saving
 from monai.apps.vista3d.io.load_policy import load_input
 from monai.apps.vista3d.io.nifti_write import save_class_masks, save_label_map
 from monai.utils.profiling import StageTimer
@@ -76,15 +76,16 @@ class AsyncSaver:
     def submit(self, labels: Any, geometry: ImageGeometry, path: str | os.PathLike, **kwargs: Any) -> Future:
         """Queue ``save_label_map(labels, geometry, path, **kwargs)``; returns its Future (result: the path).
 
-        ``labels`` must not be modified afterwards. A tensor on a GPU crosses to the host here, on the caller's
-        stream (so the copy sees the finished result), cast there to the narrowest type that holds it (see
-        :func:`~monai.apps.vista3d.io.nifti.label_map_to_host`): the save then only widens and compresses.
+        ``labels`` must not be modified afterwards. A tensor on a GPU is range-checked, cast to the narrowest type
+        that holds it and laid out in file order here, on the caller's stream (see
+        :func:`~monai.apps.vista3d.io.label_transfer.label_map_for_saving`); its slabs cross to the host on the
+        saver's compressing threads, so the caller goes on at once and the copies overlap the deflate.
         """
         if self._closed:
             raise RuntimeError("AsyncSaver is closed")
         if _on_device(labels):
             dtype = {**self._defaults, **kwargs}.get("dtype", DEFAULT_OUTPUT_DTYPE)
-            labels = label_map_to_host(labels, geometry.spatial_shape, dtype)
+            labels = label_map_for_saving(labels, geometry.spatial_shape, dtype)
         self._slots.acquire()
         try:
             save: Callable[..., Any] = self._save_fn or save_label_map
