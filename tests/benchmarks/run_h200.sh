@@ -74,6 +74,8 @@
 #   nifti_io              NIfTI load/save against nibabel's defaults on the host's cores (issue 15)
 #   dicom_statistics      117 structures' statistics and the preview of a 512x512x300 label map on the GPU (issue 48)
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
+#   label_map_transfer    a GPU label map saved by one serial host copy or by slabs on the compressing threads; rapidgzip's
+#                         chunk sizes on a 512x512x200 CT (experiments/label_map_transfer.py, issue 50, item 5)
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry);
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
@@ -166,6 +168,7 @@ for run in "$@"; do
   network_beside_load) step network_beside_load 120 python3 tests/benchmarks/experiments/network_beside_load.py --workdir /tmp/nbl$$ ;;
   cold_quick) step cold_quick 300 python3 tests/benchmarks/vista3d_cold_start.py --device cuda --quick --repeats ${COLD_REPEATS:-5} --workdir /tmp/coldq$$ --json "$out/cold_quick.json" ;;
   nifti_io) step nifti_io 570 python3 tests/benchmarks/nifti_io.py --repeat 5 --json "$out/nifti_io.json" ;;
+  label_map_transfer) step label_map_transfer 150 python3 tests/benchmarks/experiments/label_map_transfer.py --repeats 7 ;;
   nifti_load_stages) step nifti_load_stages 300 python3 tests/benchmarks/nifti_load_stages.py --repeat 5 --device cuda --json "$out/nifti_load_stages.json" ;;
   dicom_statistics) step dicom_statistics 90 python3 -m tests.benchmarks.dicom_read --device cuda --skip-readers --repeats 3 ;;
   setup) echo "installed the wheels of .wheels/ (upstream under /tmp/up, the rest under /tmp/deps)" ;;

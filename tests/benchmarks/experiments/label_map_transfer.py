@@ -1,0 +1,111 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""Experiment: the two host-side costs of a file-to-file run beside the windows (issue 50, item 5).
+
+1. Saving a label map that lies on the GPU (512x512x200, uint8 output): ``serial`` copies the whole file-order
+   map to pageable host memory, then compresses it on every core (the saver before the slab copies); ``slabs``
+   hands :func:`save_label_map` the :class:`DeviceLabelMap`, whose slabs cross on the compressing threads.
+2. Inflating the CT with rapidgzip at chunk sizes of 1-8 MiB (its default 4 MiB gives a 46 MB file only a dozen
+   chunks for 16 cores), and the whole ``load_image`` to the GPU as the loader runs it.
+
+Rounds alternate between the forms; the minimum and median of ``--repeats`` are printed.
+
+    python tests/benchmarks/experiments/label_map_transfer.py --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from monai.apps.vista3d.cli.phantom import write_phantom
+from monai.apps.vista3d.io.gzip_codec import available_cores
+from monai.apps.vista3d.io.label_transfer import to_device_file_order
+from monai.apps.vista3d.io.nifti import load_image
+from monai.apps.vista3d.io.nifti_write import save_label_map
+
+
+def _show(name: str, times: list[float]) -> None:
+    print(f"  {name:<28} min {min(times):.4f} s  median {statistics.median(times):.4f} s")
+
+
+def save_forms(ct: Path, out: Path, repeats: int) -> None:
+    _, geom = load_image(ct)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    labels = torch.randint(0, 3, tuple(geom.spatial_shape), generator=g, device="cuda", dtype=torch.int16)
+    labels[100:300, 100:300] += 5  # a body of labels in a background, as a segmentation has
+
+    def serial() -> None:
+        host = to_device_file_order(labels, np.dtype("uint8")).data.cpu().numpy().T
+        save_label_map(host, geom, out / "serial.nii.gz", "uint8")
+
+    def slabs() -> None:
+        save_label_map(labels, geom, out / "slabs.nii.gz", "uint8")
+
+    times: dict[str, list[float]] = {"serial": [], "slabs": []}
+    for _ in range(repeats + 1):
+        for name, fn in (("serial", serial), ("slabs", slabs)):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    print(f"save a {tuple(geom.spatial_shape)} GPU label map as uint8, {available_cores()} compressing threads:")
+    for name, ts in times.items():
+        _show(name, ts[1:])
+    same = (out / "serial.nii.gz").read_bytes() == (out / "slabs.nii.gz").read_bytes()
+    print(f"  files identical: {same}")
+
+
+def inflate_forms(ct: Path, repeats: int) -> None:
+    import rapidgzip
+
+    threads = available_cores()
+    sizes = (1, 2, 4, 8)
+    times: dict[str, list[float]] = {f"rapidgzip {mib} MiB chunks": [] for mib in sizes}
+    times["load_image to the GPU"] = []
+    buf = bytearray(1 << 24)
+    for _ in range(repeats + 1):
+        for mib in sizes:
+            t0 = time.perf_counter()
+            with rapidgzip.RapidgzipFile(str(ct), parallelization=threads, chunk_size=mib << 20) as f:
+                while f.readinto(buf):
+                    pass
+            times[f"rapidgzip {mib} MiB chunks"].append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        image, _ = load_image(ct, device=torch.device("cuda"))
+        torch.cuda.synchronize()
+        times["load_image to the GPU"].append(time.perf_counter() - t0)
+        del image
+    print(f"inflate {ct.name} ({ct.stat().st_size / 1e6:.1f} MB), {threads} threads:")
+    for name, ts in times.items():
+        _show(name, ts[1:])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        ct = write_phantom(work / "ct.nii.gz", (512, 512, 200), (0.78, 0.78, 2.0), seed=0)
+        save_forms(ct, work, args.repeats)
+        inflate_forms(ct, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
