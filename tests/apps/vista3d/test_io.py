@@ -762,6 +762,20 @@ class TestSaveLabelMap(TempDirCase):
         with self.assertRaisesRegex(Vista3DInputError, "does not fit uint8"):
             save_label_map(bad, self.geom, self.tmp / "g.nii.gz", "uint8")
 
+    @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
+    def test_cuda_map_made_on_a_busy_stream(self):
+        # the map is written on a side stream behind a long wait: its slabs' copies must wait for it (uint8 into
+        # uint8: no range check, which would wait on the host)
+        source = torch.from_numpy(self.labels.astype(np.uint8)).cuda()
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU clocks before the map exists
+            labels = source * 1
+            with mock.patch.object(label_transfer, "_SLAB_BYTES", 2000):  # many slabs, on several threads
+                out = save_label_map(labels, self.geom, self.tmp / "busy.nii.gz", threads=4)
+        np.testing.assert_array_equal(np.asanyarray(nib.load(out).dataobj), self.labels)
+
 
 class TestSaveClassMasks(TempDirCase):
     """One uint8 file per class on the input's grid, named as in the label list, written as a complete set."""
