@@ -17,12 +17,14 @@ import json
 import tempfile
 import unittest
 from pathlib import Path
+from unittest import mock
 
 import nibabel as nib
 import numpy as np
 import torch
 from parameterized import parameterized
 
+from monai.apps.vista3d.batch import workers as batch_workers
 from monai.apps.vista3d.io.dicom import load_dicom
 from monai.apps.vista3d.io.dicom_seg import write_dicom_seg
 from monai.apps.vista3d.io.preview import PANEL_PX, preview_slices, render_preview, write_preview
@@ -152,10 +154,16 @@ class TestCliDicom(unittest.TestCase):
         self.spec = SeriesSpec(shape=(36, 34, 20), spacing=(1.0, 1.1, 2.0))
         self.uids = write_series(self.spec, self.tmp / "cts" / "patient1" / "CT_abdomen")
 
-    def test_series_folder_with_every_extra(self):
+    # a label map on a GPU reaches the saver cast and laid out where it is (DeviceLabelMap): here a CPU map is
+    # handed on as if it were off the host
+    @parameterized.expand([("label_map_on_the_host", False), ("label_map_as_from_a_gpu", True)])
+    def test_series_folder_with_every_extra(self, _, off_host):
+        import pydicom
+
         src = self.tmp / "cts" / "patient1" / "CT_abdomen"
-        code, _, err = run_main(["-i", src, "-o", self.tmp / "out", *TINY, "--statistics", "--preview",
-                                 "--output-type", "dicom-seg"])
+        with mock.patch.object(batch_workers, "_on_device", lambda labels: off_host):
+            code, _, err = run_main(["-i", src, "-o", self.tmp / "out", *TINY, "--statistics", "--preview",
+                                     "--output-type", "dicom-seg"])
         self.assertEqual(code, 0, err)
         folder = self.tmp / "out" / "CT_abdomen"
         self.assertEqual(sorted(p.name for p in folder.iterdir()),
@@ -165,6 +173,8 @@ class TestCliDicom(unittest.TestCase):
         self.assertEqual(stats["image"], str(src))
         present = {int(i) for i in np.unique(labels.numpy()) if i > 0}
         self.assertEqual({s["id"] for s in stats["structures"].values()}, present)
+        seg = pydicom.dcmread(folder / "CT_abdomen_trans.dcm")  # one segment per structure of the label map
+        self.assertEqual(len(seg.SegmentSequence), len(present))
         # the same statistics from the command, over the same CT and label map
         code, out, err = run_main(["statistics", src, folder / "CT_abdomen_trans.nii.gz", "--device", "cpu"])
         self.assertEqual(code, 0, err)

@@ -100,7 +100,8 @@ def write_dicom_seg(
     """Write ``labels`` (``[X, Y, Z]`` on the grid of a DICOM image) as a DICOM SEG referring to its series.
 
     Args:
-        labels: the label map, array or CPU tensor, on the image's grid.
+        labels: the label map, array, CPU tensor or
+            :class:`~monai.apps.vista3d.io.label_transfer.DeviceLabelMap`, on the image's grid.
         geometry: the image's geometry from :func:`~.dicom.load_dicom` (its ``source`` is the series).
         path: the file to write (through a temporary name, renamed when whole).
         names: label id -> structure name (VISTA3D's by default).

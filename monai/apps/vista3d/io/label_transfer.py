@@ -130,11 +130,18 @@ class DeviceLabelMap:
         z, y, x = (int(s) for s in self.data.shape)
         return x, y, z
 
-    def slab(self, k0: int, k1: int, dtype: np.dtype) -> np.ndarray:
-        """z-slices ``k0:k1`` on the host in file order (C-contiguous ``[k1-k0, Y, X]``), widened to ``dtype``."""
+    def numpy(self) -> np.ndarray:
+        """The whole map on the host as ``[X, Y, Z]`` in its carrier type (for a writer that needs it whole, such as
+        the DICOM SEG)."""
+        whole: np.ndarray = self.slab(0, int(self.data.shape[0])).T
+        return whole
+
+    def slab(self, k0: int, k1: int, dtype: np.dtype | None = None) -> np.ndarray:
+        """z-slices ``k0:k1`` on the host in file order (C-contiguous ``[k1-k0, Y, X]``), widened to ``dtype``
+        (None: the carrier type)."""
         with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
             host: np.ndarray = self.data[k0:k1].cpu().numpy()
-        return host if host.dtype == dtype else host.astype(dtype)
+        return host if dtype is None or host.dtype == dtype else host.astype(dtype)
 
 
 def to_device_file_order(t: torch.Tensor, dtype: np.dtype) -> DeviceLabelMap:
