@@ -19,6 +19,8 @@
 Rounds alternate between the forms; the minimum and median of ``--repeats`` are printed.
 
     python tests/benchmarks/experiments/label_map_transfer.py --repeats 7
+
+``--device cpu`` runs the same steps on the host (a check of the script, not a measurement of the copies).
 """
 
 from __future__ import annotations
@@ -43,10 +45,15 @@ def _show(name: str, times: list[float]) -> None:
     print(f"  {name:<28} min {min(times):.4f} s  median {statistics.median(times):.4f} s")
 
 
-def save_forms(ct: Path, out: Path, repeats: int) -> None:
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def save_forms(ct: Path, out: Path, repeats: int, device: torch.device) -> None:
     _, geom = load_image(ct)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    labels = torch.randint(0, 3, tuple(geom.spatial_shape), generator=g, device="cuda", dtype=torch.int16)
+    g = torch.Generator(device=device).manual_seed(0)
+    labels = torch.randint(0, 3, tuple(geom.spatial_shape), generator=g, device=device, dtype=torch.int16)
     labels[100:300, 100:300] += 5  # a body of labels in a background, as a segmentation has
 
     def serial() -> None:
@@ -59,24 +66,25 @@ def save_forms(ct: Path, out: Path, repeats: int) -> None:
     times: dict[str, list[float]] = {"serial": [], "slabs": []}
     for _ in range(repeats + 1):
         for name, fn in (("serial", serial), ("slabs", slabs)):
-            torch.cuda.synchronize()
+            _sync(device)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
-    print(f"save a {tuple(geom.spatial_shape)} GPU label map as uint8, {available_cores()} compressing threads:")
+    shape = tuple(geom.spatial_shape)
+    print(f"save a {shape} label map on {device} as uint8, {available_cores()} compressing threads:")
     for name, ts in times.items():
         _show(name, ts[1:])
     same = (out / "serial.nii.gz").read_bytes() == (out / "slabs.nii.gz").read_bytes()
     print(f"  files identical: {same}")
 
 
-def inflate_forms(ct: Path, repeats: int) -> None:
+def inflate_forms(ct: Path, repeats: int, device: torch.device) -> None:
     import rapidgzip
 
     threads = available_cores()
     sizes = (1, 2, 4, 8)
     times: dict[str, list[float]] = {f"rapidgzip {mib} MiB chunks": [] for mib in sizes}
-    times["load_image to the GPU"] = []
+    times[f"load_image to {device}"] = []
     buf = bytearray(1 << 24)
     for _ in range(repeats + 1):
         for mib in sizes:
@@ -85,11 +93,11 @@ def inflate_forms(ct: Path, repeats: int) -> None:
                 while f.readinto(buf):
                     pass
             times[f"rapidgzip {mib} MiB chunks"].append(time.perf_counter() - t0)
-        torch.cuda.synchronize()
+        _sync(device)
         t0 = time.perf_counter()
-        image, _ = load_image(ct, device=torch.device("cuda"))
-        torch.cuda.synchronize()
-        times["load_image to the GPU"].append(time.perf_counter() - t0)
+        image, _ = load_image(ct, device=device)
+        _sync(device)
+        times[f"load_image to {device}"].append(time.perf_counter() - t0)
         del image
     print(f"inflate {ct.name} ({ct.stat().st_size / 1e6:.1f} MB), {threads} threads:")
     for name, ts in times.items():
@@ -99,12 +107,16 @@ def inflate_forms(ct: Path, repeats: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--size", default="512,512,200", help="the CT's voxels, X,Y,Z")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        ct = write_phantom(work / "ct.nii.gz", (512, 512, 200), (0.78, 0.78, 2.0), seed=0)
-        save_forms(ct, work, args.repeats)
-        inflate_forms(ct, args.repeats)
+        shape = tuple(int(v) for v in args.size.split(","))
+        ct = write_phantom(work / "ct.nii.gz", shape, (0.78, 0.78, 2.0), seed=0)
+        device = torch.device(args.device)
+        save_forms(ct, work, args.repeats, device)
+        inflate_forms(ct, args.repeats, device)
 
 
 if __name__ == "__main__":
