@@ -15,6 +15,8 @@
    hands :func:`save_label_map` the :class:`DeviceLabelMap`, whose slabs cross on the compressing threads.
 2. Inflating the CT with rapidgzip at chunk sizes of 1-8 MiB (its default 4 MiB gives a 46 MB file only a dozen
    chunks for 16 cores), and the whole ``load_image`` to the GPU as the loader runs it.
+3. The copies alone: the CT's voxels to the GPU and the label map back, fresh pageable, reused pageable and pinned
+   host memory (whether a pinned buffer would pay on either side).
 
 Rounds alternate between the forms; the minimum and median of ``--repeats`` are printed.
 
@@ -104,6 +106,34 @@ def inflate_forms(ct: Path, repeats: int, device: torch.device) -> None:
         _show(name, ts[1:])
 
 
+def copy_forms(shape: tuple[int, ...], repeats: int) -> None:
+    """The copies under both costs, alone: the CT's int16 voxels to the GPU and its uint8 label map back, from and to
+    fresh pageable memory (what the loader and the saver use), reused pageable memory and pinned memory."""
+    n = int(np.prod(shape))
+    dev16, dev8 = torch.zeros(n, dtype=torch.int16, device="cuda"), torch.zeros(n, dtype=torch.uint8, device="cuda")
+    reused16, reused8 = torch.ones(n, dtype=torch.int16), torch.ones(n, dtype=torch.uint8)
+    pinned16, pinned8 = reused16.pin_memory(), reused8.pin_memory()
+    forms = {
+        "to the GPU, fresh pageable": lambda: dev16.copy_(torch.from_numpy(np.ones(n, np.int16))),
+        "to the GPU, reused pageable": lambda: dev16.copy_(reused16),
+        "to the GPU, pinned": lambda: dev16.copy_(pinned16),
+        "to the host, fresh pageable": lambda: dev8.cpu(),
+        "to the host, reused pageable": lambda: reused8.copy_(dev8),
+        "to the host, pinned": lambda: pinned8.copy_(dev8),
+    }
+    times: dict[str, list[float]] = {name: [] for name in forms}
+    for _ in range(repeats + 1):
+        for name, fn in forms.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - t0)
+    print(f"copies of {n / 1e6:.0f} M voxels (int16 to the GPU, uint8 back; 'fresh' includes filling new host pages):")
+    for name, ts in times.items():
+        _show(name, ts[1:])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=7)
@@ -117,6 +147,8 @@ def main() -> None:
         device = torch.device(args.device)
         save_forms(ct, work, args.repeats, device)
         inflate_forms(ct, args.repeats, device)
+        if device.type == "cuda":
+            copy_forms(shape, args.repeats)
 
 
 if __name__ == "__main__":
