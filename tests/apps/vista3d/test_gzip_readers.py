@@ -86,6 +86,32 @@ class TestParallelGunzip(ReaderCase):
         self.assertEqual(got, len(expected) - 540)
         self.assertEqual(buf[540:].tobytes(), expected[540:])
 
+    def test_file_of_several_chunks(self):
+        # incompressible bytes: 3 MiB of input, three of the 1 MiB chunks two threads get, and a chunk boundary
+        # inside a read
+        plain = np.random.default_rng(0).integers(0, 256, 3 << 20, dtype=np.uint8).tobytes()
+        path = self.tmp / "chunks.gz"
+        path.write_bytes(gzip.compress(plain, compresslevel=1))
+        self.assertEqual(gz.rapidgzip_chunk_bytes(path.stat().st_size, 2), 1 << 20)
+        r = gz.ParallelGunzip(path, 2)
+        try:
+            buf = np.zeros(len(plain), dtype=np.uint8)
+            got = r.readinto(buf[: 1 << 20 | 12345]) + r.readinto(buf[1 << 20 | 12345 :])
+        finally:
+            r.close()
+        self.assertEqual(got, len(plain))
+        self.assertEqual(buf.tobytes(), plain)
+
+    @parameterized.expand([
+        (46 << 20, 16, 1 << 20),  # a 512x512x200 CT on an H100 host's 16 cores
+        (200 << 20, 16, 2 << 20),
+        (1 << 30, 16, 4 << 20),  # rapidgzip's own chunk once every thread has 4
+        (10 << 20, 1, 2 << 20),
+        (1 << 10, 64, 1 << 20),  # never below 1 MiB
+    ])
+    def test_chunk_size(self, size, threads, expected):
+        self.assertEqual(gz.rapidgzip_chunk_bytes(size, threads), expected)
+
     def test_read_after_close(self):
         r = gz.ParallelGunzip(self.src, 1)
         r.close()
