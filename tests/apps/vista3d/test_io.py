@@ -626,14 +626,54 @@ class TestStoredLoad(TempDirCase):
             self.assertEqual((image.device.type, image.dtype, tuple(image.shape)), ("meta", expected, (1, 23, 17, 70)))
         self.assertEqual(geom.spatial_shape, (23, 17, 70))
 
-    @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
-    def test_to_cuda(self):
-        path = self._write(np.int16, ".nii.gz", {"scl_slope": 2.0, "scl_inter": 1.0})
+    @parameterized.expand(STORED_CASES)
+    def test_staged_slabs_on_the_cpu(self, _, dtype, suffix, edits, expected):
+        # the read a CUDA device gets (slabs through staging buffers, pinned there), run here on the CPU; types torch
+        # lacks, or in the other byte order, still take the converting read
+        path = self._write(dtype, suffix, edits)
         ref = nib.load(path).get_fdata()
-        for dtype in (None, torch.float32):
-            image, _ = load_image(path, dtype=dtype, contiguous=False, device="cuda")
-            self.assertEqual(image.device.type, "cuda")
-            np.testing.assert_allclose(image[0].double().cpu().numpy(), ref, rtol=1e-6)
+        staged = []
+
+        def on_any_device(device, stored):
+            staged.append(stored == nifti_read._carrier(stored))
+            return staged[-1]
+
+        with mock.patch.object(nifti_read, "_staged", on_any_device):
+            image, _ = load_image(path, dtype=None, contiguous=False, device="cpu")
+        self.assertEqual(staged, [dtype != np.uint16 and "endianness" not in edits])
+        self.assertEqual((image.dtype, tuple(image.shape)), (expected, (1, 23, 17, 70)))
+        np.testing.assert_allclose(image[0].double().numpy(), ref, rtol=1e-6)
+
+    @parameterized.expand([(".nii", "truncated: the header needs 55092 bytes, the file has 30352"),
+                           (".nii.gz", "truncated: the header needs 55092 bytes after decompression, the file has 30352")])
+    def test_staged_slabs_of_a_truncated_file(self, suffix, message):
+        path = self._write(np.int16, ".nii", {})
+        raw = path.read_bytes()[:30352]
+        path = self.tmp / f"cut{suffix}"
+        path.write_bytes(gzip.compress(raw, 1) if suffix == ".nii.gz" else raw)
+        with mock.patch.object(nifti_read, "_staged", lambda device, stored: True):
+            with self.assertRaisesRegex(Vista3DInputError, re.escape(message)):
+                load_image(path, dtype=None, device="cpu")
+
+    def test_staged_slabs_of_a_later_volume(self):
+        data = np.random.default_rng(5).integers(-1000, 1000, size=(9, 7, 40, 3)).astype(np.int16)
+        nib.save(nib.Nifti1Image(data, np.eye(4)), self.tmp / "four.nii")
+        with mock.patch.object(nifti_read, "_staged", lambda device, stored: True):
+            image, _ = load_image(self.tmp / "four.nii", dtype=None, volume_index=2, device="cpu")
+        np.testing.assert_array_equal(image[0].numpy(), data[..., 2])
+
+    @parameterized.expand(STORED_CASES)
+    @unittest.skipUnless(torch.cuda.is_available(), "needs CUDA")
+    def test_to_cuda(self, _, dtype, suffix, edits, expected):
+        path = self._write(dtype, suffix, edits)
+        ref = nib.load(path).get_fdata()
+        for as_dtype in (None, torch.float32):
+            image, _ = load_image(path, dtype=as_dtype, contiguous=False, device="cuda")
+            self.assertEqual((image.device.type, image.dtype), ("cuda", as_dtype or expected))
+            on_side_stream = torch.cuda.Stream()
+            with torch.cuda.stream(on_side_stream):  # whole when returned, read from any stream
+                host = image[0].double().cpu().numpy()
+            np.testing.assert_allclose(host, ref, rtol=1e-6)
 
 
 def _header_fields_kept(testcase, back, ref):

@@ -18,12 +18,14 @@ short and the image fails with one line.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
 import pathlib
 import struct
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import nibabel as nib
@@ -398,38 +400,106 @@ def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
     nbytes = n3 * dtype.itemsize
     begin = int(hdr.get_data_offset()) + vol * nbytes
     _check_size(p, begin + nbytes, 4 * n3 + nbytes, stream.compressed)
-    slice_bytes = spatial[0] * spatial[1] * dtype.itemsize
     stored = stored or device.type != "cpu"  # an accelerator gets the stored values and converts them itself
-    # read (inflate) into place, hand on every complete slab of z-slices;
-    # numpy memory (huge pages: a bytearray's page faults cost ~6x more), filled by the reader's readinto
-    dst = np.empty(nbytes, dtype=np.uint8)
-    arr = dst.view(dtype).reshape(spatial, order="F")
-    sink = _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True)
     early = np.frombuffer(head, dtype=np.uint8)[begin : begin + nbytes]  # voxels read with the header
-    dst[: len(early)] = early
-    pos, done = len(early), 0  # bytes of this volume received; z-slices handed on
     stream.skip(max(0, begin - len(head)))  # earlier volumes of a 4D file
+    volume = _Volume(p, stream, early, begin, spatial, dtype)
+    if _staged(device, dtype):
+        image = read_slabs_to_device(volume, device)
+    else:
+        image = _read_to_sink(volume, lambda arr: _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True))
+    stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
+    if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
+        image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
+    return image, spatial, affine, dtype
+
+
+def _staged(device: torch.device, dtype: np.dtype) -> bool:
+    """Whether the voxels reach ``device`` through :func:`read_slabs_to_device`: on a CUDA device, when their
+    stored type is one torch has, in native order (others are converted on the host first)."""
+    return device.type == "cuda" and dtype == _carrier(dtype)
+
+
+@dataclasses.dataclass
+class _Volume:
+    """The volume being read: its file, the reader of its (inflated) bytes, positioned at the voxels not yet read,
+    those read with the header (``early``), its offset in the file, shape ``[X, Y, Z]`` and stored type."""
+
+    path: pathlib.Path
+    stream: Any
+    early: np.ndarray
+    begin: int
+    spatial: tuple[int, int, int]
+    dtype: np.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.spatial)) * self.dtype.itemsize
+
+    def truncated(self, received: int) -> Vista3DInputError:
+        """The error for a stream that ended after ``received`` bytes of the volume."""
+        after = " after decompression" if self.stream.compressed else ""
+        return Vista3DInputError(
+            f"{self.path}: truncated: the header needs {self.begin + self.nbytes} bytes{after}, the file has "
+            f"{self.begin + received}{'' if self.stream.compressed else ' (it was cut while it was read)'}."
+        )
+
+
+def read_slabs_to_device(volume: _Volume, device: torch.device) -> torch.Tensor:
+    """The stored voxels (a type torch has, in native order) in a new ``[Z, Y, X]`` tensor on ``device``, returned
+    as its ``[X, Y, Z]`` view; how a CUDA device gets them.
+
+    Each slab of z-slices is inflated into pinned host memory (on a CUDA device) and copied from there
+    asynchronously while the next one inflates: from pinned memory a copy is a DMA (52 M int16 voxels: 2 ms on an
+    H100 host, against 11 ms from pageable memory and 26 ms with the fresh pages of a whole-volume buffer). A freed
+    slab goes back to torch's cache of pinned memory once its copy is done, so a load holds two or three and the
+    next load reuses them.
+    """
+    nx, ny, nz = volume.spatial
+    slice_bytes = nx * ny * volume.dtype.itemsize
+    dest = torch.empty((nz, ny, nx), dtype=_torch_dtype(volume.dtype), device=device)
+    early, pos = volume.early, 0  # bytes of the volume received
+    for k0 in range(0, nz, COPY_TILE[2]):
+        k1 = min(k0 + COPY_TILE[2], nz)
+        staging = torch.empty((k1 - k0) * slice_bytes, dtype=torch.uint8, pin_memory=device.type == "cuda")
+        buf = staging.numpy()
+        n = max(0, min(len(early) - pos, len(buf)))
+        buf[:n] = early[pos : pos + n]
+        while n < len(buf):
+            got = volume.stream.readinto(buf[n:])
+            if not got:
+                raise volume.truncated(pos + n)
+            n += got
+        pos += n
+        dest[k0:k1].copy_(staging.view(dest.dtype).view(k1 - k0, ny, nx), non_blocking=True)
+    if device.type == "cuda":
+        torch.cuda.current_stream(device).synchronize()  # whole when returned, whichever stream reads it
+    return dest.permute(2, 1, 0)
+
+
+def _read_to_sink(volume: _Volume, make_sink: Callable[[np.ndarray], _Sink]) -> torch.Tensor:
+    """Inflate the voxels into place, handing every complete slab of z-slices on to the :class:`_Sink` that
+    ``make_sink`` makes of the ``[X, Y, Z]`` inflate buffer; its result."""
+    # numpy memory (huge pages: a bytearray's page faults cost ~6x more), filled by the reader's readinto
+    (nx, ny, nz), nbytes = volume.spatial, volume.nbytes
+    slice_bytes = nx * ny * volume.dtype.itemsize
+    dst = np.empty(nbytes, dtype=np.uint8)
+    sink = make_sink(dst.view(volume.dtype).reshape(volume.spatial, order="F"))
+    dst[: len(volume.early)] = volume.early
+    pos, done = len(volume.early), 0  # bytes of this volume received; z-slices handed on
     while True:
         ready = pos // slice_bytes
-        if ready - done >= COPY_TILE[2] or (ready == spatial[2] and ready > done):
+        if ready - done >= COPY_TILE[2] or (ready == nz and ready > done):
             sink(done, ready)
             done = ready
-        got = stream.readinto(dst[pos : min(pos + _READ_STEP, nbytes)]) if pos < nbytes else 0
+        got = volume.stream.readinto(dst[pos : min(pos + _READ_STEP, nbytes)]) if pos < nbytes else 0
         if not got:
             break
         pos += got
     if pos < nbytes:
-        after = " after decompression" if stream.compressed else ""
-        raise Vista3DInputError(
-            f"{p}: truncated: the header needs {begin + nbytes} bytes{after}, the file has {begin + pos}"
-            f"{'' if stream.compressed else ' (it was cut while it was read)'}."
-        )
-    stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
+        raise volume.truncated(pos)
     del dst
-    image = sink.result()
-    if stored and scaled:  # scl_slope/scl_inter define the values: apply them where the voxels are
-        image = image.to(torch.float32) * float(slope) + float(inter or 0.0)
-    return image, spatial, affine, dtype
+    return sink.result()
 
 
 class _PlainReader:
