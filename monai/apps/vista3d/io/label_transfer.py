@@ -14,6 +14,7 @@ into file-order slabs of z-slices."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -106,7 +107,7 @@ class DeviceLabelMap:
     """A label map range-checked, cast to its carrier type and laid out in file order (``[Z, Y, X]``) on its device,
     waiting to cross to the host: each z-slab is copied by the thread that compresses it, so that the copies (and
     the page faults of fresh host memory, ~0.4 ns a byte) run in parallel with each other and with the deflate,
-    instead of one serial copy before the save. From a GPU the slabs land in pinned memory.
+    instead of one serial copy before the save.
 
     The copies run on a stream of their own that waits for the one the map was made on: on a GPU they neither see
     an unfinished map nor queue behind the next image's windows.
@@ -138,17 +139,8 @@ class DeviceLabelMap:
     def slab(self, k0: int, k1: int, dtype: np.dtype | None = None) -> np.ndarray:
         """z-slices ``k0:k1`` on the host in file order (C-contiguous ``[k1-k0, Y, X]``), widened to ``dtype``
         (None: the carrier type)."""
-        if self._stream is None:
+        with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
             host: np.ndarray = self.data[k0:k1].cpu().numpy()
-        else:  # into pinned memory (a DMA: 52 MB in 1 ms on an H100 host, 30 ms into fresh pageable memory), which
-            # goes back to torch's cache of pinned memory when the array is dropped
-            pinned = torch.empty(self.data[k0:k1].shape, dtype=self.data.dtype, pin_memory=True)
-            with torch.cuda.stream(self._stream):
-                pinned.copy_(self.data[k0:k1], non_blocking=True)
-                done = torch.cuda.Event()
-                done.record(self._stream)
-            done.synchronize()  # this slab's copy only, not those the other threads queued since
-            host = pinned.numpy()
         return host if dtype is None or host.dtype == dtype else host.astype(dtype)
 
 
