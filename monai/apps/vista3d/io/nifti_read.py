@@ -405,7 +405,7 @@ def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
     stream.skip(max(0, begin - len(head)))  # earlier volumes of a 4D file
     volume = _Volume(p, stream, early, begin, spatial, dtype)
     if _staged(device, dtype):
-        image = read_slabs_to_device(volume, device)
+        image = _read_to_device(volume, device)
     else:
         image = _read_to_sink(volume, lambda arr: _Sink(arr, slope, inter, contiguous, stored, device, may_alias=True))
     stream.skip()  # the rest of the stream: its CRC and length are checked, whatever follows this volume
@@ -415,7 +415,7 @@ def read_voxels(p, hdr, volume_index, contiguous, stream, head, stored, device):
 
 
 def _staged(device: torch.device, dtype: np.dtype) -> bool:
-    """Whether the voxels reach ``device`` through :func:`read_slabs_to_device`: on a CUDA device, when their
+    """Whether the voxels reach ``device`` through :func:`_read_to_device`: on a CUDA device, when their
     stored type is one torch has, in native order (others are converted on the host first)."""
     return device.type == "cuda" and dtype == _carrier(dtype)
 
@@ -445,7 +445,7 @@ class _Volume:
         )
 
 
-def read_slabs_to_device(volume: _Volume, device: torch.device) -> torch.Tensor:
+def _read_to_device(volume: _Volume, device: torch.device) -> torch.Tensor:
     """The stored voxels (a type torch has, in native order) in a new ``[Z, Y, X]`` tensor on ``device``, returned
     as its ``[X, Y, Z]`` view; how a CUDA device gets them.
 
