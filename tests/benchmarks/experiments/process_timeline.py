@@ -33,6 +33,8 @@ import os
 import sys
 import threading
 import time
+import traceback
+from pathlib import Path
 
 
 def _since_start() -> float:
@@ -85,6 +87,26 @@ def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = 
         return out
 
     setattr(owner, name, wrapper)
+
+
+def _wrap_lazy_init() -> None:
+    """Mark the first ``torch.cuda._lazy_init`` with the package's function that asked for it (the innermost frame
+    under ``monai/``), and its return."""
+    original = torch.cuda._lazy_init
+    seen = []
+
+    def wrapper(*args, **kwargs):
+        if not seen:
+            seen.append(1)
+            frames = [f for f in traceback.extract_stack()[:-1] if f"{os.sep}monai{os.sep}" in f.filename]
+            by = f" by {Path(frames[-1].filename).name}:{frames[-1].name}" if frames else ""
+            mark(f"CUDA context asked for{by} [{threading.current_thread().name}]")
+            out = original(*args, **kwargs)
+            mark(f"CUDA context up [{threading.current_thread().name}]")
+            return out
+        return original(*args, **kwargs)
+
+    torch.cuda._lazy_init = wrapper
 
 
 def _time_triton_loads() -> list[float]:
@@ -150,7 +172,10 @@ def main(argv: list[str]) -> int:
     _wrap(Vista3DPipeline, "segment", "segment called", "segment returned", once=True, sync=True)
     _wrap(Vista3DPipeline, "preprocess", "preprocess called", "preprocess returned", once=True)
     _wrap(Vista3DPipeline, "stream", "stream called", None, once=True)
-    _wrap(torch.cuda, "_lazy_init", "CUDA context asked for", "CUDA context up", once=True)
+    _wrap_lazy_init()
+    _wrap(batch_run, "check_image", "image checks called", "image checks returned", once=True)
+    _wrap(batch_run._Work, "loader", "loader started", None, once=True)
+    _wrap(batch_run._Work, "ready_segmenter", "network build started", None, once=True)
     _wrap(torch, "load", "torch.load called", "torch.load returned")
     _wrap(VISTA3D, "forward", "first forward called", "first forward returned", once=True, sync=True)
     _wrap(graph_cache.GraphCache, "_capture", "graph capture called", "graph captured", sync=True)
