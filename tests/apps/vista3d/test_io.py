@@ -655,6 +655,16 @@ class TestStoredLoad(TempDirCase):
             with self.assertRaisesRegex(Vista3DInputError, re.escape(message)):
                 load_image(path, dtype=None, device="cpu")
 
+    @parameterized.expand([(".nii",), (".nii.gz",)])
+    def test_staged_slabs_read_with_the_header(self, suffix):
+        # 6-byte slices: the 188 voxel bytes read with a 352-byte header fill the first slabs of 16 slices and part of
+        # the next
+        data = np.random.default_rng(6).integers(0, 255, size=(2, 3, 50)).astype(np.uint8)
+        nib.save(nib.Nifti1Image(data, np.eye(4)), self.tmp / f"tiny{suffix}")
+        with mock.patch.object(nifti_read, "_staged", lambda device, stored: True):
+            image, _ = load_image(self.tmp / f"tiny{suffix}", dtype=None, device="cpu")
+        np.testing.assert_array_equal(image[0].numpy(), data)
+
     def test_staged_slabs_of_a_later_volume(self):
         data = np.random.default_rng(5).integers(-1000, 1000, size=(9, 7, 40, 3)).astype(np.int16)
         nib.save(nib.Nifti1Image(data, np.eye(4)), self.tmp / "four.nii")
