@@ -70,7 +70,9 @@ def _overrides(pairs: list[str]) -> dict:
     return out
 
 
-def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = False, sync: bool = False):
+def _wrap(owner, name: str, before, after: str | None, once: bool = False, sync: bool = False):
+    """Mark each call of ``owner.name`` (the first only when ``once``): ``before`` (a string, or a function giving
+    one at the call) and ``after`` its return."""
     original = getattr(owner, name)
     seen = []
 
@@ -78,7 +80,7 @@ def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = 
         first = not seen
         seen.append(1)
         if before and (first or not once):
-            mark(f"{before} [{threading.current_thread().name}]")
+            mark(f"{before() if callable(before) else before} [{threading.current_thread().name}]")
         out = original(*args, **kwargs)
         if after and (first or not once):
             if sync and torch.cuda.is_initialized():
@@ -89,24 +91,15 @@ def _wrap(owner, name: str, before: str | None, after: str | None, once: bool = 
     setattr(owner, name, wrapper)
 
 
-def _wrap_lazy_init() -> None:
-    """Mark the first ``torch.cuda._lazy_init`` with the package's function that asked for it (the innermost frame
-    under ``monai/``), and its return."""
-    original = torch.cuda._lazy_init
-    seen = []
+def _cuda_asked_for() -> str:
+    """The mark of the first ``torch.cuda._lazy_init``: with the package's function that called it (the innermost
+    frame in the ``monai`` package), where there is one."""
+    import monai
 
-    def wrapper(*args, **kwargs):
-        if not seen:
-            seen.append(1)
-            frames = [f for f in traceback.extract_stack()[:-1] if f"{os.sep}monai{os.sep}" in f.filename]
-            by = f" by {Path(frames[-1].filename).name}:{frames[-1].name}" if frames else ""
-            mark(f"CUDA context asked for{by} [{threading.current_thread().name}]")
-            out = original(*args, **kwargs)
-            mark(f"CUDA context up [{threading.current_thread().name}]")
-            return out
-        return original(*args, **kwargs)
-
-    torch.cuda._lazy_init = wrapper
+    package = str(Path(monai.__file__).parent) + os.sep
+    frames = [f for f in traceback.extract_stack() if f.filename.startswith(package)]
+    return f"CUDA context asked for by {Path(frames[-1].filename).name}:{frames[-1].name}" if frames else \
+        "CUDA context asked for"
 
 
 def _time_triton_loads() -> list[float]:
@@ -172,7 +165,7 @@ def main(argv: list[str]) -> int:
     _wrap(Vista3DPipeline, "segment", "segment called", "segment returned", once=True, sync=True)
     _wrap(Vista3DPipeline, "preprocess", "preprocess called", "preprocess returned", once=True)
     _wrap(Vista3DPipeline, "stream", "stream called", None, once=True)
-    _wrap_lazy_init()
+    _wrap(torch.cuda, "_lazy_init", _cuda_asked_for, "CUDA context up", once=True)
     _wrap(batch_run, "check_image", "image checks called", "image checks returned", once=True)
     _wrap(batch_run._Work, "loader", "loader started", None, once=True)
     _wrap(batch_run._Work, "ready_segmenter", "network build started", None, once=True)
