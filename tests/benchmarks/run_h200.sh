@@ -75,7 +75,8 @@
 #   dicom_statistics      117 structures' statistics and the preview of a 512x512x300 label map on the GPU (issue 48)
 #   nifti_load_stages     where loading a 512x512x480 CT goes: read, inflate (isal; rapidgzip 1-16 threads), load_image CPU/GPU
 #   label_map_transfer    a GPU label map saved by one serial host copy or by slabs on the compressing threads; rapidgzip's
-#                         chunk sizes on a 512x512x200 CT (experiments/label_map_transfer.py, issue 50, item 5)
+#                         chunk sizes, load_image to the GPU staged or through a whole-volume buffer, the bare copies,
+#                         on a 512x512x200 CT (experiments/label_map_transfer.py, issue 50, item 5)
 # Expects the wheels of upstream MONAI 1.6.1, nibabel, parameterized, isal and rapidgzip in .wheels/ (no registry);
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).

@@ -233,7 +233,7 @@ def _import_rapidgzip() -> Any:
 
 #: smallest compressed file, and fewest cores, for which ``VISTA3D_GZIP_READER=auto`` picks rapidgzip: its
 #: parallel inflate costs ~3x isal's CPU time per byte (measured on a 2-core AMD EPYC VM), so it needs many
-#: cores to win, and files of several of its 4 MiB chunks per thread.
+#: cores to win, and files large enough to give every thread chunks (see :func:`rapidgzip_chunk_bytes`).
 RAPIDGZIP_MIN_BYTES = 32 << 20
 RAPIDGZIP_MIN_CORES = 8
 
