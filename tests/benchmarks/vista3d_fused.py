@@ -79,6 +79,41 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
+def resident_kernels(dev, x_pad, w, gamma, beta, spec, flop) -> list[dict]:
+    """The resident-weight convolution with statistics, alone, with the norm and activation of its input folded in,
+    and after the norm's apply pass (what the fused path runs without the fold); none where the GPU cannot run it."""
+    from monai.networks.kernels.conv3d import conv3x3x3_weights
+    from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
+    from monai.networks.kernels.instance_norm import InputNorm, instance_stats, norm_act
+
+    if resident_unavailable_reason(dev) is not None:
+        return []
+    gemm = conv3x3x3_weights(w.float(), out_columns=64, planes=1)
+    mean, var = instance_stats(x_pad)
+    fold = InputNorm(mean, var, gamma, beta, spec)
+    variants = [
+        ("conv 48->48, resident Gluon + statistics", lambda: conv3x3x3_resident(x_pad, gemm, stats=True)),
+        (
+            "conv 48->48, resident Gluon + statistics, the input's norm + ReLU folded in",
+            lambda: conv3x3x3_resident(x_pad, gemm, stats=True, input_norm=fold),
+        ),
+        (
+            "norm apply pass, then conv 48->48 resident Gluon + statistics",
+            lambda: conv3x3x3_resident(
+                norm_act(x_pad, gamma, beta, spec, real_channels=48, stats=(mean, var)), gemm, stats=True
+            ),
+        ),
+    ]
+    folded = variants[1][1]()[0][:, :48].double()
+    applied = variants[2][1]()[0][:, :48].double()
+    agree = ((folded - applied).norm() / applied.norm()).item()
+    rows = [{"op": name, "ms": bench(fn, True), "rel_err": float("nan")} for name, fn in variants]
+    for row in rows:
+        row["tflops"] = flop / row["ms"] / 1e9
+    rows[1]["rel_err"] = agree  # folded against applied-then-convolved
+    return rows
+
+
 def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
     from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act
     from monai.networks.kernels.padded_weights import pad_channels
@@ -149,6 +184,7 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
         )
     moved_stats = y_pad.numel() * 2
     moved_apply = 2 * y.numel() * 2
+    rows += resident_kernels(dev, x_pad, w, gamma_p, beta_p, spec, flop)
     for name, fn in variants:
         ms = bench(fn, cuda)
         if name.startswith("norm apply alone"):
@@ -269,13 +305,16 @@ def conv_tables() -> dict[str, dict]:
     :py:class:`FusedConfig` fields ``triton_launches`` and ``resident_conv`` of each; only ``default`` runs the
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
-    resident kernel's patch loads."""
+    resident kernel's patch loads, ``fold`` / ``nofold`` the default with the norms before it applied as it loads its
+    input / as apply passes."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
     return {
         "default": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv),
         "patches": dict(triton_launches=default, resident_conv="patches"),
+        "fold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=True),
+        "nofold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=False),
         "noresident": dict(triton_launches=default, resident_conv="off"),
         "cudnn": dict(triton_launches={}, resident_conv="off"),
         "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),
