@@ -34,6 +34,12 @@ staging buffer when the buffer is handed to that plane's warpgroup, read back in
 (``ldmatrix``, mirroring the store's ``stmatrix``) and added in fp32 before the rounding, so it takes no shared
 memory of its own.
 
+With an input norm (:py:class:`~monai.networks.kernels.instance_norm.InputNorm`, the norm and activation that
+precede the convolution), the producer is a warpgroup: it normalizes each landed slab in shared memory, one unit
+behind its loads, and hands it to the consumers only then, so the normalized input is never written to memory (the
+apply pass before the convolution disappears). Voxels outside the volume stay zero. The sample's scale and shift are
+computed once per tile; the producer then takes 72 registers, the consumers 216 each.
+
 The statistics take one pass over the plane, shifted by the warpgroup's previous plane's means (near this plane's,
 so the shifted sum of squares keeps its precision): the two-pass form kept 64 values per thread alive across the
 mean's reduction and spilled.
@@ -105,7 +111,8 @@ _STAGES = {True: 3, False: 4}
 SLAB_TRITONS = ((3, 6), (3, 7))
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
 # 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
-# average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
+# average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248); with an
+# input norm the producer (a warpgroup then) 72 and the consumers 216 each (at 56 / 224 the producer spilled more)
 _MAXNREG = 168
 _CONSUMER_REGS = {False: 232, True: 216}
 # the producer's registers by whether it normalizes the input too (a warpgroup's work then, not one warp's)
