@@ -17,9 +17,9 @@ kernels with its affine map, residual add and activation (:py:mod:`monai.network
 3x3x3 convolutions of the two finest levels (48 and 96 channels) run as a Triton implicit GEMM over the real
 channels with the next norm's statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels, on Hopper, as a persistent Gluon kernel with the
-weights resident in shared memory, the norm before each of them applied as it loads its input and the statistics and
-the residual add in its epilogue (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs
-inside the forward. Padding
+weights resident in shared memory and the statistics and the residual add in its epilogue (it can also apply the
+preceding norm as it loads its input: ``FusedConfig.fold_input_norm``, off, measured slower)
+(:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
 Class prompts run the encoder, the class decoder and the class head's post-mapping here. Click prompts run the
