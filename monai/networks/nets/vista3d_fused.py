@@ -255,6 +255,11 @@ class FusedClassBranch:
             return conv3x3x3_single_channel(image.contiguous(), conv.weight, n_out)
         return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
 
+    def _affine(self, norm: nn.Module, channels: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``norm``'s float32 ``(weight, bias)`` padded to ``channels``, or ``(None, None)`` where it has none."""
+        instance_norm = _instance_norm(norm)
+        return self.weights.affine(instance_norm, channels) if instance_norm.affine else (None, None)
+
     def _norm_act(
         self,
         x: torch.Tensor,
@@ -264,10 +269,8 @@ class FusedClassBranch:
         in_place: bool,
         stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        spec = _norm_spec(norm, act)
-        instance_norm = _instance_norm(norm)
-        weight, bias = self.weights.affine(instance_norm, x.shape[1]) if instance_norm.affine else (None, None)
-        real = instance_norm.num_features
+        weight, bias = self._affine(norm, x.shape[1])
+        spec, real = _norm_spec(norm, act), _instance_norm(norm).num_features
         if self.kernels == "torch":
             return norm_act_reference(x, weight, bias, spec, residual, real)
         return norm_act(x, weight, bias, spec, residual, real, out=x if in_place else None, stats=stats)
@@ -289,10 +292,8 @@ class FusedClassBranch:
         if not folds_input_norm(conv3d, x, self.config):
             y = self._norm_act(x, norm, act, None, in_place=in_place, stats=stats)
             return self._conv_norm_input(conv3d, y, residual=residual)
-        instance_norm = _instance_norm(norm)
-        weight, bias = self.weights.affine(instance_norm, x.shape[1]) if instance_norm.affine else (None, None)
         mean, var = instance_stats(x) if stats is None else stats
-        fold = InputNorm(mean, var, weight, bias, _norm_spec(norm, act))
+        fold = InputNorm(mean, var, *self._affine(norm, x.shape[1]), _norm_spec(norm, act))
         return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual, input_norm=fold)
 
     def _add(self, x: torch.Tensor, addend: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
