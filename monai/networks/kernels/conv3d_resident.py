@@ -35,13 +35,14 @@ staging buffer when the buffer is handed to that plane's warpgroup, read back in
 memory of its own.
 
 With an input norm (:py:class:`~monai.networks.kernels.instance_norm.InputNorm`, the norm and activation that
-precede the convolution), the producer is a warpgroup: it normalizes each landed slab in shared memory, one unit
-behind its loads, and hands it to the consumers only then, so the normalized input is never written to memory (the
-apply pass before the convolution disappears). Voxels outside the volume stay zero. The sample's scale and shift are
-computed once per tile; the producer then takes 72 registers, the consumers 216 each. Measured on an H100 in the
-fused forward, this form is slower than the apply pass it saves (16.15 against 11.44 ms per window at 14 windows):
-the producer's ~500 instructions and ~11 partition barriers per slab outlast the slab's MMAs, so the fused path
-leaves it off (``FusedConfig.fold_input_norm``).
+precede the convolution), the two consumers normalize the landed slabs in shared memory themselves, six each (the
+first two input planes' slabs the first plane's warpgroup, the last two's the second's), each the next slab of its
+share while the tensor cores multiply the current one; a slab the other consumer normalized is waited for as the TMA
+is without a norm. The normalized input is never written to memory (the apply pass before the convolution
+disappears) and voxels outside the volume stay zero. The sample's scale and shift are computed once per tile. (A
+first form normalized in the loader, a warpgroup then: its ~500 instructions and ~11 partition barriers per slab
+outlasted the slab's MMAs, 16.15 against 11.44 ms per window on an H100; a normalizing fourth partition finds no
+registers beside two consumers of 232-248.)
 
 The statistics take one pass over the plane, shifted by the warpgroup's previous plane's means (near this plane's,
 so the shifted sum of squares keeps its precision): the two-pass form kept 64 values per thread alive across the
@@ -113,14 +114,11 @@ _STAGES = {True: 3, False: 4}
 # holds the installed Triton (and, where it can install it, 3.6) to this table.
 SLAB_TRITONS = ((3, 6), (3, 7))
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
-# 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
-# average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248); with an
-# input norm the producer (a warpgroup then) 72 and the consumers 216 each (at 56 / 224: 212 producer spill stores
-# against 25, ptxas of Triton 3.6)
+# 12 warps (3 warpgroups: two consumers, the loader's one warp padded to four) of at most _MAXNREG registers on
+# average: the loader's warpgroup takes _LOADER_REGS, the second consumer _CONSUMER_REGS, the first the rest (248)
 _MAXNREG = 168
-_CONSUMER_REGS = {False: 232, True: 216}
-# the producer's registers by whether it normalizes the input too (a warpgroup's work then, not one warp's)
-_PRODUCER_REGS = {False: 24, True: 72}
+_CONSUMER_REGS = 232
+_LOADER_REGS = 24
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
 
 
@@ -200,7 +198,7 @@ if _GLUON_MISSING is None:
 
     @gluon.constexpr_function
     def _apply_layout(k):
-        # the normalizing warpgroup's layout of rows of 16 voxels x k channels: a thread holds a vector of channels
+        # the normalizing consumer's layout of rows of 16 voxels x k channels: a thread holds a vector of channels
         # of one voxel in every 2 rows (16 bytes of the 32 channel piece, 8 of the 16 channel one)
         vec = 32 * k // 128
         return gl.BlockedLayout([1, vec], [32 * vec // k, k // vec], [4, 1], [1, 0])
@@ -242,10 +240,10 @@ if _GLUON_MISSING is None:
     def _normalize_unit(u: gl.constexpr, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1, slope,
                         BLOCK_H: gl.constexpr, STAGES: gl.constexpr, SLABS: gl.constexpr,
                         ACT: gl.constexpr):  # fmt: skip
-        # unit u of the producer's i-th tile, once landed: normalized in place (norm0, norm1: the two channel
-        # pieces' (scale, shift)), then handed to the consumers (its group's ready barrier, as the TMA completes it
-        # when nothing is folded). All of a unit's reads come before its writes: each read-then-write of the same
-        # shared memory costs the warpgroup a barrier
+        # unit u of the consumer's i-th tile, once landed: normalized in place (norm0, norm1: the two channel
+        # pieces' (scale, shift)) by this consumer's warpgroup, then handed on (its group's ready barrier, as the TMA
+        # completes it when nothing is folded, for the other consumer where it uses the unit too). All of a unit's
+        # reads come before its writes: each read-then-write of the same shared memory costs the warpgroup a barrier
         UNIT: gl.constexpr = 3 if SLABS else 9
         K0: gl.constexpr = x0_s.shape[-1]
         K1: gl.constexpr = x1_s.shape[-1]
@@ -281,20 +279,18 @@ if _GLUON_MISSING is None:
         mbarrier.arrive(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), count=1)
 
     @gluon.jit
-    def _produce_units(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, D, H, W, C, n_tiles,
-                       mean_ptr, var_ptr, nw_ptr, nb_ptr, eps, slope,
-                       K0: gl.constexpr, K1: gl.constexpr, BLOCK_H: gl.constexpr,
-                       BLOCK_W: gl.constexpr, STAGES: gl.constexpr, SLABS: gl.constexpr, NORM: gl.constexpr,
-                       ACT: gl.constexpr, AFFINE: gl.constexpr):  # fmt: skip
-        # the producer warp: every tile's units in order into the ring; unit u goes to buffer u % STAGES (the same in
+    def _produce_units(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, n_tiles, D, H, W,
+                       BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, SLABS: gl.constexpr,
+                       NORM: gl.constexpr):  # fmt: skip
+        # the loader warp: every tile's units in order into the ring; unit u goes to buffer u % STAGES (the same in
         # every tile: the units per tile are a multiple of STAGES) once both planes' consumers have released that
         # buffer's previous unit, and completes its group's barrier for that buffer. A slab u = 3 * p + c: input
         # plane d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1, read through the input's
         # [H, B, D, W, C] view as BLOCK_H rows and the last two (a box's sizes are powers of two); a patch
         # u = 9 * p + 3 * r + c: the tile's rows and columns shifted by r - 1 and c - 1.
-        # With an input norm (NORM) a unit lands on its buffer's `landed` barrier and the producer's warpgroup
-        # normalizes it in place one unit behind the loads (so a load is in flight while it works), then hands it on
+        # With an input norm (NORM) a unit completes its buffer's `landed` barrier instead, for the normalizer
         UNIT: gl.constexpr = 3 if SLABS else 9
+        K0: gl.constexpr = x0_s.shape[-1]
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
         tiles_w = gl.cdiv(W, BLOCK_W)
@@ -303,9 +299,6 @@ if _GLUON_MISSING is None:
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            if NORM:  # the tile's sample's scale and shift, held for its units
-                norm0 = _norm_affine(b, C, 0, mean_ptr, var_ptr, nw_ptr, nb_ptr, eps, K0, AFFINE)
-                norm1 = _norm_affine(b, C, K0, mean_ptr, var_ptr, nw_ptr, nb_ptr, eps, K1, AFFINE)
             for u in gl.static_range(4 * UNIT):
                 # use i * 4 * UNIT // STAGES + u // STAGES of the buffer waits for the one before to be released (a
                 # fresh barrier passes the wait for parity 1)
@@ -334,18 +327,11 @@ if _GLUON_MISSING is None:
                     hs = h0 + (u % 9) // 3 - 1
                     tma_load(x0_desc, [b, dd, hs, ws, 0], bar, x0_s.index(u % STAGES))
                     tma_load(x1_desc, [b, dd, hs, ws, K0], bar, x1_s.index(u % STAGES))
-                if NORM:
-                    if u > 0:
-                        _normalize_unit(u - 1, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1,
-                                        slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
-            if NORM:  # the tile's last unit, before the next tile's loads
-                _normalize_unit(4 * UNIT - 1, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1,
-                                slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
             i += 1
 
     @gluon.jit
     def _release_unit(empty, u: gl.constexpr, UNIT: gl.constexpr, STAGES: gl.constexpr):
-        # unit u's buffer back to the producer: a unit both planes use needs both consumers' arrivals (the barrier
+        # unit u's buffer back to the loader: a unit both planes use needs both consumers' arrivals (the barrier
         # counts 2), one only this plane uses is released for both
         if _unit_group(u, UNIT) == 1:
             mbarrier.arrive(empty.index(u % STAGES), count=1)
@@ -379,17 +365,28 @@ if _GLUON_MISSING is None:
         gl.store(count_ptr + part, count)
         return mean
 
+    @gluon.constexpr_function
+    def _normalizer(u, unit):
+        # which plane's consumer normalizes unit u (with an input norm): the first input planes' units the first
+        # plane's, the last two's the second's, six slabs each, so each normalizes units it multiplies itself
+        return 0 if u < 2 * unit else 1
+
     @gluon.jit
-    def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc,
-                       count_ptr, mean_ptr, m2_ptr, D, H, W, n_tiles,
+    def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
+                       count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, slope,
+                       D, H, W, C, n_tiles,
                        PLANE: gl.constexpr, K0: gl.constexpr, K1: gl.constexpr, N: gl.constexpr,
                        BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
-                       RESIDUAL: gl.constexpr, SLABS: gl.constexpr):  # fmt: skip
+                       RESIDUAL: gl.constexpr, SLABS: gl.constexpr, NORM: gl.constexpr, ACT: gl.constexpr,
+                       AFFINE: gl.constexpr):  # fmt: skip
         # one warpgroup: output plane d0 + PLANE of each tile, from the units of input planes d0 - 1 + PLANE ...
         # d0 + 1 + PLANE (a slab through its three row shifts, a patch as it is): 27 products [N, K] x [K, BM] per
         # channel piece. Its epilogue runs while the other plane's warpgroup multiplies the slabs only that plane
         # uses; then it hands over the one staging buffer: the first plane's consumer to the second's, the second's
-        # to the next tile's first (with a residual, by loading that plane's residual into it)
+        # to the next tile's first (with a residual, by loading that plane's residual into it).
+        # With an input norm (NORM) each unit is normalized in shared memory by one of the two consumers
+        # (_normalizer) once it has landed, the next unit while this one's wgmmas run; the other consumer waits for
+        # that unit's ready barrier as it waits for the TMA without a norm
         BM: gl.constexpr = BLOCK_H * BLOCK_W
         UNIT: gl.constexpr = 3 if SLABS else 9
         FIRST: gl.constexpr = UNIT * PLANE
@@ -406,10 +403,17 @@ if _GLUON_MISSING is None:
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
+            if NORM:  # the tile's sample's scale and shift, for the units this consumer normalizes
+                norm0 = _norm_affine(b, C, 0, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, K0, AFFINE)
+                norm1 = _norm_affine(b, C, K0, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, K1, AFFINE)
+                if _normalizer(FIRST, UNIT) == PLANE:
+                    _normalize_unit(FIRST, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1,
+                                    slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
             acc = gl.zeros([N, BM], gl.float32, acc_layout)
             for u in gl.static_range(FIRST, FIRST + 3 * UNIT):
-                phase = (i * _ready_uses(u, UNIT, STAGES, False) + _ready_uses(u, UNIT, STAGES, True)) & 1
-                mbarrier.wait(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), phase)
+                if not NORM or _normalizer(u, UNIT) != PLANE:  # (else normalized by this warpgroup: its own writes)
+                    phase = (i * _ready_uses(u, UNIT, STAGES, False) + _ready_uses(u, UNIT, STAGES, True)) & 1
+                    mbarrier.wait(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), phase)
                 for r in gl.static_range(PRODUCTS):
                     if SLABS:
                         # the slab's rows r ... r + BLOCK_H - 1 (row shift r - 1), column shift u % 3 - 1, depth
@@ -423,6 +427,11 @@ if _GLUON_MISSING is None:
                         a1 = x1_s.index(u % STAGES).reshape([BM, K1]).permute((1, 0))
                     acc = warpgroup_mma(w0_s.index(tap).permute((1, 0)), a0, acc, is_async=True)
                     acc = warpgroup_mma(w1_s.index(tap).permute((1, 0)), a1, acc, is_async=True)
+                if NORM:  # the next unit, if this consumer normalizes it, while the tensor cores work on this one
+                    if u + 1 < FIRST + 3 * UNIT:
+                        if _normalizer(u + 1, UNIT) == PLANE:
+                            _normalize_unit(u + 1, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0,
+                                            norm1, slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
                 if u > FIRST:  # only this unit's products may still run: the previous unit's buffer is free
                     acc = warpgroup_mma_wait(num_outstanding=2 * PRODUCTS, deps=(acc,))
                     _release_unit(empty, u - 1, UNIT, STAGES)
@@ -489,19 +498,18 @@ if _GLUON_MISSING is None:
         STATS: gl.constexpr,
         RESIDUAL: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
-        PRODUCER_REGS: gl.constexpr,
+        LOADER_REGS: gl.constexpr,
         SLABS: gl.constexpr,
         NORM: gl.constexpr,
         ACT: gl.constexpr,
         AFFINE: gl.constexpr,
-        PRODUCER_WARPS: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         # one persistent program per SM (never more than n_tiles); the default warpgroup computes each tile's first
         # output plane, a worker warpgroup its second, a worker warp loads the input. RESIDUAL: r_desc reads the
         # residual (None without), loaded into the staging buffer before each plane's epilogue adds it. NORM: the
         # input is normalized (the norm_* statistics, with AFFINE the affine parameters, eps) and activated (ACT 1:
-        # ReLU, 2: leaky ReLU of `slope`, 0: none) as it lands, by the producer's warpgroup (PRODUCER_WARPS 4)
+        # ReLU, 2: leaky ReLU of `slope`, 0: none) as it lands, by a fourth partition (a warpgroup)
         UNIT: gl.constexpr = 3 if SLABS else 9
         gl.static_assert((4 * UNIT) % STAGES == 0, "a tile's units must fill the ring a whole number of times")
         gl.static_assert(BLOCK_W == 16, "the ring's views take rows of 16 voxels")
@@ -532,7 +540,7 @@ if _GLUON_MISSING is None:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(empty.index(q), count=2)
-        if NORM:  # landed: a buffer's load done, for the producer to normalize
+        if NORM:  # landed: a buffer's load done, for the normalizer
             landed = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             for q in gl.static_range(STAGES):
                 mbarrier.init(landed.index(q), count=1)
@@ -554,18 +562,19 @@ if _GLUON_MISSING is None:
         # (a worker partition takes no distributed tensors: each consumer builds its accumulator itself)
         gl.warp_specialize(
             [
-                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
-                                  mean_ptr, m2_ptr, D, H, W, n_tiles, 0, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL, SLABS)),
-                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
-                                  mean_ptr, m2_ptr, D, H, W, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL, SLABS)),
-                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, D, H, W,
-                                  C, n_tiles, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, slope, K0, K1,
-                                  BLOCK_H, BLOCK_W, STAGES, SLABS, NORM, ACT, AFFINE)),
+                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
+                                  count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr,
+                                  eps, slope, D, H, W, C, n_tiles, 0, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
+                                  RESIDUAL, SLABS, NORM, ACT, AFFINE)),
+                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
+                                  count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr,
+                                  eps, slope, D, H, W, C, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
+                                  RESIDUAL, SLABS, NORM, ACT, AFFINE)),
+                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, n_tiles,
+                                  D, H, W, BLOCK_H, BLOCK_W, STAGES, SLABS, NORM)),
             ],  # fmt: skip
-            [4, PRODUCER_WARPS],
-            [CONSUMER_REGS, PRODUCER_REGS],
+            [4, 1],
+            [CONSUMER_REGS, LOADER_REGS],
         )
 
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
@@ -574,9 +583,8 @@ if _GLUON_MISSING is None:
     def _constexprs(stats: bool, residual: bool, slabs: bool, norm: NormAct | None, affine: bool) -> dict:
         const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=_STAGES[slabs], STATS=stats)
         const.update(RESIDUAL=residual, SLABS=slabs, NORM=norm is not None, AFFINE=norm is not None and affine)
-        const.update(ACT=0 if norm is None else ACT_CODES[norm.act], CONSUMER_REGS=_CONSUMER_REGS[norm is not None])
-        const.update(PRODUCER_WARPS=1 if norm is None else 4, PRODUCER_REGS=_PRODUCER_REGS[norm is not None])
-        return dict(const, num_warps=_NUM_WARPS)
+        const.update(ACT=0 if norm is None else ACT_CODES[norm.act], CONSUMER_REGS=_CONSUMER_REGS)
+        return dict(const, LOADER_REGS=_LOADER_REGS, num_warps=_NUM_WARPS)
 
     def _boxes(slabs: bool) -> dict[str, list[int]]:
         # the TMA boxes of the kernel's descriptors: the two input channel pieces (slabs: a slab's first BLOCK_H rows

@@ -396,6 +396,118 @@ class TestSlabProtocol(unittest.TestCase):
             self.assertEqual(each * len(users), 2, f"unit {u}")
 
 
+class _Barrier:
+    """An mbarrier in the replay: ``count`` arrivals complete a phase; ``phases`` completed so far."""
+
+    def __init__(self, count: int = 1):
+        self.count, self.arrivals, self.phases = count, 0, 0
+
+    def arrive(self, n: int = 1) -> None:
+        self.arrivals += n
+        self.phases, self.arrivals = self.phases + self.arrivals // self.count, self.arrivals % self.count
+
+
+def _fold_schedule(unit: int, stages: int, tiles: int, norm: bool):
+    """The kernel's three partitions as generators over ``tiles`` tiles, in the order the jit code runs them: each
+    yields ``(barrier, phases)`` to wait until that barrier has completed that many phases. A wait that finds the
+    barrier a phase further on would read the wrong parity on the GPU: the replay fails it."""
+    group, uses, normalizer = conv3d_resident._unit_group, conv3d_resident._ready_uses, conv3d_resident._normalizer
+    ready = [_Barrier() for _ in range(3 * stages)]
+    landed = [_Barrier() for _ in range(stages)]
+    empty = [_Barrier(2) for _ in range(stages)]
+    y_bar = [_Barrier(), _Barrier()]
+    y_bar[0].arrive()  # the kernel hands the staging buffer to the first tile's first plane before the partitions
+    ring: dict[int, list] = {}  # buffer -> [tile, unit, normalized]
+
+    def loader():
+        for t in range(tiles):
+            for u in range(4 * unit):
+                yield empty[u % stages], t * (4 * unit // stages) + u // stages
+                ring[u % stages] = [t, u, False]
+                (landed[u % stages] if norm else ready[group(u, unit) * stages + u % stages]).arrive()
+
+    def normalize(t, u):
+        yield landed[u % stages], t * (4 * unit // stages) + u // stages + 1
+        assert ring[u % stages] == [t, u, False], f"tile {t} unit {u} normalized as {ring[u % stages]}"
+        ring[u % stages][2] = True
+        ready[group(u, unit) * stages + u % stages].arrive()
+
+    def release(u):
+        empty[u % stages].arrive(1 if group(u, unit) == 1 else 2)
+
+    def consumer(plane):
+        first = unit * plane
+        for t in range(tiles):
+            if norm and normalizer(first, unit) == plane:
+                yield from normalize(t, first)
+            for u in range(first, first + 3 * unit):
+                if not norm or normalizer(u, unit) != plane:
+                    bar = ready[group(u, unit) * stages + u % stages]
+                    yield bar, t * uses(u, unit, stages, False) + uses(u, unit, stages, True) + 1
+                assert ring[u % stages] == [t, u, norm], f"plane {plane} multiplied {ring[u % stages]} for {t, u}"
+                if norm and u + 1 < first + 3 * unit and normalizer(u + 1, unit) == plane:
+                    yield from normalize(t, u + 1)
+                if u > first:
+                    release(u - 1)
+            release(first + 3 * unit - 1)
+            yield y_bar[plane], t + 1  # the epilogue's staging buffer, then handed to the other plane
+            if plane == 0 or t + 1 < tiles:
+                y_bar[1 - plane].arrive()
+
+    return [consumer(0), consumer(1), loader()]
+
+
+def _replay(partitions, order) -> None:
+    """Run the partitions, each until it waits on a barrier not yet there, taking turns by ``order`` (a list of
+    partition indices to favour); fail on a deadlock or a wait that finds its barrier a phase too far."""
+    waiting: dict[int, tuple] = {}
+    live = set(range(len(partitions)))
+    while live:
+        progressed = False
+        for k in [k for k in order if k in live]:
+            while k in live:
+                if k in waiting:
+                    bar, phases = waiting[k]
+                    if bar.phases < phases:
+                        break
+                    assert bar.phases == phases, f"partition {k} waits for phase {phases}, barrier at {bar.phases}"
+                    del waiting[k]
+                try:
+                    waiting[k] = next(partitions[k])
+                    progressed = True
+                except StopIteration:
+                    live.discard(k)
+                    progressed = True
+        if not progressed:
+            raise AssertionError(f"deadlock: {({k: waiting[k][1] for k in live})}")
+
+
+@unittest.skipUnless(conv3d_resident._GLUON_MISSING is None, f"no Gluon: {conv3d_resident._GLUON_MISSING}")
+class TestFoldProtocol(unittest.TestCase):
+    """The input norm's schedule replayed in Python: the loader, both consumers normalizing their share of the units
+    (each the next one while its MMAs run) and the staging buffer's hand-over, in several interleavings: no deadlock,
+    no wait a phase behind, no unit multiplied before it is normalized or normalized twice."""
+
+    @parameterized.expand([(u, s, n) for u, s in ((3, 3), (9, 4)) for n in (False, True)])
+    def test_interleavings(self, unit, stages, norm):
+        for order in ([0, 1, 2], [2, 1, 0], [1, 0, 2], [2, 0, 1]):
+            _replay(_fold_schedule(unit, stages, tiles=5, norm=norm), order)
+
+    def test_each_consumer_normalizes_what_it_multiplies(self):
+        for unit in (3, 9):
+            for u in range(4 * unit):
+                plane = conv3d_resident._normalizer(u, unit)
+                self.assertTrue(unit * plane <= u < unit * plane + 3 * unit, f"unit {u} of {unit}")
+            self.assertEqual(sum(conv3d_resident._normalizer(u, unit) for u in range(4 * unit)), 2 * unit)
+
+    def test_a_wrong_schedule_fails(self):
+        # the replay catches a split where no consumer normalizes the last input plane's units (a deadlock)
+        with mock.patch.object(conv3d_resident, "_normalizer", lambda u, unit: 0):
+            schedule = _fold_schedule(3, 3, tiles=2, norm=True)
+            with self.assertRaises(AssertionError):
+                _replay(schedule, [1, 2, 0])
+
+
 @unittest.skipUnless(REASON is None, f"the resident-weight convolution does not run here: {REASON}")
 class TestResidentConv(unittest.TestCase):
     """The kernel with its default loads (slabs where this Triton builds them, ``slabs=None``); TestResidentConvPatches
