@@ -93,9 +93,10 @@ class FusedConfig:
             slice: 1.85 ms per 117-class 128^3 window on the H200). Read by :py:attr:`stitch_window_add`.
         fold_input_norm: the resident-weight kernel normalizes and activates its input as it loads it (the norm
             and activation before each 48-channel convolution), so the norm's apply pass does not run for those
-            convolutions; ``False`` runs the apply pass first. Off: measured slower on an H100, 16.15 against
-            11.44 ms per window at 14 windows (``tests/benchmarks/vista3d_fused.py --triton-conv fold,nofold``): the
-            normalizing producer outlasts the MMAs. Read by :py:func:`folds_input_norm`.
+            convolutions; ``False`` runs the apply pass first. Off: the first form (the loader normalizing) was
+            slower on an H100, 16.15 against 11.44 ms per window at 14 windows (``tests/benchmarks/vista3d_fused.py
+            --triton-conv fold,nofold``); the present form (the consumers normalizing) is not yet measured on a GPU.
+            Read by :py:func:`folds_input_norm`.
     """
 
     kernels: str = "triton"

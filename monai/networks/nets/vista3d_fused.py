@@ -18,7 +18,7 @@ kernels with its affine map, residual add and activation (:py:mod:`monai.network
 channels with the next norm's statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels, on Hopper, as a persistent Gluon kernel with the
 weights resident in shared memory and the statistics and the residual add in its epilogue (it can also apply the
-preceding norm as it loads its input: ``FusedConfig.fold_input_norm``, off, measured slower)
+preceding norm as it loads its input: ``FusedConfig.fold_input_norm``, off until measured faster)
 (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
