@@ -288,7 +288,8 @@ if _GLUON_MISSING is None:
         # plane d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1, read through the input's
         # [H, B, D, W, C] view as BLOCK_H rows and the last two (a box's sizes are powers of two); a patch
         # u = 9 * p + 3 * r + c: the tile's rows and columns shifted by r - 1 and c - 1.
-        # With an input norm (NORM) a unit completes its buffer's `landed` barrier instead, for the normalizer
+        # With an input norm (NORM) a unit completes its buffer's `landed` barrier instead, for the consumer that
+        # normalizes it
         UNIT: gl.constexpr = 3 if SLABS else 9
         K0: gl.constexpr = x0_s.shape[-1]
         pid = gl.program_id(0)
@@ -509,7 +510,7 @@ if _GLUON_MISSING is None:
         # output plane, a worker warpgroup its second, a worker warp loads the input. RESIDUAL: r_desc reads the
         # residual (None without), loaded into the staging buffer before each plane's epilogue adds it. NORM: the
         # input is normalized (the norm_* statistics, with AFFINE the affine parameters, eps) and activated (ACT 1:
-        # ReLU, 2: leaky ReLU of `slope`, 0: none) as it lands, by a fourth partition (a warpgroup)
+        # ReLU, 2: leaky ReLU of `slope`, 0: none) as it lands, by the consumers (_normalizer says which)
         UNIT: gl.constexpr = 3 if SLABS else 9
         gl.static_assert((4 * UNIT) % STAGES == 0, "a tile's units must fill the ring a whole number of times")
         gl.static_assert(BLOCK_W == 16, "the ring's views take rows of 16 voxels")
@@ -540,7 +541,7 @@ if _GLUON_MISSING is None:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(empty.index(q), count=2)
-        if NORM:  # landed: a buffer's load done, for the normalizer
+        if NORM:  # landed: a buffer's load done, for the consumer that normalizes it
             landed = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
             for q in gl.static_range(STAGES):
                 mbarrier.init(landed.index(q), count=1)

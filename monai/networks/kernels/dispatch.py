@@ -194,7 +194,12 @@ def folds_input_norm(conv: nn.Conv3d, x: torch.Tensor, config: FusedConfig) -> b
     """Whether ``conv(x)``'s kernel on the fused path applies a norm and activation of ``x`` as it loads it
     (``config.fold_input_norm`` and the resident-weight kernel chosen), so :py:func:`conv3x3x3_dispatch` takes an
     ``input_norm`` for it."""
-    return config.fold_input_norm and choose_conv3x3x3(conv, x, config)[0] == "resident"
+    return _folds(choose_conv3x3x3(conv, x, config)[0], config)
+
+
+def _folds(kernel: str, config: FusedConfig) -> bool:
+    # whether `kernel` (choose_conv3x3x3's choice) applies the input norm under `config`
+    return config.fold_input_norm and kernel == "resident"
 
 
 def conv3x3x3_dispatch(
@@ -222,7 +227,7 @@ def conv3x3x3_dispatch(
         residual.
     """
     kernel, launch = choose_conv3x3x3(conv, x, config)
-    if input_norm is not None and not folds_input_norm(conv, x, config):
+    if input_norm is not None and not _folds(kernel, config):
         raise ValueError(f"the {kernel} kernel chosen for {conv} does not fold an input norm: apply it first.")
     if kernel == "resident":
         slabs = config.resident_conv == "slabs"
