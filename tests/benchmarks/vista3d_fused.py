@@ -306,7 +306,7 @@ def conv_tables() -> dict[str, dict]:
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
     resident kernel's patch loads, ``fold`` / ``nofold`` the default with the norms before it applied as it loads its
-    input / as apply passes."""
+    input / as apply passes, ``pdl`` / ``fold+pdl`` those with the Triton kernels launched dependent."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
@@ -315,6 +315,13 @@ def conv_tables() -> dict[str, dict]:
         "patches": dict(triton_launches=default, resident_conv="patches"),
         "fold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=True),
         "nofold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=False),
+        "pdl": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, dependent_launch=True),
+        "fold+pdl": dict(
+            triton_launches=default,
+            resident_conv=FusedConfig().resident_conv,
+            fold_input_norm=True,
+            dependent_launch=True,
+        ),
         "noresident": dict(triton_launches=default, resident_conv="off"),
         "cudnn": dict(triton_launches={}, resident_conv="off"),
         "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),

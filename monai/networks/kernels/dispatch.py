@@ -97,6 +97,9 @@ class FusedConfig:
             slower on an H100, 16.15 against 11.44 ms per window at 14 windows (``tests/benchmarks/vista3d_fused.py
             --triton-conv fold,nofold``); the present form (the consumers normalizing) is not yet measured on a GPU.
             Read by :py:func:`folds_input_norm`.
+        dependent_launch: launch the fused Triton kernels as programmatic dependent launches on Hopper, so each
+            starts while the kernel before it drains (:py:func:`~monai.utils.triton_support.dependent_launches`);
+            the results are the same. Off until measured on a GPU. Read by the forward's drivers (``GraphCache``).
     """
 
     kernels: str = "triton"
@@ -106,6 +109,7 @@ class FusedConfig:
     cudnn_autotune: bool = True
     window_add: bool = True
     fold_input_norm: bool = False
+    dependent_launch: bool = False
 
     def __post_init__(self):
         if self.kernels not in KERNELS:
