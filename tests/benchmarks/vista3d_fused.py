@@ -79,41 +79,6 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
-def resident_kernels(dev, x_pad, w, gamma, beta, spec, flop) -> list[dict]:
-    """The resident-weight convolution with statistics, alone, with the norm and activation of its input folded in,
-    and after the norm's apply pass (what the fused path runs without the fold); none where the GPU cannot run it."""
-    from monai.networks.kernels.conv3d import conv3x3x3_weights
-    from monai.networks.kernels.conv3d_resident import conv3x3x3_resident, resident_unavailable_reason
-    from monai.networks.kernels.instance_norm import InputNorm, instance_stats, norm_act
-
-    if resident_unavailable_reason(dev) is not None:
-        return []
-    gemm = conv3x3x3_weights(w.float(), out_columns=64, planes=1)
-    mean, var = instance_stats(x_pad)
-    fold = InputNorm(mean, var, gamma, beta, spec)
-    variants = [
-        ("conv 48->48, resident Gluon + statistics", lambda: conv3x3x3_resident(x_pad, gemm, stats=True)),
-        (
-            "conv 48->48, resident Gluon + statistics, the input's norm + ReLU folded in",
-            lambda: conv3x3x3_resident(x_pad, gemm, stats=True, input_norm=fold),
-        ),
-        (
-            "norm apply pass, then conv 48->48 resident Gluon + statistics",
-            lambda: conv3x3x3_resident(
-                norm_act(x_pad, gamma, beta, spec, real_channels=48, stats=(mean, var)), gemm, stats=True
-            ),
-        ),
-    ]
-    folded = variants[1][1]()[0][:, :48].double()
-    applied = variants[2][1]()[0][:, :48].double()
-    agree = ((folded - applied).norm() / applied.norm()).item()
-    rows = [{"op": name, "ms": bench(fn, True), "rel_err": float("nan")} for name, fn in variants]
-    for row in rows:
-        row["tflops"] = flop / row["ms"] / 1e9
-    rows[1]["rel_err"] = agree  # folded against applied-then-convolved
-    return rows
-
-
 def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
     from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act
     from monai.networks.kernels.padded_weights import pad_channels
@@ -184,7 +149,6 @@ def kernels(dev: torch.device, batch: int, size: int) -> list[dict]:
         )
     moved_stats = y_pad.numel() * 2
     moved_apply = 2 * y.numel() * 2
-    rows += resident_kernels(dev, x_pad, w, gamma_p, beta_p, spec, flop)
     for name, fn in variants:
         ms = bench(fn, cuda)
         if name.startswith("norm apply alone"):
@@ -305,23 +269,14 @@ def conv_tables() -> dict[str, dict]:
     :py:class:`FusedConfig` fields ``triton_launches`` and ``resident_conv`` of each; only ``default`` runs the
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
-    resident kernel's patch loads, ``fold`` / ``nofold`` the default with the norms before it applied as it loads its
-    input / as apply passes, ``pdl`` / ``fold+pdl`` those with the Triton kernels launched dependent."""
+    resident kernel's patch loads, ``pdl`` the default with the Triton kernels launched dependent."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
     return {
         "default": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv),
         "patches": dict(triton_launches=default, resident_conv="patches"),
-        "fold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=True),
-        "nofold": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, fold_input_norm=False),
         "pdl": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, dependent_launch=True),
-        "fold+pdl": dict(
-            triton_launches=default,
-            resident_conv=FusedConfig().resident_conv,
-            fold_input_norm=True,
-            dependent_launch=True,
-        ),
         "noresident": dict(triton_launches=default, resident_conv="off"),
         "cudnn": dict(triton_launches={}, resident_conv="off"),
         "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),
@@ -457,9 +412,12 @@ _KINDS = [  # the first kind whose keys a kernel's name contains
 ]
 
 
-def fused_forward(dev: torch.device, bs: int, roi: int, n_classes: int) -> Callable[[], torch.Tensor]:
-    """One fp16 fused forward of ``bs`` random ``roi``-cubed windows of a random ``vista3d132``, as a callable."""
-    net = build_net(False, dev).fuse(BASE)
+def fused_forward(
+    dev: torch.device, bs: int, roi: int, n_classes: int, config: FusedConfig | None = None
+) -> Callable[[], torch.Tensor]:
+    """One fp16 fused forward of ``bs`` random ``roi``-cubed windows of a random ``vista3d132`` (``config``, default
+    the run's), as a callable."""
+    net = build_net(False, dev).fuse(BASE if config is None else config)
     cv = torch.tensor(everything_labels()[:n_classes], device=dev).view(-1, 1)
     x = torch.rand((bs, 1, roi, roi, roi), generator=torch.Generator().manual_seed(0)).to(dev)
 
@@ -509,12 +467,32 @@ def gpu_span_and_busy(events) -> tuple[float, float]:
     return (max(e for _, e in spans) - spans[0][0]) / 1e3, busy / 1e3
 
 
-def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
+def kind_of(kernel: str) -> str:
+    """The kind (:data:`_KINDS`) of a CUDA kernel's name."""
+    return next((k for k, keys in _KINDS if any(s.lower() in kernel.lower() for s in keys)), "other")
+
+
+def idle_before_kinds(events) -> dict[str, tuple[int, float]]:
+    """The GPU's idle time between kernels, by the kind of the kernel that ends each gap: ``{kind: (gaps, ms)}``."""
+    from torch.autograd import DeviceType
+
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA)
+    idle: dict[str, tuple[int, float]] = {}
+    end = kernels[0][1] if kernels else 0.0
+    for start, stop, name in kernels[1:]:
+        if start > end:
+            n, ms = idle.get(kind_of(name), (0, 0.0))
+            idle[kind_of(name)] = (n + 1, ms + (start - end) / 1e3)
+        end = max(end, stop)
+    return dict(sorted(idle.items(), key=lambda kv: -kv[1][1]))
+
+
+def profile(dev: torch.device, bs: int, roi: int, n_classes: int, config: FusedConfig) -> list[dict]:
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
-    run = fused_forward(dev, bs, roi, n_classes)
+    run = fused_forward(dev, bs, roi, n_classes, config)
     real_f = vista3d_fused.F
 
     class LayoutSpy:  # reports convolutions whose output cuDNN did not leave channels-last
@@ -554,7 +532,7 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
         us = getattr(evt, "self_device_time_total", None) or getattr(evt, "self_cuda_time_total", 0.0)
         if not us:
             continue
-        kind = next((k for k, keys in _KINDS if any(s.lower() in evt.key.lower() for s in keys)), "other")
+        kind = kind_of(evt.key)
         totals[kind] = totals.get(kind, 0.0) + us / 1e3
         names.setdefault(kind, set()).add(evt.key[:60])
     total = sum(totals.values())
@@ -568,6 +546,10 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int) -> list[dict]:
           f"them {span - busy:.2f} ms ({(span - busy) / bs:.3f} ms / window)")  # fmt: skip
     for r in rows:
         print(f"  {r['kind']:28s} {r['ms']:8.2f} ms {r['ms_per_window']:7.2f} ms/window {100 * r['share']:5.1f} %")
+    print("  idle GPU before each kind of kernel (gaps, ms):")
+    for kind, (n, ms) in idle_before_kinds(prof.events()).items():
+        print(f"    {kind:40s} {n:4d} gaps {ms:7.3f} ms")
+    print(f"  without the profiler: {bench(run, True):.2f} ms per forward of {bs} windows")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
     return rows
 
@@ -594,6 +576,7 @@ def main(argv=None) -> int:
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--profile", default="", help="profile one fused forward of each of these window batches (1,14)")
+    p.add_argument("--profile-conv", default="default", help="the --triton-conv choice the profiles run")
     p.add_argument(
         "--memory-snapshot",
         default=None,
@@ -637,7 +620,9 @@ def main(argv=None) -> int:
         out["memory"] = memory_peak(dev, max(int(b) for b in a.sw_batch_sizes.split(",")), roi, a.classes,
                                     a.memory_snapshot)  # fmt: skip
     if a.profile and cuda:
-        out["profile"] = {bs: profile(dev, bs, roi, a.classes) for bs in map(int, a.profile.split(","))}
+        config = variant(a.profile_conv, cuda)
+        print(f"--- profiles of {a.profile_conv!r}: {config}")
+        out["profile"] = {bs: profile(dev, bs, roi, a.classes, config) for bs in map(int, a.profile.split(","))}
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -34,16 +34,6 @@ staging buffer when the buffer is handed to that plane's warpgroup, read back in
 (``ldmatrix``, mirroring the store's ``stmatrix``) and added in fp32 before the rounding, so it takes no shared
 memory of its own.
 
-With an input norm (:py:class:`~monai.networks.kernels.instance_norm.InputNorm`, the norm and activation that
-precede the convolution), the two consumers normalize the landed slabs in shared memory themselves, six each (the
-first two input planes' slabs the first plane's warpgroup, the last two's the second's), each the next slab of its
-share while the tensor cores multiply the current one; a slab the other consumer normalized is waited for as the TMA
-is without a norm. The normalized input is never written to memory (the apply pass before the convolution
-disappears) and voxels outside the volume stay zero. The sample's scale and shift are computed once per tile. (A
-first form normalized in the loader, a warpgroup then: its ~500 instructions and ~11 partition barriers per slab
-outlasted the slab's MMAs, 16.15 against 11.44 ms per window on an H100; a normalizing fourth partition finds no
-registers beside two consumers of 232-248.)
-
 The statistics take one pass over the plane, shifted by the warpgroup's previous plane's means (near this plane's,
 so the shifted sum of squares keeps its precision): the two-pass form kept 64 values per thread alive across the
 mean's reduction and spilled.
@@ -71,7 +61,7 @@ import torch
 from monai.networks.kernels.gluon_compat import GLUON_EXPECTED_FROM as OLDEST_TRITON
 from monai.networks.kernels.gluon_compat import GLUON_MISSING as _GLUON_MISSING
 from monai.networks.kernels.gluon_compat import triton_release
-from monai.networks.kernels.instance_norm import ACT_CODES, InputNorm, NormAct, merge_parts_triton
+from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import interpreting, triton
 
 __all__ = [
@@ -91,7 +81,6 @@ if _GLUON_MISSING is None:
         gl,
         gluon,
         mbarrier,
-        thread_barrier,
         tma,
         tma_load,
         tma_store,
@@ -114,11 +103,11 @@ _STAGES = {True: 3, False: 4}
 # holds the installed Triton (and, where it can install it, 3.6) to this table.
 SLAB_TRITONS = ((3, 6), (3, 7))
 _NUM_WARPS = 4  # the default partition: the first plane's warpgroup
-# 12 warps (3 warpgroups: two consumers, the loader's one warp padded to four) of at most _MAXNREG registers on
-# average: the loader's warpgroup takes _LOADER_REGS, the second consumer _CONSUMER_REGS, the first the rest (248)
+# 12 warps (3 warpgroups: two consumers, the producer's one warp padded to four) of at most _MAXNREG registers on
+# average: the producer's warpgroup takes 24, the second consumer _CONSUMER_REGS, the first the rest (248)
 _MAXNREG = 168
 _CONSUMER_REGS = 232
-_LOADER_REGS = 24
+_PRODUCER_REGS = 24
 SHARED_LIMIT = 232448  # bytes of shared memory one block may use on compute capability 9.0
 
 
@@ -196,102 +185,17 @@ if _GLUON_MISSING is None:
         else:
             return start._reinterpret(gl.float16, desc.block_type.shape, desc.layout)
 
-    @gluon.constexpr_function
-    def _apply_layout(k):
-        # the normalizing consumer's layout of rows of 16 voxels x k channels: a thread holds a vector of channels
-        # of one voxel in every 2 rows (16 bytes of the 32 channel piece, 8 of the 16 channel one)
-        vec = 32 * k // 128
-        return gl.BlockedLayout([1, vec], [32 * vec // k, k // vec], [4, 1], [1, 0])
-
     @gluon.jit
-    def _norm_affine(b, C, c0, mean_ptr, var_ptr, nw_ptr, nb_ptr, eps, K: gl.constexpr, AFFINE: gl.constexpr):
-        # sample b's (scale, shift) of channels c0 ... c0 + K - 1 in the normalizing layout: the norm is
-        # x * scale + shift, as the apply pass computes it
-        layout: gl.constexpr = _apply_layout(K)
-        c = c0 + gl.arange(0, K, layout=gl.SliceLayout(0, layout))
-        mean = gl.load(mean_ptr + b * C + c)
-        scale = gl.rsqrt(gl.load(var_ptr + b * C + c) + eps)
-        if AFFINE:
-            scale = scale * gl.load(nw_ptr + c)
-            shift = gl.load(nb_ptr + c) - mean * scale
-        else:
-            shift = -mean * scale
-        return scale, shift
-
-    @gluon.jit
-    def _normalized(x, norm, h, w, d, D, H, W, slope, ACT: gl.constexpr):
-        # act(x * scale + shift) of `x` [rows x 16 voxels, K] whose first row is row h, column w of plane d, in fp32
-        # and rounded to fp16 as the apply pass does. Voxels outside the volume (the TMA's zero padding) stay zero:
-        # the convolution pads the normalized input with zeros, not the raw one
-        i = gl.arange(0, x.shape[0], layout=gl.SliceLayout(1, x.type.layout))
-        hh = h + i // 16
-        ww = w + i % 16
-        inside = (hh >= 0) & (hh < H) & (ww >= 0) & (ww < W) & (d >= 0) & (d < D)
-        y = x.to(gl.float32) * norm[0][None, :] + norm[1][None, :]
-        if ACT == 2:
-            y = gl.where(y > 0, y, y * slope)
-        y = y.to(gl.float16)
-        zero = gl.zeros_like(y)
-        if ACT == 1:  # after the rounding (the same values): one max per two channels
-            y = gl.maximum(y, zero)
-        return gl.where(inside[:, None], y, zero)
-
-    @gluon.jit
-    def _normalize_unit(u: gl.constexpr, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1, slope,
-                        BLOCK_H: gl.constexpr, STAGES: gl.constexpr, SLABS: gl.constexpr,
-                        ACT: gl.constexpr):  # fmt: skip
-        # unit u of the consumer's i-th tile, once landed: normalized in place (norm0, norm1: the two channel
-        # pieces' (scale, shift)) by this consumer's warpgroup, then handed on (its group's ready barrier, as the TMA
-        # completes it when nothing is folded, for the other consumer where it uses the unit too). All of a unit's
-        # reads come before its writes: each read-then-write of the same shared memory costs the warpgroup a barrier
-        UNIT: gl.constexpr = 3 if SLABS else 9
-        K0: gl.constexpr = x0_s.shape[-1]
-        K1: gl.constexpr = x1_s.shape[-1]
-        L0: gl.constexpr = _apply_layout(K0)
-        L1: gl.constexpr = _apply_layout(K1)
-        mbarrier.wait(landed.index(u % STAGES), (i * (4 * UNIT // STAGES) + u // STAGES) & 1)
-        dd = d0 + u // UNIT - 1
-        ws = w0 + u % 3 - 1
-        if SLABS:  # the slab's first BLOCK_H rows (from row h0 - 1) and its last two (a tensor's sizes are powers of 2)
-            v0 = _ring_rows(x0_s, (u % STAGES) * (BLOCK_H + 2), BLOCK_H)
-            v0h = _ring_rows(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, 2)
-            v1 = _ring_rows(x1_s, (u % STAGES) * (BLOCK_H + 2), BLOCK_H)
-            v1h = _ring_rows(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, 2)
-            a0 = v0.load(L0)
-            a0h = v0h.load(L0)
-            a1 = v1.load(L1)
-            a1h = v1h.load(L1)
-            v0.store(_normalized(a0, norm0, h0 - 1, ws, dd, D, H, W, slope, ACT))
-            v0h.store(_normalized(a0h, norm0, h0 - 1 + BLOCK_H, ws, dd, D, H, W, slope, ACT))
-            v1.store(_normalized(a1, norm1, h0 - 1, ws, dd, D, H, W, slope, ACT))
-            v1h.store(_normalized(a1h, norm1, h0 - 1 + BLOCK_H, ws, dd, D, H, W, slope, ACT))
-        else:  # the patch: the tile's rows shifted by its row shift
-            hs = h0 + (u % 9) // 3 - 1
-            v0 = x0_s.index(u % STAGES).reshape([BLOCK_H * 16, K0])
-            v1 = x1_s.index(u % STAGES).reshape([BLOCK_H * 16, K1])
-            a0 = v0.load(L0)
-            a1 = v1.load(L1)
-            v0.store(_normalized(a0, norm0, hs, ws, dd, D, H, W, slope, ACT))
-            v1.store(_normalized(a1, norm1, hs, ws, dd, D, H, W, slope, ACT))
-        # every thread's stores made visible to the wgmmas (the async proxy), then one arrival for the warpgroup
-        fence_async_shared()
-        thread_barrier()
-        mbarrier.arrive(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), count=1)
-
-    @gluon.jit
-    def _produce_units(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, n_tiles, D, H, W,
-                       BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, SLABS: gl.constexpr,
-                       NORM: gl.constexpr):  # fmt: skip
-        # the loader warp: every tile's units in order into the ring; unit u goes to buffer u % STAGES (the same in
+    def _produce_units(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                       K0: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
+                       STAGES: gl.constexpr, SLABS: gl.constexpr):  # fmt: skip
+        # the producer warp: every tile's units in order into the ring; unit u goes to buffer u % STAGES (the same in
         # every tile: the units per tile are a multiple of STAGES) once both planes' consumers have released that
         # buffer's previous unit, and completes its group's barrier for that buffer. A slab u = 3 * p + c: input
         # plane d0 - 1 + p, rows h0 - 1 ... h0 + BLOCK_H, columns shifted by c - 1, read through the input's
         # [H, B, D, W, C] view as BLOCK_H rows and the last two (a box's sizes are powers of two); a patch
-        # u = 9 * p + 3 * r + c: the tile's rows and columns shifted by r - 1 and c - 1.
-        # With an input norm (NORM) a unit completes its buffer's `landed` barrier instead, for the consumer that
-        # normalizes it
+        # u = 9 * p + 3 * r + c: the tile's rows and columns shifted by r - 1 and c - 1
         UNIT: gl.constexpr = 3 if SLABS else 9
-        K0: gl.constexpr = x0_s.shape[-1]
         pid = gl.program_id(0)
         n_prog = gl.num_programs(0)
         tiles_w = gl.cdiv(W, BLOCK_W)
@@ -304,10 +208,7 @@ if _GLUON_MISSING is None:
                 # use i * 4 * UNIT // STAGES + u // STAGES of the buffer waits for the one before to be released (a
                 # fresh barrier passes the wait for parity 1)
                 mbarrier.wait(empty.index(u % STAGES), ((i * (4 * UNIT // STAGES) + u // STAGES) & 1) ^ 1)
-                if NORM:
-                    bar = landed.index(u % STAGES)
-                else:
-                    bar = ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES)
+                bar = ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES)
                 dd = d0 + u // UNIT - 1
                 ws = w0 + u % 3 - 1
                 if SLABS:
@@ -332,7 +233,7 @@ if _GLUON_MISSING is None:
 
     @gluon.jit
     def _release_unit(empty, u: gl.constexpr, UNIT: gl.constexpr, STAGES: gl.constexpr):
-        # unit u's buffer back to the loader: a unit both planes use needs both consumers' arrivals (the barrier
+        # unit u's buffer back to the producer: a unit both planes use needs both consumers' arrivals (the barrier
         # counts 2), one only this plane uses is released for both
         if _unit_group(u, UNIT) == 1:
             mbarrier.arrive(empty.index(u % STAGES), count=1)
@@ -366,28 +267,17 @@ if _GLUON_MISSING is None:
         gl.store(count_ptr + part, count)
         return mean
 
-    @gluon.constexpr_function
-    def _normalizer(u, unit):
-        # which plane's consumer normalizes unit u (with an input norm): the first input planes' units the first
-        # plane's, the last two's the second's, six slabs each, so each normalizes units it multiplies itself
-        return 0 if u < 2 * unit else 1
-
     @gluon.jit
-    def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
-                       count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, slope,
-                       D, H, W, C, n_tiles,
+    def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc,
+                       count_ptr, mean_ptr, m2_ptr, D, H, W, n_tiles,
                        PLANE: gl.constexpr, K0: gl.constexpr, K1: gl.constexpr, N: gl.constexpr,
                        BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr, STAGES: gl.constexpr, STATS: gl.constexpr,
-                       RESIDUAL: gl.constexpr, SLABS: gl.constexpr, NORM: gl.constexpr, ACT: gl.constexpr,
-                       AFFINE: gl.constexpr):  # fmt: skip
+                       RESIDUAL: gl.constexpr, SLABS: gl.constexpr):  # fmt: skip
         # one warpgroup: output plane d0 + PLANE of each tile, from the units of input planes d0 - 1 + PLANE ...
         # d0 + 1 + PLANE (a slab through its three row shifts, a patch as it is): 27 products [N, K] x [K, BM] per
         # channel piece. Its epilogue runs while the other plane's warpgroup multiplies the slabs only that plane
         # uses; then it hands over the one staging buffer: the first plane's consumer to the second's, the second's
-        # to the next tile's first (with a residual, by loading that plane's residual into it).
-        # With an input norm (NORM) each unit is normalized in shared memory by one of the two consumers
-        # (_normalizer) once it has landed, the next unit while this one's wgmmas run; the other consumer waits for
-        # that unit's ready barrier as it waits for the TMA without a norm
+        # to the next tile's first (with a residual, by loading that plane's residual into it)
         BM: gl.constexpr = BLOCK_H * BLOCK_W
         UNIT: gl.constexpr = 3 if SLABS else 9
         FIRST: gl.constexpr = UNIT * PLANE
@@ -404,17 +294,10 @@ if _GLUON_MISSING is None:
         i = 0
         for tile in range(pid, n_tiles, n_prog):
             b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            if NORM:  # the tile's sample's scale and shift, for the units this consumer normalizes
-                norm0 = _norm_affine(b, C, 0, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, K0, AFFINE)
-                norm1 = _norm_affine(b, C, K0, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr, eps, K1, AFFINE)
-                if _normalizer(FIRST, UNIT) == PLANE:
-                    _normalize_unit(FIRST, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0, norm1,
-                                    slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
             acc = gl.zeros([N, BM], gl.float32, acc_layout)
             for u in gl.static_range(FIRST, FIRST + 3 * UNIT):
-                if not NORM or _normalizer(u, UNIT) != PLANE:  # (else normalized by this warpgroup: its own writes)
-                    phase = (i * _ready_uses(u, UNIT, STAGES, False) + _ready_uses(u, UNIT, STAGES, True)) & 1
-                    mbarrier.wait(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), phase)
+                phase = (i * _ready_uses(u, UNIT, STAGES, False) + _ready_uses(u, UNIT, STAGES, True)) & 1
+                mbarrier.wait(ready.index(_unit_group(u, UNIT) * STAGES + u % STAGES), phase)
                 for r in gl.static_range(PRODUCTS):
                     if SLABS:
                         # the slab's rows r ... r + BLOCK_H - 1 (row shift r - 1), column shift u % 3 - 1, depth
@@ -428,11 +311,6 @@ if _GLUON_MISSING is None:
                         a1 = x1_s.index(u % STAGES).reshape([BM, K1]).permute((1, 0))
                     acc = warpgroup_mma(w0_s.index(tap).permute((1, 0)), a0, acc, is_async=True)
                     acc = warpgroup_mma(w1_s.index(tap).permute((1, 0)), a1, acc, is_async=True)
-                if NORM:  # the next unit, if this consumer normalizes it, while the tensor cores work on this one
-                    if u + 1 < FIRST + 3 * UNIT:
-                        if _normalizer(u + 1, UNIT) == PLANE:
-                            _normalize_unit(u + 1, i, x0_s, x1_s, landed, ready, b, d0, h0, w0, D, H, W, norm0,
-                                            norm1, slope, BLOCK_H, STAGES, SLABS, ACT)  # fmt: skip
                 if u > FIRST:  # only this unit's products may still run: the previous unit's buffer is free
                     acc = warpgroup_mma_wait(num_outstanding=2 * PRODUCTS, deps=(acc,))
                     _release_unit(empty, u - 1, UNIT, STAGES)
@@ -479,16 +357,9 @@ if _GLUON_MISSING is None:
         count_ptr,
         mean_ptr,
         m2_ptr,
-        norm_mean_ptr,
-        norm_var_ptr,
-        norm_w_ptr,
-        norm_b_ptr,
-        eps,
-        slope,
         D,
         H,
         W,
-        C,
         n_tiles,
         K0: gl.constexpr,
         K1: gl.constexpr,
@@ -499,18 +370,13 @@ if _GLUON_MISSING is None:
         STATS: gl.constexpr,
         RESIDUAL: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
-        LOADER_REGS: gl.constexpr,
+        PRODUCER_REGS: gl.constexpr,
         SLABS: gl.constexpr,
-        NORM: gl.constexpr,
-        ACT: gl.constexpr,
-        AFFINE: gl.constexpr,
         num_warps: gl.constexpr,
     ):
         # one persistent program per SM (never more than n_tiles); the default warpgroup computes each tile's first
         # output plane, a worker warpgroup its second, a worker warp loads the input. RESIDUAL: r_desc reads the
-        # residual (None without), loaded into the staging buffer before each plane's epilogue adds it. NORM: the
-        # input is normalized (the norm_* statistics, with AFFINE the affine parameters, eps) and activated (ACT 1:
-        # ReLU, 2: leaky ReLU of `slope`, 0: none) as it lands, by the consumers (_normalizer says which)
+        # residual (None without), loaded into the staging buffer before each plane's epilogue adds it
         UNIT: gl.constexpr = 3 if SLABS else 9
         gl.static_assert((4 * UNIT) % STAGES == 0, "a tile's units must fill the ring a whole number of times")
         gl.static_assert(BLOCK_W == 16, "the ring's views take rows of 16 voxels")
@@ -541,12 +407,6 @@ if _GLUON_MISSING is None:
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for q in gl.static_range(STAGES):
             mbarrier.init(empty.index(q), count=2)
-        if NORM:  # landed: a buffer's load done, for the consumer that normalizes it
-            landed = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-            for q in gl.static_range(STAGES):
-                mbarrier.init(landed.index(q), count=1)
-        else:  # never waited on: the loads complete `ready` themselves
-            landed = empty
         # the output staging buffer, and y_bar[plane]: it is that plane's consumer's (and holds its residual)
         y_s = gl.allocate_shared_memory(gl.float16, [1, 1, BLOCK_H, BLOCK_W, N], y_desc.layout)
         y_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -563,29 +423,26 @@ if _GLUON_MISSING is None:
         # (a worker partition takes no distributed tensors: each consumer builds its accumulator itself)
         gl.warp_specialize(
             [
-                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
-                                  count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr,
-                                  eps, slope, D, H, W, C, n_tiles, 0, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL, SLABS, NORM, ACT, AFFINE)),
-                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, landed, w_bar, y_bar, y_desc, r_desc,
-                                  count_ptr, mean_ptr, m2_ptr, norm_mean_ptr, norm_var_ptr, norm_w_ptr, norm_b_ptr,
-                                  eps, slope, D, H, W, C, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
-                                  RESIDUAL, SLABS, NORM, ACT, AFFINE)),
-                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, landed, n_tiles,
-                                  D, H, W, BLOCK_H, BLOCK_W, STAGES, SLABS, NORM)),
+                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
+                                  mean_ptr, m2_ptr, D, H, W, n_tiles, 0, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
+                                  RESIDUAL, SLABS)),
+                (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, y_bar, y_desc, r_desc, count_ptr,
+                                  mean_ptr, m2_ptr, D, H, W, n_tiles, 1, K0, K1, N, BLOCK_H, BLOCK_W, STAGES, STATS,
+                                  RESIDUAL, SLABS)),
+                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                                  K0, BLOCK_H, BLOCK_W, STAGES, SLABS)),
             ],  # fmt: skip
             [4, 1],
-            [CONSUMER_REGS, LOADER_REGS],
+            [CONSUMER_REGS, PRODUCER_REGS],
         )
 
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
 
-    def _constexprs(stats: bool, residual: bool, slabs: bool, norm: NormAct | None, affine: bool) -> dict:
+    def _constexprs(stats: bool, residual: bool, slabs: bool) -> dict:
         const = dict(K0=_K0, K1=_K1, N=_N, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W, STAGES=_STAGES[slabs], STATS=stats)
-        const.update(RESIDUAL=residual, SLABS=slabs, NORM=norm is not None, AFFINE=norm is not None and affine)
-        const.update(ACT=0 if norm is None else ACT_CODES[norm.act], CONSUMER_REGS=_CONSUMER_REGS)
-        return dict(const, LOADER_REGS=_LOADER_REGS, num_warps=_NUM_WARPS)
+        const.update(RESIDUAL=residual, CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS, SLABS=slabs)
+        return dict(const, num_warps=_NUM_WARPS)
 
     def _boxes(slabs: bool) -> dict[str, list[int]]:
         # the TMA boxes of the kernel's descriptors: the two input channel pieces (slabs: a slab's first BLOCK_H rows
@@ -603,13 +460,10 @@ if _GLUON_MISSING is None:
             "r_desc": [1, 1, _BLOCK_H, _BLOCK_W, _N],
         }
 
-    def compile_for_sm90(
-        stats: bool = True, residual: bool = False, slabs: bool = True, norm: NormAct | None = None, affine: bool = True
-    ):
+    def compile_for_sm90(stats: bool = True, residual: bool = False, slabs: bool = True):
         """The kernel compiled for compute capability 9.0 without a GPU (Triton's ``CompiledKernel``: shared bytes in
         ``metadata.shared``, the PTX in ``asm["ptx"]``), for the compile checks of the tests, CI and the experiments;
-        ``slabs``: the slab loads (else per-shift patches); ``norm``: the input norm folded into the loads (with
-        ``affine`` parameters), as :py:class:`InputNorm` asks for.
+        ``slabs``: the slab loads (else per-shift patches).
 
         Not on the production path (Gluon's AST source: :py:func:`~.gluon_compat.ast_source`).
         """
@@ -620,9 +474,8 @@ if _GLUON_MISSING is None:
         sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in boxes.items()}
         # a descriptor the kernel does not use is None, a constexpr as the launcher specialises it: no parameter
         sig.update({"count_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32"})
-        sig.update({k: "*fp32" for k in ("norm_mean_ptr", "norm_var_ptr", "norm_w_ptr", "norm_b_ptr")})
-        sig.update({"eps": "fp32", "slope": "fp32", "D": "i32", "H": "i32", "W": "i32", "C": "i32", "n_tiles": "i32"})
-        const = _constexprs(stats, residual, slabs, norm, affine)
+        sig.update({"D": "i32", "H": "i32", "W": "i32", "n_tiles": "i32"})
+        const = _constexprs(stats, residual, slabs)
         sig.update({k: "constexpr" for k in const})
         for name, used in (("r_desc", residual), ("x0h_desc", slabs), ("x1h_desc", slabs)):
             if not used:
@@ -632,13 +485,7 @@ if _GLUON_MISSING is None:
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def _check_inputs(
-    x: torch.Tensor,
-    weights: torch.Tensor,
-    programs: int | None,
-    residual: torch.Tensor | None,
-    input_norm: InputNorm | None,
-) -> None:
+def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None, residual: torch.Tensor | None) -> None:
     """Raise ``ValueError`` for anything :py:func:`conv3x3x3_resident` does not take; runs before any GPU work."""
     name = "conv3x3x3_resident"
     if x.ndim != 5 or x.dtype != torch.float16 or not x.is_contiguous(memory_format=torch.channels_last_3d):
@@ -675,39 +522,9 @@ def _check_inputs(
             raise ValueError(f"{name}: the residual is on {residual.device}, the input on {x.device}.")
         if residual.data_ptr() % 16:
             raise ValueError(f"{name} reads the residual by TMA, which needs 16-byte aligned storage.")
-    if input_norm is not None:
-        _check_input_norm(x, input_norm)
     reason = resident_unavailable_reason(x.device)
     if reason is not None:
         raise ValueError(f"{name} cannot run on {x.device}: {reason}.")
-
-
-def _check_input_norm(x: torch.Tensor, norm: InputNorm) -> None:
-    """Raise ``ValueError`` where ``norm``'s statistics or parameters do not fit ``x`` ``[B, C, ...]``."""
-    name = "conv3x3x3_resident"
-    n_b, n_c = x.shape[:2]
-    for what, t, shape in (("mean", norm.mean, (n_b, n_c)), ("var", norm.var, (n_b, n_c)),
-                           ("weight", norm.weight, (n_c,)), ("bias", norm.bias, (n_c,))):  # fmt: skip
-        if t is None:
-            continue
-        if tuple(t.shape) != shape or t.device != x.device:
-            raise ValueError(
-                f"{name}: the input norm's {what} must be {shape} on {x.device} (the input's samples and channels), "
-                f"got {tuple(t.shape)} on {t.device}."
-            )
-
-
-def _norm_arguments(input_norm: InputNorm | None, stand_in: torch.Tensor) -> dict:
-    """The kernel's input-norm arguments: float32 statistics and affine parameters, eps and the slope; without a
-    norm (or without affine parameters) ``stand_in`` for the tensors the kernel then never reads."""
-    if input_norm is None:
-        return dict(norm_mean_ptr=stand_in, norm_var_ptr=stand_in, norm_w_ptr=stand_in, norm_b_ptr=stand_in, eps=0.0,
-                    slope=0.0)  # fmt: skip
-    args = dict(norm_mean_ptr=input_norm.mean.float().contiguous(), norm_var_ptr=input_norm.var.float().contiguous())
-    args.update(norm_w_ptr=stand_in, norm_b_ptr=stand_in)
-    if input_norm.weight is not None and input_norm.bias is not None:  # (input_norm.affine, as the type checker sees)
-        args.update(norm_w_ptr=input_norm.weight.float().contiguous(), norm_b_ptr=input_norm.bias.float().contiguous())
-    return dict(args, eps=input_norm.spec.eps, slope=input_norm.spec.negative_slope)
 
 
 def conv3x3x3_resident(
@@ -717,11 +534,9 @@ def conv3x3x3_resident(
     programs: int | None = None,
     residual: torch.Tensor | None = None,
     slabs: bool | None = None,
-    input_norm: InputNorm | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of 48 channels to 48 (written as 64, the last 16
-    zeros), of a channels-last fp16 tensor on a Hopper GPU, plus an optional residual; optionally of the input
-    normalized and activated as it is read.
+    zeros), of a channels-last fp16 tensor on a Hopper GPU, plus an optional residual.
 
     Args:
         x: ``[B, C, D, H, W]`` fp16 in ``torch.channels_last_3d`` on a GPU :py:func:`resident_unavailable_reason`
@@ -737,15 +552,12 @@ def conv3x3x3_resident(
             channels-last fp16 on ``x``'s device, channels 48-63 zero (they are added to the output's zero padding).
         slabs: load slabs (``True``) or per-shift patches (``False``); ``None``: slabs where the installed Triton
             builds them (:py:func:`slab_loads_supported`). The fused path passes the form its configuration chose.
-        input_norm: convolve ``act(norm(x) * weight + bias)`` instead of ``x``: the norm's apply pass folded into
-            the loads (each landed slab normalized in shared memory, the padding left zero), so the normalized input
-            is never written. Its statistics and parameters are ``[B, C]`` and ``[C]`` for ``x``'s ``C`` channels.
 
     Returns:
         ``(y, stats)``: ``y`` ``[B, 64, D, H, W]`` channels-last fp16; the statistics or ``None``.
     """
-    _check_inputs(x, weights, programs, residual, input_norm)
-    n_b, n_c, d, h, w = x.shape
+    _check_inputs(x, weights, programs, residual)
+    n_b, _, d, h, w = x.shape
     y = torch.empty((n_b, _N, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
     n_tiles = n_b * triton.cdiv(d, 2) * triton.cdiv(h, _BLOCK_H) * triton.cdiv(w, _BLOCK_W)
     grid = min(programs or torch.cuda.get_device_properties(x.device).multi_processor_count, n_tiles)
@@ -770,11 +582,9 @@ def conv3x3x3_resident(
         k: None if t is None else TensorDescriptor.from_tensor(t, boxes[k], _layout(boxes[k]))
         for k, t in tensors.items()
     }
-    norm = _norm_arguments(input_norm, stand_in=count)
-    spec = None if input_norm is None else input_norm.spec
-    const = _constexprs(stats, residual is not None, slabs, spec, input_norm is not None and input_norm.affine)
-    _resident_conv_kernel[(grid,)](**descs, count_ptr=count, mean_ptr=mean, m2_ptr=m2, **norm, D=d, H=h, W=w, C=n_c,
-                                   n_tiles=n_tiles, **const, maxnreg=_MAXNREG)  # fmt: skip
+    const = _constexprs(stats, residual is not None, slabs)
+    _resident_conv_kernel[(grid,)](**descs, count_ptr=count, mean_ptr=mean, m2_ptr=m2, D=d, H=h, W=w, n_tiles=n_tiles,
+                                   **const, maxnreg=_MAXNREG)  # fmt: skip
     if not stats:
         return y, None
     return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, _N), m2.view(n_b, -1, _N))

@@ -36,18 +36,10 @@ from monai.networks.kernels.conv3d_resident import (
     slab_loads_supported,
     triton_release,
 )
-from monai.networks.kernels.instance_norm import InputNorm, instance_stats
+from monai.networks.kernels.instance_norm import instance_stats
 from monai.networks.kernels.padded_weights import PaddedWeights, padded_channels
 
-__all__ = [
-    "FusedConfig",
-    "KERNELS",
-    "RESIDENT_FORMS",
-    "check_config",
-    "choose_conv3x3x3",
-    "conv3x3x3_dispatch",
-    "folds_input_norm",
-]
+__all__ = ["FusedConfig", "KERNELS", "RESIDENT_FORMS", "check_config", "choose_conv3x3x3", "conv3x3x3_dispatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +83,6 @@ class FusedConfig:
         window_add: with ``kernels="triton"``, the sliding-window stitch adds each window's logits into the result
             with the Triton kernel of :mod:`monai.inferers.window_add` (PyTorch's mixed-dtype add over a strided
             slice: 1.85 ms per 117-class 128^3 window on the H200). Read by :py:attr:`stitch_window_add`.
-        fold_input_norm: the resident-weight kernel normalizes and activates its input as it loads it (the norm
-            and activation before each 48-channel convolution), so the norm's apply pass does not run for those
-            convolutions; ``False`` runs the apply pass first. Off: the first form (the loader normalizing) was
-            slower on an H100, 16.15 against 11.44 ms per window at 14 windows (``tests/benchmarks/vista3d_fused.py
-            --triton-conv fold,nofold``); the present form (the consumers normalizing) is not yet measured on a GPU.
-            Read by :py:func:`folds_input_norm`.
         dependent_launch: launch the fused Triton kernels as programmatic dependent launches on Hopper, so each
             starts while the kernel before it drains (:py:func:`~monai.utils.triton_support.dependent_launches`);
             the results are the same. Off until measured on a GPU. Read by the forward's drivers (``GraphCache``).
@@ -108,7 +94,6 @@ class FusedConfig:
     graph_max_windows: int = 4
     cudnn_autotune: bool = True
     window_add: bool = True
-    fold_input_norm: bool = False
     dependent_launch: bool = False
 
     def __post_init__(self):
@@ -194,25 +179,12 @@ def choose_conv3x3x3(conv: nn.Conv3d, x: torch.Tensor, config: FusedConfig) -> t
     return ("cudnn", None) if launch is None else ("triton", launch)
 
 
-def folds_input_norm(conv: nn.Conv3d, x: torch.Tensor, config: FusedConfig) -> bool:
-    """Whether ``conv(x)``'s kernel on the fused path applies a norm and activation of ``x`` as it loads it
-    (``config.fold_input_norm`` and the resident-weight kernel chosen), so :py:func:`conv3x3x3_dispatch` takes an
-    ``input_norm`` for it."""
-    return _folds(choose_conv3x3x3(conv, x, config)[0], config)
-
-
-def _folds(kernel: str, config: FusedConfig) -> bool:
-    # whether `kernel` (choose_conv3x3x3's choice) applies the input norm under `config`
-    return config.fold_input_norm and kernel == "resident"
-
-
 def conv3x3x3_dispatch(
     conv: nn.Conv3d,
     x: torch.Tensor,
     weights: PaddedWeights,
     config: FusedConfig,
     residual: torch.Tensor | None = None,
-    input_norm: InputNorm | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """``conv(x) (+ residual)`` on the kernel :py:func:`choose_conv3x3x3` picks, channels-last, and the
     per-(sample, channel) ``(mean, var)`` of the result where the kernels compute them on the way.
@@ -223,20 +195,15 @@ def conv3x3x3_dispatch(
         weights: the padded weight cache the GEMM operands and cuDNN weights come from.
         config: the fused path's configuration.
         residual: added to the convolution's output (the SegResNet blocks' ``conv2(y) + x``), of its padded shape.
-        input_norm: convolve ``x`` normalized and activated as it is loaded; only where :py:func:`folds_input_norm`
-            says the kernel does (else ``ValueError``: apply the norm first).
 
     Returns:
         ``(y, stats)``: ``stats`` is ``None`` under ``kernels="torch"`` and for a cuDNN convolution without a
         residual.
     """
     kernel, launch = choose_conv3x3x3(conv, x, config)
-    if input_norm is not None and not _folds(kernel, config):
-        raise ValueError(f"the {kernel} kernel chosen for {conv} does not fold an input norm: apply it first.")
     if kernel == "resident":
         slabs = config.resident_conv == "slabs"
-        w = weights.gemm(conv, planes=1)
-        return conv3x3x3_resident(x, w, stats=True, residual=residual, slabs=slabs, input_norm=input_norm)
+        return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=True, residual=residual, slabs=slabs)
     if kernel == "triton" and launch is not None:  # (a Triton choice always comes with its launch)
         return conv3x3x3(x, weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
     w, b = weights(conv, x.dtype, x.shape[1])

@@ -65,11 +65,9 @@ else:
 
         tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
         tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-        # the barrier among a partition's threads: thread_barrier up to Triton 3.7, barrier from 3.8 on
-        thread_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
         NEW_REINTERPRET = gl.constexpr(hasattr(gl.shared_memory_descriptor, "reinterpret"))
         __all__ += ["gluon", "gl", "fence_async_shared", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait"]
-        __all__ += ["TensorDescriptor", "tma_load", "tma_store", "thread_barrier", "NEW_REINTERPRET"]
+        __all__ += ["TensorDescriptor", "tma_load", "tma_store", "NEW_REINTERPRET"]
     except (ImportError, AttributeError) as e:  # a Triton without (this) Gluon Hopper API
         GLUON_MISSING = f"Triton {triton.__version__} has no usable Gluon ({type(e).__name__}: {e})"
 

@@ -30,8 +30,6 @@ import torch
 from monai.utils.triton_support import check_kernel_input, dependent_launch_args, tl, triton
 
 __all__ = [
-    "ACT_CODES",
-    "InputNorm",
     "NormAct",
     "instance_stats",
     "merge_parts",
@@ -41,8 +39,7 @@ __all__ = [
     "as_rows",
 ]
 
-#: the kernels' code for each activation
-ACT_CODES = {"none": 0, "relu": 1, "leakyrelu": 2}
+_ACTS = {"none": 0, "relu": 1, "leakyrelu": 2}
 
 
 @dataclass(frozen=True)
@@ -60,37 +57,8 @@ class NormAct:
     negative_slope: float = 0.01
 
     def __post_init__(self):
-        if self.act not in ACT_CODES:
-            raise ValueError(f"NormAct act must be one of {sorted(ACT_CODES)}, got {self.act!r}.")
-
-
-@dataclass(frozen=True)
-class InputNorm:
-    """A norm and activation a convolution applies to its input as it reads it, ``act(norm(x) * weight + bias)``,
-    so no normalized copy of the input is written (:py:func:`~monai.networks.kernels.conv3d_resident.
-    conv3x3x3_resident`); the same arithmetic as :py:func:`norm_act` with known statistics.
-
-    Args:
-        mean, var: the input's per-(sample, channel) statistics, ``[B, C]`` float32, from :py:func:`instance_stats`
-            (or a kernel that computes them on the way).
-        weight, bias: ``[C]`` float32 affine parameters, or both ``None``.
-        spec: eps and activation.
-    """
-
-    mean: torch.Tensor
-    var: torch.Tensor
-    weight: torch.Tensor | None
-    bias: torch.Tensor | None
-    spec: NormAct
-
-    def __post_init__(self):
-        if (self.weight is None) != (self.bias is None):
-            raise ValueError("InputNorm takes both the norm's weight and bias, or neither.")
-
-    @property
-    def affine(self) -> bool:
-        """Whether the norm has affine parameters."""
-        return self.weight is not None
+        if self.act not in _ACTS:
+            raise ValueError(f"NormAct act must be one of {sorted(_ACTS)}, got {self.act!r}.")
 
 
 def as_rows(x: torch.Tensor) -> torch.Tensor:
@@ -499,7 +467,7 @@ def norm_act(
         spec.negative_slope,
         HAS_AFFINE=has_affine,
         HAS_RESIDUAL=residual is not None,
-        ACT=ACT_CODES[spec.act],
+        ACT=_ACTS[spec.act],
         WRITE_PADDING=write_padding,
         BLOCK_S=block_s,
         BLOCK_C=_BLOCK_C,

@@ -17,8 +17,7 @@ kernels with its affine map, residual add and activation (:py:mod:`monai.network
 3x3x3 convolutions of the two finest levels (48 and 96 channels) run as a Triton implicit GEMM over the real
 channels with the next norm's statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d`), those of 48 channels, on Hopper, as a persistent Gluon kernel with the
-weights resident in shared memory and the statistics and the residual add in its epilogue (it can also apply the
-preceding norm as it loads its input: ``FusedConfig.fold_input_norm``, off until measured faster)
+weights resident in shared memory and the statistics and the residual add in its epilogue
 (:py:mod:`monai.networks.kernels.conv3d_resident`), and no layout conversion runs inside the forward. Padding
 channels hold zeros throughout, so the logits are those of the module path up to fp16 rounding.
 
@@ -46,9 +45,9 @@ import torch.nn.functional as F
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
-from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch, folds_input_norm
+from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch
 from monai.networks.kernels.graph_cache import GraphCache, OutputT
-from monai.networks.kernels.instance_norm import InputNorm, NormAct, instance_stats, norm_act, norm_act_reference
+from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 from monai.utils.triton_cache_key import wait_for_cache_key
@@ -261,11 +260,6 @@ class FusedClassBranch:
             return conv3x3x3_single_channel(image.contiguous(), conv.weight, n_out)
         return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
 
-    def _affine(self, norm: nn.Module, channels: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``norm``'s float32 ``(weight, bias)`` padded to ``channels``, or ``(None, None)`` where it has none."""
-        instance_norm = _instance_norm(norm)
-        return self.weights.affine(instance_norm, channels) if instance_norm.affine else (None, None)
-
     def _norm_act(
         self,
         x: torch.Tensor,
@@ -275,32 +269,13 @@ class FusedClassBranch:
         in_place: bool,
         stats: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        weight, bias = self._affine(norm, x.shape[1])
-        spec, real = _norm_spec(norm, act), _instance_norm(norm).num_features
+        spec = _norm_spec(norm, act)
+        instance_norm = _instance_norm(norm)
+        weight, bias = self.weights.affine(instance_norm, x.shape[1]) if instance_norm.affine else (None, None)
+        real = instance_norm.num_features
         if self.kernels == "torch":
             return norm_act_reference(x, weight, bias, spec, residual, real)
         return norm_act(x, weight, bias, spec, residual, real, out=x if in_place else None, stats=stats)
-
-    def _norm_conv(
-        self,
-        norm: nn.Module,
-        act: nn.Module,
-        conv: nn.Module,
-        x: torch.Tensor,
-        stats: tuple | None,
-        in_place: bool,
-        residual: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, tuple | None]:
-        """``conv(act(norm(x))) (+ residual)`` and its statistics where the kernels compute them: the norm folded
-        into the convolution's loads where its kernel does that (no normalized copy of ``x`` is written), else
-        applied first (over ``x`` itself where ``in_place``). ``stats``: ``x``'s, where already known."""
-        conv3d = _of_kind(conv, nn.Conv3d, "a block's convolution")
-        if not folds_input_norm(conv3d, x, self.config):
-            y = self._norm_act(x, norm, act, None, in_place=in_place, stats=stats)
-            return self._conv_norm_input(conv3d, y, residual=residual)
-        mean, var = instance_stats(x) if stats is None else stats
-        fold = InputNorm(mean, var, *self._affine(norm, x.shape[1]), _norm_spec(norm, act))
-        return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual, input_norm=fold)
 
     def _add(self, x: torch.Tensor, addend: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
         """``x += addend``; with the Triton kernels also the statistics of the sum, for the norm that may follow."""
@@ -312,14 +287,16 @@ class FusedClassBranch:
     def _segres_block(
         self, block: SegResBlock, x: torch.Tensor, stats: tuple | None
     ) -> tuple[torch.Tensor, tuple | None]:
-        y, y_stats = self._norm_conv(block.norm1, block.act1, block.conv1, x, stats, in_place=False)
-        return self._norm_conv(block.norm2, block.act2, block.conv2, y, y_stats, in_place=True, residual=x)
+        y = self._norm_act(x, block.norm1, block.act1, None, in_place=False, stats=stats)
+        y, y_stats = self._conv_norm_input(block.conv1, y)
+        y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
+        return self._conv_norm_input(block.conv2, y, residual=x)
 
     def _unet_res_block(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         block = _res_block(module)
         y, y_stats = self._conv_norm_input(_only_child(block.conv1, nn.Conv3d), x)
-        conv2 = _only_child(block.conv2, nn.Conv3d)
-        y, y_stats = self._norm_conv(block.norm1, block.lrelu, conv2, y, y_stats, in_place=True)
+        y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True, stats=y_stats)
+        y, y_stats = self._conv_norm_input(_only_child(block.conv2, nn.Conv3d), y)
         return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats)
 
     # ---- the branches ----------------------------------------------------------------------------------------

@@ -24,14 +24,7 @@ from parameterized import parameterized
 
 from monai.networks.kernels import dispatch
 from monai.networks.kernels.conv3d import FUSED_LAUNCHES, ConvLaunch
-from monai.networks.kernels.dispatch import (
-    FusedConfig,
-    check_config,
-    choose_conv3x3x3,
-    conv3x3x3_dispatch,
-    folds_input_norm,
-)
-from monai.networks.kernels.instance_norm import InputNorm, NormAct
+from monai.networks.kernels.dispatch import FusedConfig, check_config, choose_conv3x3x3, conv3x3x3_dispatch
 from monai.networks.kernels.padded_weights import PaddedWeights
 
 
@@ -171,25 +164,6 @@ class TestDispatch(unittest.TestCase):
         self.assertIs(triton_conv.call_args.kwargs["launch"], FUSED_LAUNCHES[64])
         self.assertTrue(triton_conv.call_args.kwargs["stats"])
         self.assertIsNotNone(triton_conv.call_args.kwargs["residual"])
-
-    def test_input_norm_only_where_folded(self):
-        # the fold is the resident kernel's (and off unless configured): it receives the norm, every other choice
-        # refuses one rather than convolve the raw input
-        weights, conv = PaddedWeights(), _conv(48, 48)
-        norm = InputNorm(torch.zeros(1, 64), torch.ones(1, 64), None, None, NormAct())
-        fold = FusedConfig(fold_input_norm=True)
-        self.assertFalse(FusedConfig().fold_input_norm)
-        with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=None):
-            self.assertTrue(folds_input_norm(conv, _x(64), fold))
-            self.assertFalse(folds_input_norm(conv, _x(64), FusedConfig()))
-            self.assertFalse(folds_input_norm(_conv(96, 96), _x(128), fold))
-            with mock.patch.object(dispatch, "conv3x3x3_resident", return_value=("y", "stats")) as resident:
-                conv3x3x3_dispatch(conv, _x(64), weights, fold, input_norm=norm)
-            self.assertIs(resident.call_args.kwargs["input_norm"], norm)
-            unfolded = ((FusedConfig(), "resident"), (dataclasses.replace(fold, resident_conv="off"), "triton"))
-            for config, kernel in unfolded:
-                with self.assertRaisesRegex(ValueError, f"the {kernel} kernel chosen for .* does not fold an input"):
-                    conv3x3x3_dispatch(conv, _x(64), weights, config, input_norm=norm)
 
     @parameterized.expand([(False,), (True,)])
     def test_cudnn_branch(self, with_residual):
