@@ -18,11 +18,8 @@ in its interpreter (slow, for tests on tiny shapes).
 
 from __future__ import annotations
 
-import contextvars
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 
@@ -35,11 +32,7 @@ except ImportError:  # the CPU wheels of torch come without Triton; the fused pa
 
 __all__ = [
     "triton", "tl", "interpreting", "check_kernel_input", "unavailable_reason", "kernel_cache_dir", "can_write",
-    "dependent_launches", "launches_dependent", "dependent_launch_args",
 ]
-
-# whether the kernels launched now in this context are programmatic dependent launches (see dependent_launches)
-_DEPENDENT = contextvars.ContextVar("monai_dependent_launches", default=False)
 
 
 def interpreting() -> bool:
@@ -52,39 +45,6 @@ def check_kernel_input(x: torch.Tensor, kernel: str) -> None:
     interpreter."""
     if not x.is_cuda and not interpreting():
         raise ValueError(f"{kernel} runs on CUDA tensors, got one on {x.device}.")
-
-
-@contextmanager
-def dependent_launches(enable: bool = True) -> Iterator[None]:
-    """Inside the block (where ``enable``), the fused Triton kernels are launched as programmatic dependent launches
-    (Hopper's PDL) where :py:func:`dependent_launch_args` admits it; the outer setting after it.
-
-    Such a launch may start its programs while the kernel before it in the stream finishes its last ones; each
-    program first waits until that kernel has completed and its writes are visible (``wait_for_producers``), so
-    the results are those of ordinary stream order and only the launch's latency is hidden: a forward of ~200 short
-    kernels replayed as a CUDA graph otherwise leaves the GPU idle between every two. Kernels without that wait
-    (cuDNN's, the Gluon convolution) are launched as always.
-    """
-    token = _DEPENDENT.set(enable)
-    try:
-        yield
-    finally:
-        _DEPENDENT.reset(token)
-
-
-def launches_dependent() -> bool:
-    """Whether this context asks for dependent launches (:py:func:`dependent_launches`)."""
-    return _DEPENDENT.get()
-
-
-def dependent_launch_args(x: torch.Tensor) -> dict[str, bool]:
-    """The launch arguments of a kernel with a ``DEPENDENT`` constexpr (see ``wait_for_producers``) reading ``x``:
-    a dependent launch where the context asks for one (:py:func:`dependent_launches`) on a CUDA GPU of compute
-    capability 9.0 or newer, not in the interpreter; ``launch_pdl`` is passed only then (older Tritons lack it)."""
-    dependent = _DEPENDENT.get() and x.is_cuda and not interpreting()
-    if dependent and torch.cuda.get_device_capability(x.device)[0] >= 9:
-        return {"DEPENDENT": True, "launch_pdl": True}
-    return {"DEPENDENT": False}
 
 
 def unavailable_reason(device: torch.device | str) -> str | None:
@@ -125,16 +85,3 @@ def can_write(folder: str) -> bool:
     except OSError:
         return False
     return True
-
-
-if triton is not None:
-
-    @triton.jit
-    def wait_for_producers(DEPENDENT: tl.constexpr):  # noqa: N803 (a constexpr, upper case as in the kernels)
-        """The first statement of a kernel that may be launched dependent (``DEPENDENT``, from
-        :py:func:`dependent_launch_args`): wait until the kernel before it has completed and its writes are
-        visible, then let the kernel after it launch (once every program of this one has passed here, its programs
-        take the SM room this kernel's finished programs leave and wait here in turn)."""
-        if DEPENDENT:
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()

@@ -8,8 +8,8 @@
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
-#   fused_dependent       the fused forward with and without dependent launches (bs 14, 1), a kernel profile of each at one
-#                         window (the idle GPU before each kind of kernel), then the resident kernel's and the fused network's tests
+#   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
+#                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
@@ -116,9 +116,7 @@ for run in "$@"; do
   fused_kernels) step fused_kernels 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --json "$out/fused_kernels.json" ;;
   fused_batches) step fused_batches 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 8,14,20 --triton-conv default --json "$out/fused_batches.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
-  fused_dependent) step fused_dependent 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,pdl --json "$out/fused_dependent.json"
-    for c in default pdl; do step "profile1_$c" 70 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --profile-conv $c; done
-    step fused_dependent_tests 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/networks/kernels/test_conv3d_resident.py tests/networks/test_vista3d_fused.py tests/utils/test_triton_support.py ;;
+  fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;

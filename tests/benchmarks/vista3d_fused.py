@@ -269,14 +269,13 @@ def conv_tables() -> dict[str, dict]:
     :py:class:`FusedConfig` fields ``triton_launches`` and ``resident_conv`` of each; only ``default`` runs the
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
-    resident kernel's patch loads, ``pdl`` the default with the Triton kernels launched dependent."""
+    resident kernel's patch loads."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
     return {
         "default": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv),
         "patches": dict(triton_launches=default, resident_conv="patches"),
-        "pdl": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv, dependent_launch=True),
         "noresident": dict(triton_launches=default, resident_conv="off"),
         "cudnn": dict(triton_launches={}, resident_conv="off"),
         "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),

@@ -43,7 +43,7 @@ from types import MappingProxyType
 import torch
 
 from monai.networks.kernels.instance_norm import merge_parts_triton
-from monai.utils.triton_support import check_kernel_input, dependent_launch_args, tl, triton
+from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = [
     "ConvLaunch",
@@ -96,8 +96,6 @@ def channel_pieces(n: int) -> tuple[int, int]:
 
 if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from monai.utils.triton_support import wait_for_producers
 
     @triton.jit
     def _tap(acc, a0, a1, w0_desc, w1_desc, row, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
@@ -165,10 +163,8 @@ if triton is not None:
         STATS: tl.constexpr,
         RESIDUAL: tl.constexpr,
         SWAP: tl.constexpr,
-        DEPENDENT: tl.constexpr,
     ):
         # K0 (+ K1) input channels in two pieces (K1 = 0: one piece), N output channels per plane
-        wait_for_producers(DEPENDENT)
         BM: tl.constexpr = BLOCK_H * BLOCK_W
         pid = tl.program_id(0)
         tiles_w = tl.cdiv(W, BLOCK_W)
@@ -196,12 +192,9 @@ if triton is not None:
                   N, PLANES, BLOCK_H, BLOCK_W, STATS, RESIDUAL, SWAP)  # fmt: skip
 
     @triton.jit
-    def _single_channel_kernel(
-        x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr, DEPENDENT: tl.constexpr
-    ):
+    def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
         # the 27 taps are the GEMM's K (padded to 32): each program gathers a [BLOCK_V, 32] patch of shifted voxels
         # (zero outside the volume) and multiplies it by the [32, C_OUT] weights on the tensor cores
-        wait_for_producers(DEPENDENT)
         pid = tl.program_id(0)
         b = tl.program_id(1)
         n_vox = D * H * W
@@ -250,7 +243,7 @@ def conv3x3x3_single_channel(
         (n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
     )
     _single_channel_kernel[(triton.cdiv(d * h * w, block_v), n_b)](
-        x, gemm, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v, **dependent_launch_args(x)
+        x, gemm, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v
     )
     return y
 
@@ -359,7 +352,6 @@ def conv3x3x3(
         SWAP=launch.swap,
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
-        **dependent_launch_args(x),
     )
     if not stats:
         return y, None

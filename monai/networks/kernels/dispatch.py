@@ -83,9 +83,6 @@ class FusedConfig:
         window_add: with ``kernels="triton"``, the sliding-window stitch adds each window's logits into the result
             with the Triton kernel of :mod:`monai.inferers.window_add` (PyTorch's mixed-dtype add over a strided
             slice: 1.85 ms per 117-class 128^3 window on the H200). Read by :py:attr:`stitch_window_add`.
-        dependent_launch: launch the fused Triton kernels as programmatic dependent launches on Hopper, so each
-            starts while the kernel before it drains (:py:func:`~monai.utils.triton_support.dependent_launches`);
-            the results are the same. Off until measured on a GPU. Read by the forward's drivers (``GraphCache``).
     """
 
     kernels: str = "triton"
@@ -94,7 +91,6 @@ class FusedConfig:
     graph_max_windows: int = 4
     cudnn_autotune: bool = True
     window_add: bool = True
-    dependent_launch: bool = False
 
     def __post_init__(self):
         if self.kernels not in KERNELS:

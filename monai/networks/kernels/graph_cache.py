@@ -37,8 +37,6 @@ from typing import Generic, TypeVar
 
 import torch
 
-from monai.utils.triton_support import dependent_launches
-
 __all__ = ["GraphCache", "cudnn_autotuning"]
 
 # signatures remembered as tuned; past this many the record starts again (re-entering the tuning scope for a shape
@@ -81,8 +79,6 @@ class GraphCache(Generic[OutputT]):
             limit, 0: never capture.
         autotune: run the first call of each input signature with cuDNN's algorithm timing on (see the module
             docstring); the flag is the caller's again after that call.
-        dependent_launch: run ``fn`` (captured or eager) with the fused Triton kernels launched as programmatic
-            dependent launches (:py:func:`~monai.utils.triton_support.dependent_launches`).
     """
 
     def __init__(
@@ -93,7 +89,6 @@ class GraphCache(Generic[OutputT]):
         copy_output: bool = True,
         max_batch: int | None = None,
         autotune: bool = False,
-        dependent_launch: bool = False,
     ):
         self.fn: Callable[..., OutputT] = fn
         self.params = list(params)
@@ -101,7 +96,6 @@ class GraphCache(Generic[OutputT]):
         self.copy_output = copy_output
         self.max_batch = max_batch
         self.autotune = autotune
-        self.dependent_launch = dependent_launch
         self._graphs: OrderedDict[tuple, _Captured[OutputT]] = OrderedDict()
         self._fingerprint: tuple = ()
         self._tuned: set[tuple] = set()
@@ -109,20 +103,16 @@ class GraphCache(Generic[OutputT]):
     def __len__(self) -> int:
         return len(self._graphs)
 
-    def _run(self, *inputs: torch.Tensor) -> OutputT:
-        with dependent_launches(self.dependent_launch):
-            return self.fn(*inputs)
-
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Captured[OutputT]:
         static = tuple(t.clone() for t in inputs)
         side = torch.cuda.Stream(device=static[0].device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up outside the graph: compilation, cuDNN plans, cached weights
-            self._run(*static)
+            self.fn(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            output = self._run(*static)
+            output = self.fn(*static)
         return _Captured(graph, static, output)
 
     def captures(self, first: torch.Tensor) -> bool:
@@ -146,9 +136,9 @@ class GraphCache(Generic[OutputT]):
         tune = self.autotune and key not in self._tuned
         if not self.captures(inputs[0]):
             if not tune:
-                return self._run(*inputs)
+                return self.fn(*inputs)
             with cudnn_autotuning():
-                output = self._run(*inputs)
+                output = self.fn(*inputs)
             self._tuned_now(key)
             return output
         fingerprint = tuple((p.data_ptr(), p._version) for p in self.params)

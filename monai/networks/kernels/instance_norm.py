@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from monai.utils.triton_support import check_kernel_input, dependent_launch_args, tl, triton
+from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = [
     "NormAct",
@@ -116,7 +116,6 @@ def norm_act_reference(
 
 
 if triton is not None:
-    from monai.utils.triton_support import wait_for_producers
 
     @triton.jit
     def _stats_kernel(
@@ -132,14 +131,12 @@ if triton is not None:
         ROWS_PER_PART: tl.constexpr,
         BLOCK_S: tl.constexpr,
         BLOCK_C: tl.constexpr,
-        DEPENDENT: tl.constexpr,
     ):
         # one program: the rows [part * ROWS_PER_PART, ...) of one sample and BLOCK_C channels. Each thread sums its
         # own elements (no cross-thread reduction inside the loop); the values are shifted by the part's first row,
         # so the sum of squares does not cancel when the mean is large against the spread. With HAS_ADDEND the
         # kernel first adds the addend into x (a residual or skip connection) and takes the statistics of the sum
         # as stored, so the add and the statistics pass read the tensor once
-        wait_for_producers(DEPENDENT)
         part = tl.program_id(0)
         cb = tl.program_id(1)
         b = tl.program_id(2)
@@ -192,13 +189,11 @@ if triton is not None:
         CHUNK: tl.constexpr,
         FINAL: tl.constexpr,
         BLOCK_C: tl.constexpr,
-        DEPENDENT: tl.constexpr,
     ):
         # one program: CHUNK consecutive parts of one sample, BLOCK_C channels -> one part (FINAL: the sample's
         # mean and variance). The chunk is read once, into registers (a loop of dependent loads cost more than the
         # arithmetic); from it the count-weighted mean, then the parts' m2 plus their counts times their squared
         # distance to it (Chan et al.'s merge: no large sum of squares cancels)
-        wait_for_producers(DEPENDENT)
         ck = tl.program_id(0)
         cb = tl.program_id(1)
         b = tl.program_id(2)
@@ -245,11 +240,9 @@ if triton is not None:
         WRITE_PADDING: tl.constexpr,
         BLOCK_S: tl.constexpr,
         BLOCK_C: tl.constexpr,
-        DEPENDENT: tl.constexpr,
     ):
         # padding channels (from real_channels on) are neither read nor, unless WRITE_PADDING, written: where the
         # output already holds their zeros, a 48-of-64-channel tensor then costs 3/4 of the memory traffic
-        wait_for_producers(DEPENDENT)
         sb = tl.program_id(0)
         cb = tl.program_id(1)
         b = tl.program_id(2)
@@ -340,7 +333,6 @@ def instance_stats(
         BLOCK_S=block_s,
         BLOCK_C=_BLOCK_C,
         num_warps=num_warps,
-        **dependent_launch_args(x),
     )
     return merge_parts_triton(part_count, part_mean, part_m2)
 
@@ -403,7 +395,6 @@ def merge_parts_triton(
             FINAL=final,
             BLOCK_C=block_c,
             num_warps=8,
-            **dependent_launch_args(mean),
         )
         if final:
             return out_mean.view(n_batch, n_chan), out_m2.view(n_batch, n_chan)
@@ -472,6 +463,5 @@ def norm_act(
         BLOCK_S=block_s,
         BLOCK_C=_BLOCK_C,
         num_warps=num_warps,
-        **dependent_launch_args(x),
     )
     return out

@@ -197,14 +197,8 @@ class FusedClassBranch:
 
     def _driver(self, fn: Callable[[torch.Tensor], OutputT], modules: list[nn.Module]) -> GraphCache[OutputT]:
         params = [p for module in modules for p in module.parameters()]
-        config = self.config
         return GraphCache(
-            fn,
-            params,
-            copy_output=False,
-            max_batch=config.graph_max_windows,
-            autotune=config.cudnn_autotune,
-            dependent_launch=config.dependent_launch,
+            fn, params, copy_output=False, max_batch=self.config.graph_max_windows, autotune=self.config.cudnn_autotune
         )
 
     @property

@@ -20,7 +20,6 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.kernels import GraphCache, cudnn_autotuning
-from monai.utils.triton_support import dependent_launches, launches_dependent
 
 
 class TestDriver(unittest.TestCase):
@@ -76,25 +75,6 @@ class TestDriver(unittest.TestCase):
             self.assertEqual(calls, [True, True])
         finally:
             torch.backends.cudnn.benchmark = before
-
-    @parameterized.expand([(True, False), (True, True), (False, False), (False, True)])
-    def test_dependent_launches_inside_each_call(self, dependent, caller_setting):
-        seen = []
-
-        def fn(x):
-            seen.append(launches_dependent())
-            if x.sum() < 0:
-                raise RuntimeError("failed")
-            return x
-
-        cache = GraphCache(fn, [], dependent_launch=dependent)
-        with dependent_launches(caller_setting):
-            cache(torch.ones(2))
-            with self.assertRaisesRegex(RuntimeError, "failed"):
-                cache(-torch.ones(2))
-            self.assertEqual(launches_dependent(), caller_setting)  # the caller's again, also after a failure
-        self.assertEqual(seen, [dependent, dependent])
-        self.assertFalse(launches_dependent())
 
     def test_cudnn_autotuning_scope(self):
         before = torch.backends.cudnn.benchmark

@@ -1,0 +1,55 @@
+# Copyright (c) MONAI Consortium
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#     http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+"""The profile helpers of ``vista3d_fused.py``: where the GPU is busy and where it waits between kernels."""
+
+import types
+import unittest
+
+from torch.autograd import DeviceType
+
+from tests.benchmarks.vista3d_fused import gpu_span_and_busy, idle_before_kinds, kind_of
+
+
+def _event(name: str, start: float, end: float, device=DeviceType.CUDA):
+    """A profiler event's fields the helpers read (times in microseconds)."""
+    return types.SimpleNamespace(name=name, device_type=device, time_range=types.SimpleNamespace(start=start, end=end))
+
+
+class TestIdle(unittest.TestCase):
+    def test_kinds(self):
+        self.assertEqual(kind_of("_resident_conv_kernel"), "3x3x3 convolution, resident weights (Gluon)")
+        self.assertEqual(kind_of("sm90_xmma_fprop_implicit_gemm_f16f16"), "convolution")
+        self.assertEqual(kind_of("_apply_kernel"), "norm apply (Triton)")
+        self.assertEqual(kind_of("something else"), "other")
+
+    def test_gaps_by_the_kernel_after_them(self):
+        events = [
+            _event("_apply_kernel", 0, 100),
+            _event("aten::conv3d", 90, 400, DeviceType.CPU),  # host events are not the GPU's
+            _event("sm90_xmma_fprop", 110, 300),  # 10 us idle before a cuDNN convolution
+            _event("_stats_kernel", 250, 320),  # overlaps the one before it: no gap
+            _event("_apply_kernel", 350, 400),  # 30 us idle before an apply pass
+            _event("sm90_xmma_fprop", 1400, 1500),  # 1000 us
+        ]
+        idle = idle_before_kinds(events)
+        self.assertEqual(list(idle), ["convolution", "norm apply (Triton)"])  # the longest idle first
+        self.assertEqual(idle["convolution"][0], 2)
+        self.assertAlmostEqual(idle["convolution"][1], 1.010)
+        self.assertEqual(idle["norm apply (Triton)"][0], 1)
+        self.assertAlmostEqual(idle["norm apply (Triton)"][1], 0.030)
+        span, busy = gpu_span_and_busy(events)
+        self.assertAlmostEqual(span, 1.5)
+        self.assertAlmostEqual(span - busy, 1.040)  # the same idle time, in total
+        self.assertEqual(idle_before_kinds([]), {})
+
+
+if __name__ == "__main__":
+    unittest.main()
