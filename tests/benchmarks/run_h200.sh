@@ -8,6 +8,8 @@
 #   fused_variants        the fused forward with each choice of Triton convolutions (bs 1, 14) and a kernel profile
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
+#   mma_forms             the tensor cores' rate for a 48 -> 48 channel tap in each operand form: the resident kernel's 64-padded
+#                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
 #                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
@@ -83,7 +85,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,78p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,83p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -116,6 +118,7 @@ for run in "$@"; do
   fused_kernels) step fused_kernels 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --kernels --json "$out/fused_kernels.json" ;;
   fused_batches) step fused_batches 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 8,14,20 --triton-conv default --json "$out/fused_batches.json" ;;
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
+  mma_forms) step mma_forms 120 python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py ;;
   fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
