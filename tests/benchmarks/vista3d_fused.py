@@ -447,23 +447,27 @@ def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str)
     return {"sw_batch_size": bs, "peak_gib": peak, "snapshot": path}
 
 
+def kernel_gaps(events) -> tuple[float, list[tuple[str, float]]]:
+    """Microseconds from the first CUDA kernel's start to the last one's end, and each stretch in between with no
+    kernel running: ``(name of the kernel that ends it, microseconds)``."""
+    from torch.autograd import DeviceType
+
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA)
+    if not kernels:
+        return 0.0, []
+    gaps, end = [], kernels[0][1]
+    for start, stop, name in kernels[1:]:
+        if start > end:
+            gaps.append((name, start - end))
+        end = max(end, stop)
+    return end - kernels[0][0], gaps
+
+
 def gpu_span_and_busy(events) -> tuple[float, float]:
     """Milliseconds from the first CUDA kernel's start to the last one's end, and the part of it in which some
     kernel ran (the union of their intervals): the difference is GPU time lost to launches and host work."""
-    from torch.autograd import DeviceType
-
-    spans = sorted((e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA)
-    if not spans:
-        return 0.0, 0.0
-    busy, (start, end) = 0.0, spans[0]
-    for s, e in spans[1:]:
-        if s > end:
-            busy += end - start
-            start, end = s, e
-        else:
-            end = max(end, e)
-    busy += end - start
-    return (max(e for _, e in spans) - spans[0][0]) / 1e3, busy / 1e3
+    span, gaps = kernel_gaps(events)
+    return span / 1e3, (span - sum(us for _, us in gaps)) / 1e3
 
 
 def kind_of(kernel: str) -> str:
@@ -473,16 +477,10 @@ def kind_of(kernel: str) -> str:
 
 def idle_before_kinds(events) -> dict[str, tuple[int, float]]:
     """The GPU's idle time between kernels, by the kind of the kernel that ends each gap: ``{kind: (gaps, ms)}``."""
-    from torch.autograd import DeviceType
-
-    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA)
     idle: dict[str, tuple[int, float]] = {}
-    end = kernels[0][1] if kernels else 0.0
-    for start, stop, name in kernels[1:]:
-        if start > end:
-            n, ms = idle.get(kind_of(name), (0, 0.0))
-            idle[kind_of(name)] = (n + 1, ms + (start - end) / 1e3)
-        end = max(end, stop)
+    for name, us in kernel_gaps(events)[1]:
+        n, ms = idle.get(kind_of(name), (0, 0.0))
+        idle[kind_of(name)] = (n + 1, ms + us / 1e3)
     return dict(sorted(idle.items(), key=lambda kv: -kv[1][1]))
 
 
@@ -575,7 +573,9 @@ def main(argv=None) -> int:
     p.add_argument("--classes", type=int, default=117)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--profile", default="", help="profile one fused forward of each of these window batches (1,14)")
-    p.add_argument("--profile-conv", default="default", help="the --triton-conv choice the profiles run")
+    p.add_argument(
+        "--profile-conv", default="default", choices=sorted(conv_tables()), help="the --triton-conv choice profiled"
+    )
     p.add_argument(
         "--memory-snapshot",
         default=None,
