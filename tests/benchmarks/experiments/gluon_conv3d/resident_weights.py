@@ -75,8 +75,9 @@ def label(stats: bool, residual: bool) -> str:
     return f"conv3x3x3_resident{' +stats' if stats else ''}{' +residual' if residual else ''}"
 
 
-def run(batch: int = 14, size: int = 128) -> None:
-    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (its ``slabs`` argument), each
+def run(batch: int = 14, size: int = 128, extra: tuple | None = None) -> None:
+    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (its ``slabs`` argument), then
+    ``extra`` (``(name, function)``: an experiment's kernel with :py:func:`conv3x3x3_resident`'s call), each
     without and with its statistics, and with the statistics and the input as its residual, against float64 and
     timed, next to conv3x3x3's default (the same three forms).
 
@@ -137,10 +138,12 @@ def run(batch: int = 14, size: int = 128) -> None:
     flop = 2 * 48 * 48 * 27 * batch * size**3
     print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton[FORMS[0]]:.3f} ms, with statistics "
           f"{ms_triton[FORMS[1]]:.3f} ms, with statistics and residual {ms_triton[FORMS[2]]:.3f} ms")  # fmt: skip
-    for (stats, res), slabs in [(form, slabs) for slabs in (True, False) for form in FORMS]:
+    kernels = [("slab loads", functools.partial(conv3x3x3_resident, slabs=True))]
+    kernels.append(("patch loads", functools.partial(conv3x3x3_resident, slabs=False)))
+    kernels += [extra] if extra else []
+    for (stats, res), (kernel, conv) in [(form, k) for k in kernels for form in FORMS]:
         want = refs_residual if res else refs
-        name = label(stats, res) + (", slab loads" if slabs else ", patch loads")
-        conv = functools.partial(conv3x3x3_resident, slabs=slabs)
+        name = f"{label(stats, res)}, {kernel}"
         try:
             out, st = poisoned(x, lambda s=stats, r=res: conv(x, gemm, s, residual=x if r else None))
             out_odd, st_odd = poisoned(x_odd, lambda s=stats, r=res: conv(x_odd, gemm, s, 5, x_odd if r else None))
