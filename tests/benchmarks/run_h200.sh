@@ -9,8 +9,11 @@
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
 #   mma_forms             the tensor cores' rate for a 48 -> 48 channel tap in each operand form: the resident kernel's 64-padded
+#   voxel_rows            the resident convolution with voxels as the MMA's rows (no padding channels multiplied), checked
+#                         against float64 and timed beside the resident kernel (~200 s)
 #                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
+#   fused_idle_eager      the same at 1 window without CUDA graphs (as a one-CT CLI process runs)
 #                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
@@ -85,7 +88,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,86p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,89p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -120,6 +123,7 @@ for run in "$@"; do
   fused_graphs14) step fused_graphs14 200 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --graph-max-windows 14 --sw-batch-sizes 14 --profile 14 --json "$out/fused_graphs14.json" ;;
   mma_forms) step mma_forms 120 python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py ;;
   fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
+  fused_idle_eager) step fused_idle_eager 90 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0 ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
@@ -138,6 +142,7 @@ for run in "$@"; do
   serve) step serve 570 python3 tests/benchmarks/vista3d_serve.py --device cuda --weights-size published --json "$out/serve.json" ;;
   slicer_clicks) step slicer_clicks 570 python3 tests/benchmarks/vista3d_slicer_clicks.py --device cuda --weights-size published --json "$out/slicer_clicks.json" ;;
   pytest_clicks) step pytest_clicks 300 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py tests/apps/vista3d/test_session.py tests/networks/kernels/test_graph_cache.py ;;
+  voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
   pytest_kernels) step pytest_kernels 450 $KTESTS ;;

@@ -15,7 +15,7 @@ import unittest
 
 from torch.autograd import DeviceType
 
-from tests.benchmarks.vista3d_fused import gpu_span_and_busy, idle_before_kinds, kind_of
+from tests.benchmarks.vista3d_fused import gpu_span_and_busy, idle_before_kinds, kind_of, longest_gaps
 
 
 def _event(name: str, start: float, end: float, device=DeviceType.CUDA):
@@ -49,6 +49,11 @@ class TestIdle(unittest.TestCase):
         self.assertAlmostEqual(span, 1.5)
         self.assertAlmostEqual(span - busy, 1.040)  # the same idle time, in total
         self.assertEqual(idle_before_kinds([]), {})
+        # each stretch names the kernel that ended last before it (not the one that started last) and when it began
+        self.assertEqual(
+            longest_gaps(events, 2),
+            [("sm90_xmma_fprop", 1000, "_apply_kernel", 400), ("_apply_kernel", 30, "_stats_kernel", 320)],
+        )
 
 
 if __name__ == "__main__":

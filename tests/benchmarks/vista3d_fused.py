@@ -447,27 +447,34 @@ def memory_peak(dev: torch.device, bs: int, roi: int, n_classes: int, path: str)
     return {"sw_batch_size": bs, "peak_gib": peak, "snapshot": path}
 
 
-def kernel_gaps(events) -> tuple[float, list[tuple[str, float]]]:
+def kernel_gaps(events) -> tuple[float, list[tuple[str, float, str, float]]]:
     """Microseconds from the first CUDA kernel's start to the last one's end, and each stretch in between with no
-    kernel running: ``(name of the kernel that ends it, microseconds)``."""
+    kernel running: ``(name of the kernel that ends it, microseconds, name of the kernel that ended last before
+    it, its start in microseconds from the first kernel's start)``."""
     from torch.autograd import DeviceType
 
     kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA)
     if not kernels:
         return 0.0, []
-    gaps, end = [], kernels[0][1]
+    gaps, end, last = [], kernels[0][1], kernels[0][2]
     for start, stop, name in kernels[1:]:
         if start > end:
-            gaps.append((name, start - end))
-        end = max(end, stop)
+            gaps.append((name, start - end, last, end - kernels[0][0]))
+        if stop >= end:
+            end, last = stop, name
     return end - kernels[0][0], gaps
+
+
+def longest_gaps(events, n: int = 12) -> list[tuple[str, float, str, float]]:
+    """The ``n`` longest of :py:func:`kernel_gaps`' idle stretches, longest first."""
+    return sorted(kernel_gaps(events)[1], key=lambda g: -g[1])[:n]
 
 
 def gpu_span_and_busy(events) -> tuple[float, float]:
     """Milliseconds from the first CUDA kernel's start to the last one's end, and the part of it in which some
     kernel ran (the union of their intervals): the difference is GPU time lost to launches and host work."""
     span, gaps = kernel_gaps(events)
-    return span / 1e3, (span - sum(us for _, us in gaps)) / 1e3
+    return span / 1e3, (span - sum(g[1] for g in gaps)) / 1e3
 
 
 def kind_of(kernel: str) -> str:
@@ -478,7 +485,7 @@ def kind_of(kernel: str) -> str:
 def idle_before_kinds(events) -> dict[str, tuple[int, float]]:
     """The GPU's idle time between kernels, by the kind of the kernel that ends each gap: ``{kind: (gaps, ms)}``."""
     idle: dict[str, tuple[int, float]] = {}
-    for name, us in kernel_gaps(events)[1]:
+    for name, us, *_ in kernel_gaps(events)[1]:
         n, ms = idle.get(kind_of(name), (0, 0.0))
         idle[kind_of(name)] = (n + 1, ms + us / 1e3)
     return dict(sorted(idle.items(), key=lambda kv: -kv[1][1]))
@@ -512,9 +519,16 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int, config: FusedC
     run()
     vista3d_fused.F = dispatch.F = real_f
     torch.cuda.synchronize()
+    before = torch.cuda.memory_stats(dev)
     with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
         run()
         torch.cuda.synchronize()
+    after = torch.cuda.memory_stats(dev)
+    # a cudaMalloc or cudaFree inside the forward (the caching allocator growing or releasing memory; a free waits
+    # for the whole device) leaves the GPU idle while the host catches up
+    counters = ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_sync_all_streams")
+    print("--- the caching allocator during the profiled forward: "
+          + ", ".join(f"{k} +{after.get(k, 0) - before.get(k, 0)}" for k in counters))  # fmt: skip
     print("--- operators by CUDA time, with input shapes")
     print(
         prof.key_averages(group_by_input_shape=True).table(
@@ -546,6 +560,9 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int, config: FusedC
     print("  idle GPU before each kind of kernel (gaps, ms):")
     for kind, (n, ms) in idle_before_kinds(prof.events()).items():
         print(f"    {kind:40s} {n:4d} gaps {ms:7.3f} ms")
+    print("  the longest idle stretches (at ms from the first kernel: the kernel before -> the kernel after):")
+    for after, us, before, at in longest_gaps(prof.events()):
+        print(f"    {us:7.1f} us at {at / 1e3:7.3f} ms: {before[:60]} -> {after[:60]}")
     print(f"  without the profiler: {bench(run, True):.2f} ms per forward of {bs} windows")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
     return rows
