@@ -4,3 +4,12 @@ export PYTHONPATH=$PWD:/tmp/deps; nvidia-smi --query-gpu=name --format=csv,nohea
 #   mma_forms:  python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py
 #   fused_idle: python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14
 #   voxel_rows: python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py
+# call 2 (H100 80GB; working tree at 2ce8423 + the change committed as 35a952c, and HEAD's vista3d_fused.py as an
+# untracked old_vista3d_fused.py, carry .wheels)
+export PYTHONPATH=$PWD:/tmp/deps; nvidia-smi --query-gpu=name --format=csv,noheader
+bash tests/benchmarks/run_h200.sh $OUT setup fused_idle fused_idle_eager 2>&1 | grep -v "^ \|^-\|Name" | tail -70
+F="python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --repeats 5"
+$F --json $OUT/forward_new.json > $OUT/forward_new.txt 2>&1; echo "new rc=$?"; tail -12 $OUT/forward_new.txt
+cp old_vista3d_fused.py monai/networks/nets/vista3d_fused.py
+$F --json $OUT/forward_old.json > $OUT/forward_old.txt 2>&1; echo "old rc=$?"; tail -12 $OUT/forward_old.txt
+# where fused_idle_eager was: python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0
