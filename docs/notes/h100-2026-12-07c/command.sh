@@ -13,3 +13,7 @@ $F --json $OUT/forward_new.json > $OUT/forward_new.txt 2>&1; echo "new rc=$?"; t
 cp old_vista3d_fused.py monai/networks/nets/vista3d_fused.py
 $F --json $OUT/forward_old.json > $OUT/forward_old.txt 2>&1; echo "old rc=$?"; tail -12 $OUT/forward_old.txt
 # where fused_idle_eager was: python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0
+# call 3 (H100; the tree of the docs commit after 35a952c + tests/benchmarks/experiments/graph_launch.py, carry .wheels)
+export PYTHONPATH=$PWD:/tmp/deps; nvidia-smi --query-gpu=name --format=csv,noheader; bash tests/benchmarks/run_h200.sh $OUT setup > /dev/null 2>&1; python3 tests/benchmarks/experiments/graph_launch.py 2>&1 | tee $OUT/graph_launch.txt; timeout 170 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py > $OUT/fused_tests.txt 2>&1; echo "pytest rc=$?"; tail -4 $OUT/fused_tests.txt
+# call 4 (H100; the same tree + tests/benchmarks/experiments/one_window_host.py)
+export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; python3 tests/benchmarks/experiments/one_window_host.py 2>&1 | tee $OUT/one_window_host.txt | tail -8
