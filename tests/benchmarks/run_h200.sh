@@ -13,7 +13,7 @@
 #                         against float64 and timed beside the resident kernel (~200 s)
 #                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
-#   fused_idle_eager      the same at 1 window without CUDA graphs (as a one-CT CLI process runs)
+#   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
 #                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution

@@ -17,3 +17,5 @@ $F --json $OUT/forward_old.json > $OUT/forward_old.txt 2>&1; echo "old rc=$?"; t
 export PYTHONPATH=$PWD:/tmp/deps; nvidia-smi --query-gpu=name --format=csv,noheader; bash tests/benchmarks/run_h200.sh $OUT setup > /dev/null 2>&1; python3 tests/benchmarks/experiments/graph_launch.py 2>&1 | tee $OUT/graph_launch.txt; timeout 170 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py > $OUT/fused_tests.txt 2>&1; echo "pytest rc=$?"; tail -4 $OUT/fused_tests.txt
 # call 4 (H100; the same tree + tests/benchmarks/experiments/one_window_host.py)
 export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; python3 tests/benchmarks/experiments/one_window_host.py 2>&1 | tee $OUT/one_window_host.txt | tail -8
+# call 5 (H100; the tree at 3826ae7 + tests/benchmarks/experiments/eager_host_profile.py)
+export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; timeout 120 python3 tests/benchmarks/experiments/eager_host_profile.py > $OUT/eager_host_profile.txt 2>&1; echo rc=$?; head -c 9000 $OUT/eager_host_profile.txt
