@@ -19,3 +19,5 @@ export PYTHONPATH=$PWD:/tmp/deps; nvidia-smi --query-gpu=name --format=csv,nohea
 export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; python3 tests/benchmarks/experiments/one_window_host.py 2>&1 | tee $OUT/one_window_host.txt | tail -8
 # call 5 (H100; the tree at 3826ae7 + tests/benchmarks/experiments/eager_host_profile.py)
 export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; timeout 120 python3 tests/benchmarks/experiments/eager_host_profile.py > $OUT/eager_host_profile.txt 2>&1; echo rc=$?; head -c 9000 $OUT/eager_host_profile.txt
+# call 6 (H100; the tree at fdf2259 + the single-channel operand cached in PaddedWeights, committed next)
+export PYTHONPATH=$PWD; nvidia-smi --query-gpu=name --format=csv,noheader; timeout 100 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 > $OUT/fused_idle1.txt 2>&1; grep -A16 "idle GPU before" $OUT/fused_idle1.txt | head -24; grep "without the profiler\|idle between" $OUT/fused_idle1.txt

@@ -51,6 +51,7 @@ __all__ = [
     "conv3x3x3",
     "conv3x3x3_weights",
     "conv3x3x3_single_channel",
+    "single_channel_weights",
     "channel_pieces",
 ]
 
@@ -217,9 +218,22 @@ if triton is not None:
         tl.store(y_ptr + rows[:, None] * C_OUT + co[None, :], acc.to(tl.float16), mask=(v < n_vox)[:, None])
 
 
-def conv3x3x3_single_channel(
-    x: torch.Tensor, weight: torch.Tensor, out_channels: int, block_v: int = 128
-) -> torch.Tensor:
+def single_channel_weights(weight: torch.Tensor, out_channels: int) -> torch.Tensor:
+    """The fp16 ``[32, out_channels]`` GEMM operand of :py:func:`conv3x3x3_single_channel` from a ``Conv3d`` weight
+    ``[C, 1, 3, 3, 3]``: row ``t`` holds tap ``t``'s weights, rows 27-31 and the columns from ``C`` on are zeros."""
+    if weight.ndim != 5 or tuple(weight.shape[1:]) != (1, 3, 3, 3) or weight.shape[0] > out_channels:
+        raise ValueError(
+            f"single_channel_weights takes a [C, 1, 3, 3, 3] weight with C <= out_channels ({out_channels}), "
+            f"got shape {tuple(weight.shape)}."
+        )
+    if out_channels & (out_channels - 1):
+        raise ValueError(f"single_channel_weights writes a power-of-two number of channels, got {out_channels}.")
+    gemm = torch.zeros(32, out_channels, device=weight.device, dtype=torch.float16)
+    gemm[:27, : weight.shape[0]] = weight.detach().reshape(weight.shape[0], 27).t()
+    return gemm
+
+
+def conv3x3x3_single_channel(x: torch.Tensor, weights: torch.Tensor, block_v: int = 128) -> torch.Tensor:
     """3x3x3 convolution (stride 1, zero padding 1, no bias) of a one-channel volume, written channels-last in fp16.
 
     cuDNN cannot tell the layout of a one-channel input and either returns channels-first (a conversion follows) or,
@@ -227,23 +241,26 @@ def conv3x3x3_single_channel(
 
     Args:
         x: ``[B, 1, D, H, W]``, contiguous, any float dtype (read as fp16).
-        weight: ``Conv3d`` weight ``[C, 1, 3, 3, 3]``.
-        out_channels: channels of the output (a power of two >= ``C``); those beyond ``C`` are zeros.
+        weights: ``[32, C_out]`` fp16 from :py:func:`single_channel_weights`; ``C_out`` output channels are written.
         block_v: voxels per program.
     """
     if x.ndim != 5 or x.shape[1] != 1 or not x.is_contiguous():
         raise ValueError(
             f"conv3x3x3_single_channel takes a contiguous [B, 1, D, H, W] tensor, got shape {tuple(x.shape)}."
         )
+    if weights.ndim != 2 or weights.shape[0] != 32 or weights.dtype != torch.float16 or not weights.is_contiguous():
+        raise ValueError(
+            f"conv3x3x3_single_channel takes contiguous fp16 weights [32, C_out], got {weights.dtype} of shape "
+            f"{tuple(weights.shape)}: build them with single_channel_weights(weight, out_channels)."
+        )
     check_kernel_input(x, "conv3x3x3_single_channel")
     n_b, _, d, h, w = x.shape
-    gemm = torch.zeros(32, out_channels, device=x.device, dtype=torch.float16)
-    gemm[:27, : weight.shape[0]] = weight.detach().reshape(weight.shape[0], 27).t()
+    out_channels = weights.shape[1]
     y = torch.empty(
         (n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
     )
     _single_channel_kernel[(triton.cdiv(d * h * w, block_v), n_b)](
-        x, gemm, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v
+        x, weights, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v
     )
     return y
 

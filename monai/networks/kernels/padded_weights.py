@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from monai.networks.kernels.conv3d import conv3x3x3_weights
+from monai.networks.kernels.conv3d import conv3x3x3_weights, single_channel_weights
 
 __all__ = ["padded_channels", "image_channels", "pad_channels", "PaddedWeights"]
 
@@ -119,6 +119,13 @@ class PaddedWeights:
         return self._cached(
             self._gemms, conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
         )
+
+    def single_channel(self, conv: nn.Conv3d) -> torch.Tensor:
+        """The fp16 GEMM operand of a one-channel, bias-free 3x3x3 ``conv`` for
+        :py:func:`~monai.networks.kernels.conv3d.conv3x3x3_single_channel`, its output channels padded to
+        :py:func:`padded_channels`."""
+        n = padded_channels(conv.out_channels)
+        return self._cached(self._gemms, conv, ("single",), lambda: single_channel_weights(conv.weight, n))
 
     def affine(self, norm: nn.InstanceNorm3d, channels: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 ``(weight, bias)`` of an affine ``norm`` zero-padded to ``channels`` (zeros keep the padding

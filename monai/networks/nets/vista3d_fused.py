@@ -251,7 +251,7 @@ class FusedClassBranch:
         single = image.shape[1] == 1 and conv.kernel_size == (3, 3, 3) and conv.padding == (1, 1, 1)
         single &= conv.stride == (1, 1, 1) and conv.bias is None and n_out & (n_out - 1) == 0
         if self.kernels == "triton" and dtype == torch.float16 and single:
-            return conv3x3x3_single_channel(image.contiguous(), conv.weight, n_out)
+            return conv3x3x3_single_channel(image.contiguous(), self.weights.single_channel(conv))
         return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
 
     def _norm_act(

@@ -25,6 +25,7 @@ from monai.networks.kernels.conv3d import (
     conv3x3x3,
     conv3x3x3_single_channel,
     conv3x3x3_weights,
+    single_channel_weights,
 )
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -104,14 +105,21 @@ class TestConv3x3x3(unittest.TestCase):
         g = torch.Generator().manual_seed(d * h)
         x = torch.randn(batch, 1, d, h, w, generator=g).to(DEVICE, dtype)
         weight = torch.randn(channels, 1, 3, 3, 3, generator=g).to(DEVICE)
-        y = conv3x3x3_single_channel(x, weight, out_channels)
+        gemm = single_channel_weights(weight, out_channels)
+        y = conv3x3x3_single_channel(x, gemm)
         ref = F.conv3d(x.half().double(), weight.half().double(), padding=1)
         self.assertEqual(y.dtype, torch.float16)
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         self.assertLess(((y[:, :channels].double() - ref).norm() / ref.norm()).item(), 1e-3)
         self.assertTrue(torch.equal(y[:, channels:], torch.zeros_like(y[:, channels:])))
         with self.assertRaisesRegex(ValueError, r"\[B, 1, D, H, W\]"):
-            conv3x3x3_single_channel(x.expand(batch, 2, d, h, w), weight, out_channels)
+            conv3x3x3_single_channel(x.expand(batch, 2, d, h, w), gemm)
+        with self.assertRaisesRegex(ValueError, "build them with single_channel_weights"):
+            conv3x3x3_single_channel(x, weight)
+        with self.assertRaisesRegex(ValueError, r"C <= out_channels \(8\)"):
+            single_channel_weights(weight, 8)
+        with self.assertRaisesRegex(ValueError, "power-of-two"):
+            single_channel_weights(weight[:16], 48)
 
     def test_rejects_bad_inputs(self):
         x = _channels_last(torch.randn(1, 16, 2, 4, 8))

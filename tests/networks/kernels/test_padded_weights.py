@@ -63,6 +63,20 @@ class TestPaddedWeights(unittest.TestCase):
         self.assertTrue(torch.equal(weights(conv, torch.float16, 64)[0][:16, :16], conv.weight.half()))
         self.assertEqual(weights(conv, torch.float32, 64)[0].dtype, torch.float32)
 
+    def test_single_channel_operand_cached(self):
+        conv = nn.Conv3d(1, 48, 3, padding=1, bias=False)
+        weights = PaddedWeights()
+        gemm = weights.single_channel(conv)
+        self.assertEqual((gemm.dtype, tuple(gemm.shape)), (torch.float16, (32, 64)))
+        self.assertTrue(torch.equal(gemm[:27, :48], conv.weight.detach().reshape(48, 27).t().half()))
+        self.assertTrue(torch.equal(gemm[27:].sum() + gemm[:, 48:].sum(), torch.zeros((), dtype=torch.float16)))
+        self.assertIs(weights.single_channel(conv), gemm)  # one operand per weight, not one per call
+        self.assertIsNot(weights.gemm(conv), gemm)  # the 3x3x3 GEMM operand of the same layer is another value
+        with torch.no_grad():
+            conv.weight.mul_(2)
+        self.assertTrue(
+            torch.equal(weights.single_channel(conv)[:27, :48], conv.weight.detach().reshape(48, 27).t().half())
+        )
 
     def test_norm_affine_padded_and_cached(self):
         norm = nn.InstanceNorm3d(48, affine=True)
@@ -78,6 +92,7 @@ class TestPaddedWeights(unittest.TestCase):
         with torch.no_grad():
             norm.weight.add_(1.0)  # an in-place write bumps the version: a new copy
         torch.testing.assert_close(weights.affine(norm, 64)[0][:48], norm.weight.detach())
+
 
 if __name__ == "__main__":
     unittest.main()
