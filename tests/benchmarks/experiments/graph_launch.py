@@ -15,13 +15,16 @@ At one window the fused forward's profile (H100, docs/notes/h100-2026-12-07c/cal
 the copy of the window into the graph's input buffer and the graph's first kernel: the replay's launch. This times,
 from an idle GPU, ``copy_`` then ``replay()`` of graphs of ``n`` small kernels, the copy's end to the end of the
 first kernel (events), and the host's time in ``replay()``; then the same work as two graphs, a short one first
-(``--first`` kernels), to see whether the GPU starts on the short graph while the host launches the long one::
+(``--first`` kernels), to see whether the GPU starts on the short graph while the host launches the long one; then
+300 kernels followed by a cuDNN transposed convolution or a biased GEMM, whose memset nodes the forward's graph
+has::
 
     python tests/benchmarks/experiments/graph_launch.py
 
 Measured on an H100 (docs/notes/h100-2026-12-07c/call3): the replay's launch costs 4-6 us of host time and the
 first kernel follows the copy within ~8 us whatever the size (1 to 600 kernels), and splitting gains nothing. The
-forward's 190 us is not the launch of a large graph.
+forward's 190 us is not the launch of a large graph of plain kernels. The library tails (memset nodes) are not
+measured yet: ``run_h200.sh graph_launch``.
 """
 
 from __future__ import annotations
@@ -32,17 +35,39 @@ import time
 import torch
 
 
-def _capture(work: torch.Tensor, n: int) -> torch.cuda.CUDAGraph:
+def _capture(work: torch.Tensor, n: int, tail=None) -> torch.cuda.CUDAGraph:
+    """A graph of ``n`` small kernels, then ``tail()`` (a library call whose nodes the forward's graph has)."""
+
+    def body():
+        for _ in range(n):
+            work.add_(1)
+        if tail is not None:
+            tail()
+
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        work.add_(1)  # warm-up outside the capture
+        body()  # warm-up outside the capture: cuDNN's and cuBLAS's plans
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
-        for _ in range(n):
-            work.add_(1)
+        body()
     return graph
+
+
+def _library_tails() -> dict:
+    """Calls that put memset nodes into the forward's graph (the profile's "Memset (Unknown)"): cuDNN's transposed
+    convolution (dgrad) and a GEMM with bias over many rows, as the fused forward runs them, fp16 channels-last."""
+    import torch.nn.functional as F
+
+    x = torch.randn(1, 128, 32, 32, 32, device="cuda").half().contiguous(memory_format=torch.channels_last_3d)
+    w = torch.randn(128, 64, 3, 3, 3, device="cuda").half().contiguous(memory_format=torch.channels_last_3d)
+    rows = torch.randn(1 << 18, 64, device="cuda").half()
+    lw, lb = torch.randn(128, 64, device="cuda").half(), torch.randn(128, device="cuda").half()
+    return {
+        "conv_transpose3d": lambda: F.conv_transpose3d(x, w, None, 2, 1, 1),
+        "linear with bias": lambda: F.linear(rows, lw, lb),
+    }
 
 
 def _time(graphs: list[torch.cuda.CUDAGraph], src: torch.Tensor, dst: torch.Tensor, repeats: int) -> tuple:
@@ -63,6 +88,17 @@ def _time(graphs: list[torch.cuda.CUDAGraph], src: torch.Tensor, dst: torch.Tens
     return sorted(gpu)[repeats // 2], sorted(host)[repeats // 2]
 
 
+def _busy(graph: torch.cuda.CUDAGraph) -> float:
+    """Milliseconds of the graph's replay behind a queue of work (its launch hidden): its kernels' own time."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(10_000_000)
+    start.record()
+    graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
 def main(sizes=(1, 50, 150, 300, 600), first: int = 8, repeats: int = 50) -> None:
     src = torch.randn(1 << 21, device="cuda")
     dst = torch.empty_like(src)
@@ -70,13 +106,7 @@ def main(sizes=(1, 50, 150, 300, 600), first: int = 8, repeats: int = 50) -> Non
     # the kernels' own time: n launches back to back in one graph on a busy GPU
     for n in sizes:
         one = _capture(work, n)
-        busy_gpu = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(10_000_000)  # a queue ahead, so the launch is hidden
-        busy_gpu[0].record()
-        one.replay()
-        busy_gpu[1].record()
-        torch.cuda.synchronize()
-        kernels = busy_gpu[0].elapsed_time(busy_gpu[1])
+        kernels = _busy(one)
         ms, us = _time([one], src, dst, repeats)
         text = f"n={n:4d}: one graph {ms * 1e3:7.1f} us after the copy (kernels alone {kernels * 1e3:7.1f} us), "
         text += f"host {us:6.1f} us"
@@ -85,6 +115,12 @@ def main(sizes=(1, 50, 150, 300, 600), first: int = 8, repeats: int = 50) -> Non
             ms2, us2 = _time(split, src, dst, repeats)
             text += f" | {first} + {n - first}: {ms2 * 1e3:7.1f} us, host {us2:6.1f} us"
         print(text)
+    for name, tail in _library_tails().items():
+        with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+            g = _capture(work, 300, tail)
+        ms, us = _time([g], src, dst, repeats)
+        busy = sorted(_busy(g) for _ in range(5))[2]
+        print(f"n= 300 + {name}: {ms * 1e3:7.1f} us after the copy (alone {busy * 1e3:7.1f} us), host {us:6.1f} us")
 
 
 if __name__ == "__main__":
