@@ -15,7 +15,7 @@ import unittest
 
 from torch.autograd import DeviceType
 
-from tests.benchmarks.vista3d_fused import gpu_span_and_busy, idle_before_kinds, kind_of, longest_gaps
+from tests.benchmarks.vista3d_fused import idle_before_kinds, kernel_gaps, kind_of, longest_gaps
 
 
 def _event(name: str, start: float, end: float, device=DeviceType.CUDA):
@@ -39,19 +39,20 @@ class TestIdle(unittest.TestCase):
             _event("_apply_kernel", 350, 400),  # 30 us idle before an apply pass
             _event("sm90_xmma_fprop", 1400, 1500),  # 1000 us
         ]
-        idle = idle_before_kinds(events)
+        span, gaps = kernel_gaps(events)
+        idle = idle_before_kinds(gaps)
         self.assertEqual(list(idle), ["convolution", "norm apply (Triton)"])  # the longest idle first
         self.assertEqual(idle["convolution"][0], 2)
         self.assertAlmostEqual(idle["convolution"][1], 1.010)
         self.assertEqual(idle["norm apply (Triton)"][0], 1)
         self.assertAlmostEqual(idle["norm apply (Triton)"][1], 0.030)
-        span, busy = gpu_span_and_busy(events)
-        self.assertAlmostEqual(span, 1.5)
-        self.assertAlmostEqual(span - busy, 1.040)  # the same idle time, in total
+        self.assertAlmostEqual(span, 1500)  # microseconds, first kernel start to last end
+        self.assertAlmostEqual(sum(g[1] for g in gaps), 1040)  # the same idle time, in total
+        self.assertEqual(kernel_gaps([]), (0.0, []))
         self.assertEqual(idle_before_kinds([]), {})
         # each stretch names the kernel that ended last before it (not the one that started last) and when it began
         self.assertEqual(
-            longest_gaps(events, 2),
+            longest_gaps(gaps, 2),
             [("sm90_xmma_fprop", 1000, "_apply_kernel", 400), ("_apply_kernel", 30, "_stats_kernel", 320)],
         )
 

@@ -465,16 +465,9 @@ def kernel_gaps(events) -> tuple[float, list[tuple[str, float, str, float]]]:
     return end - kernels[0][0], gaps
 
 
-def longest_gaps(events, n: int = 12) -> list[tuple[str, float, str, float]]:
-    """The ``n`` longest of :py:func:`kernel_gaps`' idle stretches, longest first."""
-    return sorted(kernel_gaps(events)[1], key=lambda g: -g[1])[:n]
-
-
-def gpu_span_and_busy(events) -> tuple[float, float]:
-    """Milliseconds from the first CUDA kernel's start to the last one's end, and the part of it in which some
-    kernel ran (the union of their intervals): the difference is GPU time lost to launches and host work."""
-    span, gaps = kernel_gaps(events)
-    return span / 1e3, (span - sum(g[1] for g in gaps)) / 1e3
+def longest_gaps(gaps: list[tuple[str, float, str, float]], n: int = 12) -> list[tuple[str, float, str, float]]:
+    """The ``n`` longest of :py:func:`kernel_gaps`' idle stretches ``gaps``, longest first."""
+    return sorted(gaps, key=lambda g: -g[1])[:n]
 
 
 def kind_of(kernel: str) -> str:
@@ -482,10 +475,11 @@ def kind_of(kernel: str) -> str:
     return next((k for k, keys in _KINDS if any(s.lower() in kernel.lower() for s in keys)), "other")
 
 
-def idle_before_kinds(events) -> dict[str, tuple[int, float]]:
-    """The GPU's idle time between kernels, by the kind of the kernel that ends each gap: ``{kind: (gaps, ms)}``."""
+def idle_before_kinds(gaps: list[tuple[str, float, str, float]]) -> dict[str, tuple[int, float]]:
+    """The GPU's idle time between kernels (:py:func:`kernel_gaps`' stretches ``gaps``), by the kind of the kernel
+    that ends each: ``{kind: (gaps, ms)}``."""
     idle: dict[str, tuple[int, float]] = {}
-    for name, us, *_ in kernel_gaps(events)[1]:
+    for name, us, *_ in gaps:
         n, ms = idle.get(kind_of(name), (0, 0.0))
         idle[kind_of(name)] = (n + 1, ms + us / 1e3)
     return dict(sorted(idle.items(), key=lambda kv: -kv[1][1]))
@@ -552,16 +546,18 @@ def profile(dev: torch.device, bs: int, roi: int, n_classes: int, config: FusedC
         for k, v in sorted(totals.items(), key=lambda kv: -kv[1])
     ]
     print(f"--- CUDA kernels of one fused forward of {bs} windows: {total:.1f} ms ({total / bs:.2f} ms / window)")
-    span, busy = gpu_span_and_busy(prof.events())
+    # (one sweep of the events for the span, the idle time and its two summaries below)
+    span_us, gaps = kernel_gaps(prof.events())
+    span, busy = span_us / 1e3, (span_us - sum(g[1] for g in gaps)) / 1e3
     print(f"  first kernel start to last kernel end {span:.2f} ms, kernels running {busy:.2f} ms, GPU idle between "
           f"them {span - busy:.2f} ms ({(span - busy) / bs:.3f} ms / window)")  # fmt: skip
     for r in rows:
         print(f"  {r['kind']:28s} {r['ms']:8.2f} ms {r['ms_per_window']:7.2f} ms/window {100 * r['share']:5.1f} %")
     print("  idle GPU before each kind of kernel (gaps, ms):")
-    for kind, (n, ms) in idle_before_kinds(prof.events()).items():
+    for kind, (n, ms) in idle_before_kinds(gaps).items():
         print(f"    {kind:40s} {n:4d} gaps {ms:7.3f} ms")
     print("  the longest idle stretches (at ms from the first kernel: the kernel before -> the kernel after):")
-    for after, us, before, at in longest_gaps(prof.events()):
+    for after, us, before, at in longest_gaps(gaps):
         print(f"    {us:7.1f} us at {at / 1e3:7.3f} ms: {before[:60]} -> {after[:60]}")
     print(f"  without the profiler: {bench(run, True):.2f} ms per forward of {bs} windows")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=90))
