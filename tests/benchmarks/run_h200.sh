@@ -16,6 +16,7 @@
 #   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
 #                         nodes in it (experiments/graph_launch.py; the 190 us before one window's graph)
+#   graph_start           the forward's own graph: its nodes by type (DOT), the copy and replays timed, one replay's trace
 #                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
@@ -90,7 +91,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,91p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,92p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -145,6 +146,7 @@ for run in "$@"; do
   slicer_clicks) step slicer_clicks 570 python3 tests/benchmarks/vista3d_slicer_clicks.py --device cuda --weights-size published --json "$out/slicer_clicks.json" ;;
   pytest_clicks) step pytest_clicks 300 python3 -m pytest -q -p no:cacheprovider tests/networks/test_vista3d_fused.py tests/apps/vista3d/test_session.py tests/networks/kernels/test_graph_cache.py ;;
   graph_launch) step graph_launch 60 python3 tests/benchmarks/experiments/graph_launch.py ;;
+  graph_start) step graph_start 90 python3 tests/benchmarks/experiments/graph_start.py --out "$out" ;;
   voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
