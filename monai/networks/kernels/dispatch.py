@@ -181,6 +181,7 @@ def conv3x3x3_dispatch(
     weights: PaddedWeights,
     config: FusedConfig,
     residual: torch.Tensor | None = None,
+    stats: bool = True,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """``conv(x) (+ residual)`` on the kernel :py:func:`choose_conv3x3x3` picks, channels-last, and the
     per-(sample, channel) ``(mean, var)`` of the result where the kernels compute them on the way.
@@ -191,22 +192,24 @@ def conv3x3x3_dispatch(
         weights: the padded weight cache the GEMM operands and cuDNN weights come from.
         config: the fused path's configuration.
         residual: added to the convolution's output (the SegResNet blocks' ``conv2(y) + x``), of its padded shape.
+        stats: compute the statistics on the way; ``False`` where no instance norm reads the output next (the last
+            block of a level: a convolution follows), which spares the kernels' statistics epilogue.
 
     Returns:
-        ``(y, stats)``: ``stats`` is ``None`` under ``kernels="torch"`` and for a cuDNN convolution without a
-        residual.
+        ``(y, stats)``: ``stats`` is ``None`` when not asked for, under ``kernels="torch"`` and for a cuDNN
+        convolution without a residual.
     """
     kernel, launch = choose_conv3x3x3(conv, x, config)
     if kernel == "resident":
         slabs = config.resident_conv == "slabs"
-        return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=True, residual=residual, slabs=slabs)
+        return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=stats, residual=residual, slabs=slabs)
     if kernel == "triton" and launch is not None:  # (a Triton choice always comes with its launch)
-        return conv3x3x3(x, weights.gemm(conv, launch.planes), stats=True, residual=residual, launch=launch)
+        return conv3x3x3(x, weights.gemm(conv, launch.planes), stats=stats, residual=residual, launch=launch)
     w, b = weights(conv, x.dtype, x.shape[1])
     y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
     y = y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
     if residual is None:
         return y, None
-    if config.kernels == "torch":
+    if config.kernels == "torch" or not stats:
         return y.add_(residual), None
     return y, instance_stats(y, add=residual)

@@ -107,6 +107,12 @@ def _blocks(level: nn.ModuleDict) -> list[SegResBlock]:
     return [_of_kind(block, SegResBlock, "a level's block") for block in blocks]
 
 
+def _blocks_and_more(level: nn.ModuleDict) -> list[tuple[SegResBlock, bool]]:
+    """The residual blocks of a level, each with whether another block follows it in the level."""
+    blocks = _blocks(level)
+    return [(block, i < len(blocks) - 1) for i, block in enumerate(blocks)]
+
+
 def _head(levels: nn.ModuleList) -> nn.Conv3d:
     """The output convolution of a decoder (``up_layers`` or ``up_layers_auto``), on its last level."""
     return _of_kind(_level(levels[-1])["head"], nn.Conv3d, "a decoder's head")
@@ -238,12 +244,12 @@ class FusedClassBranch:
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
 
     def _conv_norm_input(
-        self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None
+        self, conv: nn.Module, x: torch.Tensor, residual: torch.Tensor | None = None, stats: bool = True
     ) -> tuple[torch.Tensor, tuple | None]:
-        """``conv(x) (+ residual)`` and, where the kernels compute them on the way, its statistics; the kernel is
-        :py:func:`~monai.networks.kernels.dispatch.conv3x3x3_dispatch`'s choice."""
+        """``conv(x) (+ residual)`` and, where asked for and the kernels compute them on the way, its statistics;
+        the kernel is :py:func:`~monai.networks.kernels.dispatch.conv3x3x3_dispatch`'s choice."""
         conv3d = _of_kind(conv, nn.Conv3d, "a block's convolution")
-        return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual)
+        return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual, stats=stats)
 
     def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> torch.Tensor:
         dtype = self.compute_dtype(image)
@@ -279,12 +285,13 @@ class FusedClassBranch:
 
     # ---- the blocks ---------------------------------------------------------------------------------------------
     def _segres_block(
-        self, block: SegResBlock, x: torch.Tensor, stats: tuple | None
+        self, block: SegResBlock, x: torch.Tensor, stats: tuple | None, stats_out: bool
     ) -> tuple[torch.Tensor, tuple | None]:
+        """The block's output and, with ``stats_out`` (a norm reads it next), its statistics."""
         y = self._norm_act(x, block.norm1, block.act1, None, in_place=False, stats=stats)
         y, y_stats = self._conv_norm_input(block.conv1, y)
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
-        return self._conv_norm_input(block.conv2, y, residual=x)
+        return self._conv_norm_input(block.conv2, y, residual=x, stats=stats_out)
 
     def _unet_res_block(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         block = _res_block(module)
@@ -306,12 +313,14 @@ class FusedClassBranch:
         encoder = segresnet.encoder
         x = self._first_conv(_of_kind(encoder.conv_init, nn.Conv3d, "the first convolution"), image)
         # the blocks run in this frame's loops: a helper called with a level's input would hold that tensor for all
-        # of the level's blocks (measured: a fourth full-resolution tensor at the class head, 1.0 GiB per window)
+        # of the level's blocks (measured: a fourth full-resolution tensor at the class head, 1.0 GiB per window).
+        # A level's last block feeds a convolution (downsample, upsample, head) that reads no statistics: its kernel
+        # computes none
         skips = []
         for level in map(_level, encoder.layers):
             stats = None
-            for block in _blocks(level):
-                x, stats = self._segres_block(block, x, stats)
+            for block, more in _blocks_and_more(level):
+                x, stats = self._segres_block(block, x, stats, stats_out=more)
             skips.append(x)
             downsample = level["downsample"]
             if isinstance(downsample, nn.Conv3d):
@@ -325,8 +334,8 @@ class FusedClassBranch:
         for level in map(_level, levels):
             x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
             x, stats = self._add(x, skips.pop())
-            for block in _blocks(level):
-                x, stats = self._segres_block(block, x, stats)
+            for block, more in _blocks_and_more(level):  # (in this frame's loop: see _encode)
+                x, stats = self._segres_block(block, x, stats, stats_out=more)
         return self._conv(_head(levels), x)
 
     def _post_mapping(self, x: torch.Tensor) -> torch.Tensor:

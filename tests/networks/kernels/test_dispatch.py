@@ -165,6 +165,30 @@ class TestDispatch(unittest.TestCase):
         self.assertTrue(triton_conv.call_args.kwargs["stats"])
         self.assertIsNotNone(triton_conv.call_args.kwargs["residual"])
 
+    def test_statistics_only_when_asked(self):
+        # a level's last block passes stats=False: the kernels must not run their statistics epilogue
+        weights, conv = PaddedWeights(), _conv(48, 48)
+        with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=None):
+            with mock.patch.object(dispatch, "conv3x3x3_resident", return_value=("y", None)) as resident:
+                conv3x3x3_dispatch(conv, _x(64), weights, FusedConfig(), stats=False)
+        self.assertFalse(resident.call_args.kwargs["stats"])
+        with mock.patch.object(dispatch, "conv3x3x3", return_value=("y", None)) as triton_conv:
+            conv3x3x3_dispatch(conv, _x(64), weights, FusedConfig(resident_conv="off"), stats=False)
+        self.assertFalse(triton_conv.call_args.kwargs["stats"])
+
+    @parameterized.expand([(True,), (False,)])
+    def test_cudnn_residual_statistics_only_when_asked(self, stats):
+        torch.manual_seed(0)
+        conv = _conv(64, 64, kernel_size=3, stride=2, padding=1)  # strided: cuDNN under kernels="triton" too
+        x = torch.randn(1, 64, 4, 4, 4).contiguous(memory_format=torch.channels_last_3d)
+        residual = torch.randn(1, 64, 2, 2, 2).contiguous(memory_format=torch.channels_last_3d)
+        expected = conv(x) + residual
+        with mock.patch.object(dispatch, "instance_stats", side_effect=lambda y, add: (y.add_(add), "stats")[1]) as st:
+            y, out_stats = conv3x3x3_dispatch(conv, x, PaddedWeights(), FusedConfig(), residual=residual, stats=stats)
+        self.assertEqual(st.called, stats)
+        self.assertEqual(out_stats, "stats" if stats else None)
+        torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
     @parameterized.expand([(False,), (True,)])
     def test_cudnn_branch(self, with_residual):
         torch.manual_seed(0)
