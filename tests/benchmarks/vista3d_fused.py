@@ -269,15 +269,24 @@ def conv_tables() -> dict[str, dict]:
     :py:class:`FusedConfig` fields ``triton_launches`` and ``resident_conv`` of each; only ``default`` runs the
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
-    resident kernel's patch loads."""
+    resident kernel's patch loads. ``upcudnn`` is the default with the decoders' upsampling on cuDNN and the skip
+    add a pass of its own, ``up8x16``, ``up4w``, ``upnoswap`` and ``up2s`` the default with another launch of the
+    upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages); ``cudnn`` runs every
+    convolution on cuDNN."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
+    resident = dict(triton_launches=default, resident_conv=FusedConfig().resident_conv)
     return {
-        "default": dict(triton_launches=default, resident_conv=FusedConfig().resident_conv),
+        "default": resident,
+        "upcudnn": dict(resident, upsample_launches={}),
+        "up8x16": dict(resident, upsample_launches={64: L(8, 16, 8, 3, 1, True)}),
+        "up4w": dict(resident, upsample_launches={64: L(8, 16, 4, 3, 1, True)}),
+        "upnoswap": dict(resident, upsample_launches={64: L(16, 16, 8, 3, 1, False)}),
+        "up2s": dict(resident, upsample_launches={64: L(16, 16, 8, 2, 1, True)}),
         "patches": dict(triton_launches=default, resident_conv="patches"),
         "noresident": dict(triton_launches=default, resident_conv="off"),
-        "cudnn": dict(triton_launches={}, resident_conv="off"),
+        "cudnn": dict(triton_launches={}, resident_conv="off", upsample_launches={}),
         "64s+128s": dict(triton_launches={64: L(16, 16, 4, 3, 1, True), 128: L(16, 16, 8, 3, 1, True)}),
         "64s2+128s": dict(triton_launches={64: L(8, 16, 4, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}),
         "64s2w8+128s": dict(triton_launches={64: L(8, 16, 8, 3, 2, True), 128: L(16, 16, 8, 3, 1, True)}),
@@ -575,7 +584,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--triton-conv",
         default="default",
-        help="comma-separated choices of convolutions for the fused forward (default, patches, noresident, cudnn, "
+        help="comma-separated choices of convolutions for the fused forward (default, upcudnn, up8x16, up4w, "
+        "upnoswap, up2s, patches, noresident, cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
         "16x16 voxels; default and patches run the 48-channel convolutions through the resident-weight Gluon "

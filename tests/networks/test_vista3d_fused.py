@@ -299,10 +299,12 @@ class TestFusedKernels(unittest.TestCase):
         expected = _logits(net, x)
         net.fuse(EAGER)  # a graph capture runs the forward twice
         triton_spy, gluon_spy = _conv_spies()
-        with triton_spy as conv, gluon_spy as gluon:
+        upsample_spy = mock.patch.object(dispatch, "conv_transpose3x3x3", wraps=dispatch.conv_transpose3x3x3)
+        with triton_spy as conv, gluon_spy as gluon, upsample_spy as upsample:
             out = _logits(net, x.half()).float()
         resident = 8 if resident_unavailable_reason(DEVICE) is None else 0
         self.assertEqual((conv.call_count, gluon.call_count), (10 - resident, resident))
+        self.assertEqual(upsample.call_count, 1)  # the class decoder's 96 -> 48 upsampling, with its skip add
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
 

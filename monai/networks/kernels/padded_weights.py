@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from monai.networks.kernels.conv3d import conv3x3x3_weights, single_channel_weights
+from monai.networks.kernels.conv_transpose3d import conv_transpose3x3x3_weights
 
 __all__ = ["padded_channels", "image_channels", "pad_channels", "PaddedWeights"]
 
@@ -118,6 +119,15 @@ class PaddedWeights:
         n = padded_channels(conv.out_channels)
         return self._cached(
             self._gemms, conv, ("gemm", planes), lambda: conv3x3x3_weights(conv.weight, out_columns=n, planes=planes)
+        )
+
+    def transposed_gemm(self, conv: nn.ConvTranspose3d) -> torch.Tensor:
+        """The fp16 GEMM operand of a bias-free 3x3x3 transposed ``conv`` for
+        :py:func:`~monai.networks.kernels.conv_transpose3d.conv_transpose3x3x3`: its real input channels, its output
+        channels padded to :py:func:`padded_channels`."""
+        n = padded_channels(conv.out_channels)
+        return self._cached(
+            self._gemms, conv, ("transposed",), lambda: conv_transpose3x3x3_weights(conv.weight, out_columns=n)
         )
 
     def single_channel(self, conv: nn.Conv3d) -> torch.Tensor:

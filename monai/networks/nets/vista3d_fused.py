@@ -45,9 +45,9 @@ import torch.nn.functional as F
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
-from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch
+from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch, upsample_add_dispatch
 from monai.networks.kernels.graph_cache import GraphCache, OutputT
-from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
+from monai.networks.kernels.instance_norm import NormAct, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 from monai.utils.triton_cache_key import wait_for_cache_key
@@ -226,21 +226,16 @@ class FusedClassBranch:
         return None if self.kernels == "torch" else unavailable_reason(image.device)
 
     # ---- the operations ----------------------------------------------------------------------------------------
-    def _conv(self, conv: nn.Conv3d | nn.ConvTranspose3d, x: torch.Tensor) -> torch.Tensor:
+    def _conv(self, conv: nn.Conv3d, x: torch.Tensor) -> torch.Tensor:
         w, b = self.weights(conv, x.dtype, x.shape[1])
         pointwise = conv.kernel_size == (1, 1, 1) and conv.stride == (1, 1, 1) and conv.padding == (0, 0, 0)
-        if isinstance(conv, nn.Conv3d) and pointwise and conv.groups == 1:
+        if pointwise and conv.groups == 1:
             # a GEMM over the voxels' channel rows: cuBLAS adds the bias in its epilogue, where cuDNN leaves it to a
             # separate broadcast add (measured on the H200: 5.3 ms per 14 full-resolution windows)
             rows = x.permute(0, 2, 3, 4, 1).reshape(-1, x.shape[1])
             y = F.linear(rows, w.reshape(w.shape[0], -1), b)
             return y.view(x.shape[0], *x.shape[2:], -1).permute(0, 4, 1, 2, 3)
-        if isinstance(conv, nn.ConvTranspose3d):
-            # (torch types _ConvNd.padding as a tuple or a string; a transposed convolution's is always a tuple)
-            padding: tuple[int, ...] = conv.padding  # type: ignore[assignment]
-            y = F.conv_transpose3d(x, w, b, conv.stride, padding, conv.output_padding, conv.groups, conv.dilation)
-        else:
-            y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+        y = F.conv3d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
         return y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
 
     def _conv_norm_input(
@@ -276,12 +271,6 @@ class FusedClassBranch:
         if self.kernels == "torch":
             return norm_act_reference(x, weight, bias, spec, residual, real)
         return norm_act(x, weight, bias, spec, residual, real, out=x if in_place else None, stats=stats)
-
-    def _add(self, x: torch.Tensor, addend: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
-        """``x += addend``; with the Triton kernels also the statistics of the sum, for the norm that may follow."""
-        if self.kernels == "torch":
-            return x.add_(addend), None
-        return x, instance_stats(x, add=addend)
 
     # ---- the blocks ---------------------------------------------------------------------------------------------
     def _segres_block(
@@ -332,8 +321,8 @@ class FusedClassBranch:
         """One decoder (``up_layers`` or ``up_layers_auto``) and its head from the encoder's output; ``skips`` is
         consumed (coarsest last), the tensors in it are only read, so two decoders can share them."""
         for level in map(_level, levels):
-            x = self._conv(_only_child(level["upsample"], nn.ConvTranspose3d), x)
-            x, stats = self._add(x, skips.pop())
+            upsample = _only_child(level["upsample"], nn.ConvTranspose3d)
+            x, stats = upsample_add_dispatch(upsample, x, skips.pop(), self.weights, self.config)
             for block, more in _blocks_and_more(level):  # (in this frame's loop: see _encode)
                 x, stats = self._segres_block(block, x, stats, stats_out=more)
         return self._conv(_head(levels), x)

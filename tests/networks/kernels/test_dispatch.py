@@ -24,8 +24,14 @@ from parameterized import parameterized
 
 from monai.networks.kernels import dispatch
 from monai.networks.kernels.conv3d import FUSED_LAUNCHES, ConvLaunch
-from monai.networks.kernels.dispatch import FusedConfig, check_config, choose_conv3x3x3, conv3x3x3_dispatch
-from monai.networks.kernels.padded_weights import PaddedWeights
+from monai.networks.kernels.dispatch import (
+    FusedConfig,
+    check_config,
+    choose_conv3x3x3,
+    conv3x3x3_dispatch,
+    upsample_add_dispatch,
+)
+from monai.networks.kernels.padded_weights import PaddedWeights, padded_channels
 
 
 def _conv(c_in: int, c_out: int, **kwargs) -> nn.Conv3d:
@@ -67,6 +73,8 @@ class TestFusedConfig(unittest.TestCase):
             ("width", dict(triton_launches={0: ConvLaunch()}), "maps padded widths to ConvLaunch"),
             ("graph limit", dict(graph_max_windows=-1), "graph_max_windows must be an int >= 0"),
             ("graph flag", dict(graph_max_windows=True), "graph_max_windows must be an int >= 0"),
+            ("upsample launch", dict(upsample_launches={64: None}), "upsample_launches maps padded widths"),
+            ("upsample planes", dict(upsample_launches={64: ConvLaunch(planes=2)}), "one input plane per program"),
         ]
     )
     def test_refuses(self, _, kwargs, message):
@@ -201,6 +209,60 @@ class TestDispatch(unittest.TestCase):
         self.assertIsNone(stats)
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         torch.testing.assert_close(y, expected + residual if with_residual else expected, rtol=1e-5, atol=1e-5)
+
+
+class TestUpsampleAdd(unittest.TestCase):
+    """A decoder level's upsampling and skip add: the Triton kernel for the widths the configuration lists, else
+    cuDNN then the statistics kernel's add (PyTorch's add under kernels="torch")."""
+
+    @staticmethod
+    def _up(c_in: int, c_out: int, changes: dict | None = None) -> nn.ConvTranspose3d:
+        up = dict(kernel_size=3, stride=2, padding=1, output_padding=1, bias=False)
+        return nn.ConvTranspose3d(c_in, c_out, **{**up, **(changes or {})})
+
+    @parameterized.expand(
+        [
+            ("listed width", (96, 48), {}, torch.float16, "kernel"),
+            ("width not listed", (96, 48), dict(upsample_launches={}), torch.float16, "cudnn"),
+            ("other width", (192, 96), {}, torch.float16, "cudnn"),
+            ("float32", (96, 48), {}, torch.float32, "cudnn"),
+            ("with a bias", (96, 48, dict(bias=True)), {}, torch.float16, "cudnn"),
+            ("input not in pieces", (40, 48), {}, torch.float16, "cudnn"),
+            ("torch", (96, 48), dict(kernels="torch"), torch.float16, "torch"),
+        ]
+    )
+    def test_choice(self, _, conv_args, config_kwargs, dtype, expected):
+        conv = self._up(*conv_args)
+        x = torch.zeros(1, padded_channels(conv.in_channels), 2, 2, 2, dtype=dtype)
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+        skip = torch.zeros(1, padded_channels(conv.out_channels), 4, 4, 4, dtype=dtype)
+        skip = skip.contiguous(memory_format=torch.channels_last_3d)
+        config = FusedConfig(**config_kwargs)
+        stats = mock.patch.object(dispatch, "instance_stats", return_value="stats")
+        kernel = mock.patch.object(dispatch, "conv_transpose3x3x3", return_value=("y", "kernel stats"))
+        transposed = mock.patch.object(dispatch.F, "conv_transpose3d", return_value=torch.zeros_like(skip))
+        with stats as stats_spy, kernel as kernel_spy, transposed as cudnn_spy:
+            _, out_stats = upsample_add_dispatch(conv, x, skip, PaddedWeights(), config)
+        self.assertEqual(kernel_spy.called, expected == "kernel")
+        self.assertEqual(cudnn_spy.called, expected != "kernel")
+        self.assertEqual(stats_spy.called, expected == "cudnn")
+        self.assertEqual(out_stats, {"kernel": "kernel stats", "cudnn": "stats", "torch": None}[expected])
+        if expected == "kernel":
+            self.assertIs(kernel_spy.call_args.kwargs["skip"], skip)
+            self.assertTrue(kernel_spy.call_args.kwargs["stats"])
+            self.assertEqual(tuple(kernel_spy.call_args.args[1].shape), (18 * 96, 128))  # real inputs, 2 x padded
+
+    def test_cudnn_path_adds_the_skip(self):
+        torch.manual_seed(0)
+        conv = self._up(16, 16)  # padded to 64 channels in and out
+        x = torch.randn(1, 64, 2, 3, 4)
+        x[:, 16:] = 0
+        skip = torch.randn(1, 64, 4, 6, 8).contiguous(memory_format=torch.channels_last_3d)
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+        y, stats = upsample_add_dispatch(conv, x, skip.clone(), PaddedWeights(), FusedConfig(kernels="torch"))
+        self.assertIsNone(stats)
+        torch.testing.assert_close(y[:, :16], conv(x[:, :16]) + skip[:, :16], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(y[:, 16:], skip[:, 16:], rtol=0, atol=0)
 
 
 if __name__ == "__main__":

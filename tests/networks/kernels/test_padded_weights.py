@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from parameterized import parameterized
 
 from monai.networks.kernels import PaddedWeights, image_channels, pad_channels, padded_channels
+from monai.networks.kernels.conv_transpose3d import conv_transpose3x3x3_weights
 
 
 class TestPaddedWeights(unittest.TestCase):
@@ -49,6 +50,14 @@ class TestPaddedWeights(unittest.TestCase):
         self.assertIsNone(b)
         y = F.conv_transpose3d(pad_channels(x, 128), w, None, 2, 1, 1)
         torch.testing.assert_close(y[:, :48], conv(x), rtol=1e-5, atol=1e-5)
+
+    def test_transposed_operand_cached(self):
+        conv = nn.ConvTranspose3d(96, 48, 3, stride=2, padding=1, output_padding=1, bias=False)
+        weights = PaddedWeights()
+        gemm = weights.transposed_gemm(conv)
+        self.assertEqual((gemm.dtype, tuple(gemm.shape)), (torch.float16, (18 * 96, 2 * 64)))
+        self.assertTrue(torch.equal(gemm, conv_transpose3x3x3_weights(conv.weight, out_columns=64)))
+        self.assertIs(weights.transposed_gemm(conv), gemm)
 
     def test_cache_follows_the_parameters(self):
         conv = nn.Conv3d(16, 16, 3, bias=False)
