@@ -100,7 +100,7 @@ pip install -q --no-deps --no-index --target /tmp/deps .wheels/rapidgzip-*.whl >
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/scikit_image-*.whl .wheels/lazy_loader-*.whl >/dev/null 2>&1
 pip install -q --no-index --find-links .wheels --target /tmp/deps fastapi uvicorn httpx python-multipart >/dev/null 2>&1  # serve
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/pynrrd-*.whl >/dev/null 2>&1  # NRRD images (the image has numpy)
-pip install -q --no-deps --no-index --target /tmp/deps .wheels/pydicom-*.whl .wheels/highdicom-*.whl .wheels/pyjpegls-*.whl >/dev/null 2>&1  # dicom
+pip install -q --no-deps --no-index --target /tmp/deps .wheels/pydicom-*.whl .wheels/highdicom-*.whl .wheels/pyjpegls-*.whl .wheels/pillow-*.whl >/dev/null 2>&1  # dicom
 export PYTHONPATH=$PWD:/tmp/deps
 step() { name=$1; lim=$2; shift 2; echo "=== $name: $*" | tee -a "$out/log.txt"; s=$(date +%s)
   timeout "$lim" "$@" > "$out/$name.txt" 2>&1; echo "rc=$? $(( $(date +%s) - s )) s" | tee -a "$out/log.txt"; tail -n 25 "$out/$name.txt"; }

@@ -18,6 +18,11 @@ replays back to back, the host's time in the call, and lists the runtime calls a
 replay::
 
     python tests/benchmarks/experiments/graph_start.py --out DIR
+
+Measured on an H100 (docs/notes/h100-2026-12-07d/call2): a chain of 199 nodes (193 kernels, 6 memsets, one root);
+the replay alone 11.88 ms, two back to back 23.47; inside the graph 0.11 ms of gaps; the host 0.016 ms in
+``replay()``, 0.072 ms in the features' call, 1.0 ms queuing one window's forward, no synchronisation. The ~120 us
+before the first kernel appears under the profiler only (``cudaGraphLaunch`` takes 0.34 ms there).
 """
 
 from __future__ import annotations
