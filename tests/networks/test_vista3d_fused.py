@@ -24,6 +24,7 @@ import torch
 from parameterized import parameterized
 
 from monai.networks.kernels import dispatch, unavailable_reason
+from monai.networks.kernels.class_product import norm_act_product
 from monai.networks.kernels.conv3d_resident import resident_unavailable_reason
 from monai.networks.kernels.dispatch import FusedConfig
 from monai.networks.nets import vista3d132
@@ -307,6 +308,26 @@ class TestFusedKernels(unittest.TestCase):
         self.assertEqual(upsample.call_count, 1)  # the class decoder's 96 -> 48 upsampling, with its skip add
         self.assertLess(((out - expected).norm() / expected.norm()).item(), 5e-3)
         self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
+
+    def test_norm_in_product(self):
+        # the class features' last norm inside the class product: the logits of the norm's pass then the product.
+        # fp16 class prompts take the kernel; float32 class + point prompts (the features come with the point
+        # branch's) take the norm's pass and the product
+        torch.manual_seed(0)
+        net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
+        x = torch.randn(1, 1, 8, 8, 12, device=DEVICE)
+        clicks = dict(point_coords=torch.tensor([[[4, 5, 6]]]), point_labels=torch.tensor([[1]]))
+        calls = [(x.half(), dict(class_vector=CLASSES.to(DEVICE))), (x, dict(clicks, class_vector=torch.tensor([[5]])))]
+        with torch.no_grad():
+            net.fuse(EAGER)
+            expected = [net(image, transpose=True, **kw).float() for image, kw in calls]
+            net.fuse(dataclasses.replace(EAGER, norm_in_product=True))
+            spy = mock.patch("monai.networks.nets.vista3d_fused.norm_act_product", wraps=norm_act_product)
+            with spy as product:
+                out = [net(image, transpose=True, **kw).float() for image, kw in calls]
+        self.assertEqual(product.call_count, 1)
+        for o, e in zip(out, expected):
+            self.assertLess(((o - e).norm() / e.norm()).item(), 1e-3)  # the same fp16 features; the sums' order
 
     @unittest.skipUnless(torch.cuda.is_available(), "CUDA graphs need a GPU")
     def test_cuda_graphs(self):

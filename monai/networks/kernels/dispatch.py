@@ -98,6 +98,9 @@ class FusedConfig:
             launch by padded output width (as ``triton_launches``); other widths run on cuDNN followed by the add.
             Default: 64 channels, the top level (H100, the forward per window at 14 / 1 windows: 11.30 / 11.85 ms
             against 11.65 / 11.93 with cuDNN and the add).
+        norm_in_product: with ``kernels="triton"`` and fp16 features, the class features' last norm, residual add
+            and activation run inside the class product's kernel (:py:mod:`~monai.networks.kernels.class_product`)
+            instead of a full-resolution pass of their own. Off by default: not yet measured on a GPU.
         graph_max_windows: window batches up to this size are replayed as CUDA graphs (one per batch shape), where
             issuing the forward's ~250 launches from Python costs more than the GPU work (measured on the H200: 43.8
             ms per window at one window eager, ~17 ms of kernels); 0 turns graphs off.
@@ -113,6 +116,7 @@ class FusedConfig:
     resident_conv: str = dataclasses.field(default_factory=_installed_resident_form)
     triton_launches: tuple[tuple[int, ConvLaunch], ...] = dataclasses.field(default_factory=_default_launches)
     upsample_launches: tuple[tuple[int, ConvLaunch], ...] = ((64, UPSAMPLE_LAUNCH),)
+    norm_in_product: bool = False
     graph_max_windows: int = 4
     cudnn_autotune: bool = True
     window_add: bool = True
@@ -127,6 +131,8 @@ class FusedConfig:
         for _, launch in self.upsample_launches:
             if launch.planes != 1:
                 raise ValueError(f"upsample_launches take one input plane per program (planes=1), got {launch!r}.")
+        if not isinstance(self.norm_in_product, bool):
+            raise ValueError(f"norm_in_product must be True or False, got {self.norm_in_product!r}.")
         if isinstance(self.graph_max_windows, bool) or not isinstance(self.graph_max_windows, int):
             raise ValueError(f"graph_max_windows must be an int >= 0, got {self.graph_max_windows!r}.")
         if self.graph_max_windows < 0:

@@ -43,8 +43,13 @@ __all__ = ["GraphCache", "cudnn_autotuning"]
 # cuDNN has already planned costs a flag flip, not a new timing)
 _TUNED_LIMIT = 256
 
-# what the captured function returns: one tensor or a tuple of tensors
-OutputT = TypeVar("OutputT", torch.Tensor, tuple[torch.Tensor, ...])
+# what the captured function returns: one tensor or a tuple of them (tuples may nest)
+OutputT = TypeVar("OutputT", torch.Tensor, tuple)
+
+
+def _cloned(output):
+    """A copy of a tensor or of the tensors of a (nested) tuple."""
+    return tuple(_cloned(t) for t in output) if isinstance(output, tuple) else output.clone()
 
 
 @contextmanager
@@ -69,8 +74,8 @@ class GraphCache(Generic[OutputT]):
     """Runs ``fn(*inputs)`` through captured CUDA graphs.
 
     Args:
-        fn: a function of CUDA tensors returning one tensor or a tuple of tensors; it must not synchronise with the
-            host.
+        fn: a function of CUDA tensors returning one tensor or a tuple of them (tuples may nest); it must not
+            synchronise with the host.
         params: tensors ``fn`` reads besides its inputs (e.g. a network's parameters); a change drops the graphs.
         max_graphs: how many input signatures keep a graph (and its memory); the least recently used goes first.
         copy_output: return a copy of the output; ``False`` returns the graph's own output buffer, which the next
@@ -158,8 +163,4 @@ class GraphCache(Generic[OutputT]):
         for buffer, value in zip(captured.inputs, inputs):
             buffer.copy_(value)
         captured.graph.replay()
-        if not self.copy_output:
-            return captured.output
-        if isinstance(captured.output, tuple):
-            return tuple(t.clone() for t in captured.output)
-        return captured.output.clone()
+        return _cloned(captured.output) if self.copy_output else captured.output

@@ -44,10 +44,11 @@ import torch.nn.functional as F
 
 from monai.networks.blocks.dynunet_block import UnetResBlock
 from monai.networks.blocks.unetr_block import UnetrBasicBlock
+from monai.networks.kernels.class_product import norm_act_product
 from monai.networks.kernels.conv3d import conv3x3x3_single_channel
 from monai.networks.kernels.dispatch import FusedConfig, check_config, conv3x3x3_dispatch, upsample_add_dispatch
 from monai.networks.kernels.graph_cache import GraphCache, OutputT
-from monai.networks.kernels.instance_norm import NormAct, norm_act, norm_act_reference
+from monai.networks.kernels.instance_norm import NormAct, instance_stats, norm_act, norm_act_reference
 from monai.networks.kernels.padded_weights import PaddedWeights, image_channels, pad_channels, padded_channels
 from monai.networks.nets.segresnet_ds import SegResBlock, SegResNetDS2
 from monai.utils.triton_cache_key import wait_for_cache_key
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
 __all__ = ["FusedClassBranch", "check_supported"]
 
 ModuleT = TypeVar("ModuleT", bound=nn.Module)
+# (the class features,) or, with FusedConfig.norm_in_product, the last block's (y, residual, mean, var) the class
+# product makes them from
+ClassFeatures = tuple[torch.Tensor, ...]
 
 # The network's parts as this path runs them. Each accessor checks the part's type (torch types a ModuleList's or a
 # ModuleDict's items, and a module's unannotated submodules, as plain modules) and raises NotImplementedError,
@@ -189,6 +193,8 @@ class FusedClassBranch:
         self.net = net
         self.config = config
         self.weights = PaddedWeights()
+        # the class features' last norm inside the class product (decided here: the graphs' outputs follow it)
+        self._norm_in_product = config.norm_in_product and config.kernels == "triton"
         encoder = _segresnet(net)
         class_branch: list[nn.Module] = [encoder.encoder, encoder.up_layers_auto, _class_head(net).image_post_mapping]
         point_branch: list[nn.Module] = [encoder.encoder, encoder.up_layers]
@@ -282,11 +288,16 @@ class FusedClassBranch:
         y = self._norm_act(y, block.norm2, block.act2, None, in_place=True, stats=y_stats)
         return self._conv_norm_input(block.conv2, y, residual=x, stats=stats_out)
 
-    def _unet_res_block(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _unet_res_convs(self, module: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+        """A UnetResBlock up to its last norm: the second convolution's output and its statistics."""
         block = _res_block(module)
         y, y_stats = self._conv_norm_input(_only_child(block.conv1, nn.Conv3d), x)
         y = self._norm_act(y, block.norm1, block.lrelu, None, in_place=True, stats=y_stats)
-        y, y_stats = self._conv_norm_input(_only_child(block.conv2, nn.Conv3d), y)
+        return self._conv_norm_input(_only_child(block.conv2, nn.Conv3d), y)
+
+    def _unet_res_block(self, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        block = _res_block(module)
+        y, y_stats = self._unet_res_convs(module, x)
         return self._norm_act(y, block.norm2, block.lrelu, x, in_place=True, stats=y_stats)
 
     # ---- the branches ----------------------------------------------------------------------------------------
@@ -327,13 +338,20 @@ class FusedClassBranch:
                 x, stats = self._segres_block(block, x, stats, stats_out=more)
         return self._conv(_head(levels), x)
 
-    def _post_mapping(self, x: torch.Tensor) -> torch.Tensor:
-        for block in _class_head(self.net).image_post_mapping:
+    def _post_mapping(self, x: torch.Tensor) -> ClassFeatures:
+        blocks = list(_class_head(self.net).image_post_mapping)
+        for block in blocks[:-1]:
             x = self._unet_res_block(block, x)
-        return x
+        if not self._norm_in_product:
+            return (self._unet_res_block(blocks[-1], x),)
+        y, stats = self._unet_res_convs(blocks[-1], x)
+        mean, var = instance_stats(y) if stats is None else stats  # (None where cuDNN ran it: not fp16)
+        return y, x, mean, var
 
-    def features(self, image: torch.Tensor) -> torch.Tensor:
-        """Class features after the class head's post-mapping: ``[W, C_pad, *spatial]`` channels-last."""
+    def features(self, image: torch.Tensor) -> ClassFeatures:
+        """``(features,)``: the class features after the class head's post-mapping, ``[W, C_pad, *spatial]``
+        channels-last; with ``FusedConfig.norm_in_product``, what the class product makes them from: ``(y,
+        residual, mean, var)`` of the last block's norm."""
         x, skips = self._encode(image)
         return self._post_mapping(self._decode(_segresnet(self.net).up_layers_auto, x, skips))
 
@@ -343,7 +361,7 @@ class FusedClassBranch:
         x, skips = self._encode(image)
         return self._decode(_segresnet(self.net).up_layers, x, skips)
 
-    def both_features(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def both_features(self, image: torch.Tensor) -> tuple[torch.Tensor, ClassFeatures]:
         """``(point features, class features)`` of one encoder pass, as :py:meth:`point_features` and
         :py:meth:`features` give them."""
         x, skips = self._encode(image)
@@ -356,14 +374,29 @@ class FusedClassBranch:
         ``[K, C_pad]``."""
         return self._project(self.features(image), embedding)
 
-    @staticmethod
-    def _project(src: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
-        """``[W, K, N]`` logits from the class features ``src`` ``[W, C_pad, *spatial]`` (channels-last)."""
-        n_win, n_chan = src.shape[:2]
+    def _project(self, src: ClassFeatures, embedding: torch.Tensor) -> torch.Tensor:
+        """``[W, K, N]`` logits from the class features ``src`` (as :py:meth:`features` returns them)."""
+        if len(src) == 4:
+            return self._norm_project(src, embedding)
+        (features,) = src
+        n_win, n_chan = features.shape[:2]
         # [K, C] @ [W, C, N] -> [W, K, N]; the features are [W, N, C] in memory, which cuBLAS reads as a transposed
         # operand, and the embedding is broadcast over the windows with a zero batch stride (no copies)
-        rows = src.permute(0, 2, 3, 4, 1).reshape(n_win, -1, n_chan)
+        rows = features.permute(0, 2, 3, 4, 1).reshape(n_win, -1, n_chan)
         return torch.bmm(embedding.expand(n_win, -1, -1), rows.transpose(1, 2))
+
+    def _norm_project(self, pending: ClassFeatures, embedding: torch.Tensor) -> torch.Tensor:
+        """The logits from the last block's ``(y, residual, mean, var)``: its norm, residual add and activation
+        inside the class product's kernel where the features are fp16, else the norm's pass then the product."""
+        y, residual, mean, var = pending
+        block = _res_block(list(_class_head(self.net).image_post_mapping)[-1])
+        norm = _instance_norm(block.norm2)
+        if y.dtype != torch.float16 or embedding.dtype != torch.float16:
+            features = self._norm_act(y, block.norm2, block.lrelu, residual, in_place=False, stats=(mean, var))
+            return self._project((features,), embedding)
+        weight, bias = self.weights.affine(norm, y.shape[1]) if norm.affine else (None, None)
+        spec = _norm_spec(block.norm2, block.lrelu)
+        return norm_act_product(y, weight, bias, spec, embedding, residual, norm.num_features, stats=(mean, var))
 
     def _class_embedding(self, class_vector: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The class head's ``[K, C_pad]`` embeddings of ``class_vector`` ``[K, 1]``, zero-padded, in ``dtype``."""

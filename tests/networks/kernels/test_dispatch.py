@@ -75,6 +75,7 @@ class TestFusedConfig(unittest.TestCase):
             ("graph flag", dict(graph_max_windows=True), "graph_max_windows must be an int >= 0"),
             ("upsample launch", dict(upsample_launches={64: None}), "upsample_launches maps padded widths"),
             ("upsample planes", dict(upsample_launches={64: ConvLaunch(planes=2)}), "one input plane per program"),
+            ("norm in product", dict(norm_in_product=1), "norm_in_product must be True or False"),
         ]
     )
     def test_refuses(self, _, kwargs, message):

@@ -110,13 +110,14 @@ class TestGraphCache(unittest.TestCase):
 
     @parameterized.expand([(True,), (False,)])
     def test_tuple_output(self, copy_output):
-        # the fused branch of class + point prompts returns both branches' features from one graph
+        # the fused branch of class + point prompts returns both branches' features from one graph, the class
+        # features a tuple of their own
         weight = torch.randn(8, 8, device="cuda")
-        cache = GraphCache(lambda x: (x @ weight, (x @ weight).relu()), [weight], copy_output=copy_output)
+        cache = GraphCache(lambda x: (x @ weight, ((x @ weight).relu(),)), [weight], copy_output=copy_output)
         x1, x2 = torch.randn(4, 8, device="cuda"), torch.randn(4, 8, device="cuda")
-        a1, b1 = cache(x1)
+        a1, (b1,) = cache(x1)
         kept = (a1.clone(), b1.clone())
-        a2, b2 = cache(x2)
+        a2, (b2,) = cache(x2)
         torch.testing.assert_close(a2, x2 @ weight)
         torch.testing.assert_close(b2, (x2 @ weight).relu())
         self.assertEqual(a1 is a2 and b1 is b2, not copy_output)
