@@ -14,6 +14,8 @@
 #                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
 #   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
+#   fused_candidates      the forward at 14 and 1 windows with the opt-in class product (normproduct) and the 96-channel
+#                         convolutions' launch candidates, beside the default
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
 #                         nodes in it (experiments/graph_launch.py; the 190 us before one window's graph)
 #   graph_start           the forward's own graph: its nodes by type (DOT), the copy and replays timed, one replay's trace
@@ -91,7 +93,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,92p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,94p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -127,6 +129,7 @@ for run in "$@"; do
   mma_forms) step mma_forms 120 python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py ;;
   fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
   fused_idle_eager) step fused_idle_eager 90 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0 ;;
+  fused_candidates) step fused_candidates 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,normproduct,96p2,96p2s2,96x8s4 --repeats 5 --json "$out/fused_candidates.json" ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;
