@@ -193,7 +193,8 @@ if triton is not None:
                   N, PLANES, BLOCK_H, BLOCK_W, STATS, RESIDUAL, SWAP)  # fmt: skip
 
     @triton.jit
-    def _single_channel_kernel(x_ptr, w_ptr, y_ptr, D, H, W, C_OUT: tl.constexpr, BLOCK_V: tl.constexpr):
+    def _single_channel_kernel(x_ptr, w_ptr, y_ptr, count_ptr, mean_ptr, m2_ptr, D, H, W, C_OUT: tl.constexpr,
+                               BLOCK_V: tl.constexpr, STATS: tl.constexpr):  # fmt: skip
         # the 27 taps are the GEMM's K (padded to 32): each program gathers a [BLOCK_V, 32] patch of shifted voxels
         # (zero outside the volume) and multiplies it by the [32, C_OUT] weights on the tensor cores
         pid = tl.program_id(0)
@@ -213,9 +214,20 @@ if triton is not None:
         a = tl.load(base + (dd * H + hh) * W + ww, mask=inside, other=0.0).to(tl.float16)
         co = tl.arange(0, C_OUT)
         weights = tl.load(w_ptr + t[:, None] * C_OUT + co[None, :])
-        acc = tl.dot(a, weights)
+        out = tl.dot(a, weights).to(tl.float16)
         rows = b.to(tl.int64) * n_vox + v.to(tl.int64)
-        tl.store(y_ptr + rows[:, None] * C_OUT + co[None, :], acc.to(tl.float16), mask=(v < n_vox)[:, None])
+        tl.store(y_ptr + rows[:, None] * C_OUT + co[None, :], out, mask=(v < n_vox)[:, None])
+        if STATS:  # this program's part of the next norm's statistics: count, mean, centred sum of squares
+            inside = v < n_vox
+            count = tl.sum(inside.to(tl.float32), axis=0)
+            vals = tl.where(inside[:, None], out.to(tl.float32), 0.0)
+            mean = tl.sum(vals, axis=0) / tl.maximum(count, 1.0)
+            centred = tl.where(inside[:, None], vals - mean[None, :], 0.0)
+            part = b * tl.num_programs(0) + pid  # sample-major, as the merge reads them
+            cols = part.to(tl.int64) * C_OUT + co
+            tl.store(mean_ptr + cols, mean)
+            tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=0))
+            tl.store(count_ptr + part, count)
 
 
 def single_channel_weights(weight: torch.Tensor, out_channels: int) -> torch.Tensor:
@@ -233,7 +245,9 @@ def single_channel_weights(weight: torch.Tensor, out_channels: int) -> torch.Ten
     return gemm
 
 
-def conv3x3x3_single_channel(x: torch.Tensor, weights: torch.Tensor, block_v: int = 128) -> torch.Tensor:
+def conv3x3x3_single_channel(
+    x: torch.Tensor, weights: torch.Tensor, stats: bool = False, block_v: int = 128
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution (stride 1, zero padding 1, no bias) of a one-channel volume, written channels-last in fp16.
 
     cuDNN cannot tell the layout of a one-channel input and either returns channels-first (a conversion follows) or,
@@ -242,7 +256,12 @@ def conv3x3x3_single_channel(x: torch.Tensor, weights: torch.Tensor, block_v: in
     Args:
         x: ``[B, 1, D, H, W]``, contiguous, any float dtype (read as fp16).
         weights: ``[32, C_out]`` fp16 from :py:func:`single_channel_weights`; ``C_out`` output channels are written.
+        stats: also return the output's per-(sample, channel) ``(mean, var)``, each ``[B, C_out]`` float32, of the
+            values as stored (the first block's norm reads them; a pass over the output spared).
         block_v: voxels per program.
+
+    Returns:
+        ``(y, stats)``: ``y`` ``[B, C_out, D, H, W]`` channels-last fp16; the statistics or ``None``.
     """
     if x.ndim != 5 or x.shape[1] != 1 or not x.is_contiguous():
         raise ValueError(
@@ -259,10 +278,18 @@ def conv3x3x3_single_channel(x: torch.Tensor, weights: torch.Tensor, block_v: in
     y = torch.empty(
         (n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
     )
-    _single_channel_kernel[(triton.cdiv(d * h * w, block_v), n_b)](
-        x, weights, y, d, h, w, C_OUT=out_channels, BLOCK_V=block_v
+    n_programs = triton.cdiv(d * h * w, block_v)
+    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
+    if stats:
+        mean = torch.empty((n_b * n_programs, out_channels), device=x.device, dtype=torch.float32)
+        m2 = torch.empty_like(mean)
+        count = torch.empty(n_b * n_programs, device=x.device, dtype=torch.float32)
+    _single_channel_kernel[(n_programs, n_b)](
+        x, weights, y, count, mean, m2, d, h, w, C_OUT=out_channels, BLOCK_V=block_v, STATS=stats
     )
-    return y
+    if not stats:
+        return y, None
+    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, out_channels), m2.view(n_b, -1, out_channels))
 
 
 def conv3x3x3_weights(

@@ -252,14 +252,15 @@ class FusedClassBranch:
         conv3d = _of_kind(conv, nn.Conv3d, "a block's convolution")
         return conv3x3x3_dispatch(conv3d, x, self.weights, self.config, residual=residual, stats=stats)
 
-    def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> torch.Tensor:
+    def _first_conv(self, conv: nn.Conv3d, image: torch.Tensor) -> tuple[torch.Tensor, tuple | None]:
+        """The first convolution's output and, from the Triton kernel, its statistics (the first norm's)."""
         dtype = self.compute_dtype(image)
         n_out = padded_channels(conv.out_channels)
         single = image.shape[1] == 1 and conv.kernel_size == (3, 3, 3) and conv.padding == (1, 1, 1)
         single &= conv.stride == (1, 1, 1) and conv.bias is None and n_out & (n_out - 1) == 0
         if self.kernels == "triton" and dtype == torch.float16 and single:
-            return conv3x3x3_single_channel(image.contiguous(), self.weights.single_channel(conv))
-        return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1])))
+            return conv3x3x3_single_channel(image.contiguous(), self.weights.single_channel(conv), stats=True)
+        return self._conv(conv, pad_channels(image.to(dtype), image_channels(image.shape[1]))), None
 
     def _norm_act(
         self,
@@ -311,20 +312,20 @@ class FusedClassBranch:
             )
         wait_for_cache_key()  # a kernel launched during the prefetched hash of Triton would hash it again
         encoder = segresnet.encoder
-        x = self._first_conv(_of_kind(encoder.conv_init, nn.Conv3d, "the first convolution"), image)
+        x, stats = self._first_conv(_of_kind(encoder.conv_init, nn.Conv3d, "the first convolution"), image)
         # the blocks run in this frame's loops: a helper called with a level's input would hold that tensor for all
         # of the level's blocks (measured: a fourth full-resolution tensor at the class head, 1.0 GiB per window).
         # A level's last block feeds a convolution (downsample, upsample, head) that reads no statistics: its kernel
         # computes none
         skips = []
         for level in map(_level, encoder.layers):
-            stats = None
             for block, more in _blocks_and_more(level):
                 x, stats = self._segres_block(block, x, stats, stats_out=more)
             skips.append(x)
             downsample = level["downsample"]
             if isinstance(downsample, nn.Conv3d):
                 x = self._conv(downsample, x)
+            stats = None  # (cuDNN's downsampling computes none: the next level's first norm does)
         skips.pop()  # the bottleneck is x itself
         return x, skips
 
