@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from monai.networks.kernels.conv3d import ConvLaunch, _tap, channel_pieces
+from monai.networks.kernels.conv3d import ConvLaunch, channel_pieces
 from monai.networks.kernels.instance_norm import merge_parts_triton
 from monai.utils.triton_support import check_kernel_input, tl, triton
 
@@ -56,6 +56,8 @@ def plain_upsample(conv: torch.nn.Module) -> bool:
 
 if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from monai.networks.kernels.conv3d import _tap
 
     @triton.jit
     def _sublattice_epilogue(acc, s_desc, y_desc, count_ptr, mean_ptr, m2_ptr, plane, h0, w0, ah, aw, H, W, part,
