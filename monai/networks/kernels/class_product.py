@@ -27,6 +27,7 @@ from monai.utils.triton_support import check_kernel_input, tl, triton
 __all__ = ["norm_act_product", "norm_act_product_reference"]
 
 if triton is not None:
+    from monai.networks.kernels.instance_norm import _norm_act_tile
 
     @triton.jit
     def _norm_product_kernel(x_ptr, res_ptr, mean_ptr, var_ptr, w_ptr, b_ptr, e_ptr, out_ptr, N, K, real_channels,
@@ -41,23 +42,9 @@ if triton is not None:
         valid = rows < N
         real = valid[:, None] & (cols < real_channels)[None, :]  # padding channels are neither read nor used
         offs = b.to(tl.int64) * N * C + rows.to(tl.int64)[:, None] * C + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=real, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + b * C + cols)
-        rstd = tl.rsqrt(tl.load(var_ptr + b * C + cols) + eps)
-        if HAS_AFFINE:
-            scale = rstd * tl.load(w_ptr + cols)
-            shift = tl.load(b_ptr + cols) - mean * scale
-        else:
-            scale = rstd
-            shift = -mean * rstd
-        y = x * scale[None, :] + shift[None, :]
-        if HAS_RESIDUAL:
-            y += tl.load(res_ptr + offs, mask=real, other=0.0).to(tl.float32)
-        if ACT == 1:
-            y = tl.maximum(y, 0.0)
-        elif ACT == 2:
-            y = tl.where(y > 0, y, y * negative_slope)
-        features = tl.where(real, y, 0.0).to(e_ptr.dtype.element_ty)  # the features as the norm's pass stores them
+        y = _norm_act_tile(x_ptr, res_ptr, offs, real, mean_ptr, var_ptr, w_ptr, b_ptr, b * C + cols, cols, eps,
+                           negative_slope, HAS_AFFINE, HAS_RESIDUAL, ACT)  # fmt: skip
+        features = y.to(e_ptr.dtype.element_ty)  # the features as the norm's pass stores them
         for kb in range(0, K, BLOCK_K):
             k = kb + tl.arange(0, BLOCK_K)
             emb = tl.load(e_ptr + k[:, None] * C + cols[None, :], mask=(k < K)[:, None], other=0.0)

@@ -42,7 +42,7 @@ from types import MappingProxyType
 
 import torch
 
-from monai.networks.kernels.instance_norm import merge_parts_triton
+from monai.networks.kernels.instance_norm import StatsParts
 from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = [
@@ -279,17 +279,11 @@ def conv3x3x3_single_channel(
         (n_b, out_channels, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
     )
     n_programs = triton.cdiv(d * h * w, block_v)
-    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
-    if stats:
-        mean = torch.empty((n_b * n_programs, out_channels), device=x.device, dtype=torch.float32)
-        m2 = torch.empty_like(mean)
-        count = torch.empty(n_b * n_programs, device=x.device, dtype=torch.float32)
+    parts = StatsParts.allocate(n_b * n_programs, out_channels, y, stats)
     _single_channel_kernel[(n_programs, n_b)](
-        x, weights, y, count, mean, m2, d, h, w, C_OUT=out_channels, BLOCK_V=block_v, STATS=stats
+        x, weights, y, parts.count, parts.mean, parts.m2, d, h, w, C_OUT=out_channels, BLOCK_V=block_v, STATS=stats
     )
-    if not stats:
-        return y, None
-    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, out_channels), m2.view(n_b, -1, out_channels))
+    return y, parts.merged(n_b)
 
 
 def conv3x3x3_weights(
@@ -367,11 +361,7 @@ def conv3x3x3(
         return TensorDescriptor.from_tensor(t.permute(0, 2, 3, 4, 1), [1, box_planes, bh, bw, max(channels, 16)])
 
     n_programs = n_b * triton.cdiv(d, planes) * triton.cdiv(h, bh) * triton.cdiv(w, bw)
-    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
-    if stats:
-        mean = torch.empty((n_programs * planes, c_out), device=x.device, dtype=torch.float32)
-        m2 = torch.empty_like(mean)
-        count = torch.empty(n_programs * planes, device=x.device, dtype=torch.float32)
+    parts = StatsParts.allocate(n_programs * planes, c_out, y, stats)
     _conv_kernel[(n_programs,)](
         descriptor(x, 1, k0),
         descriptor(x, 1, k1),
@@ -379,9 +369,9 @@ def conv3x3x3(
         TensorDescriptor.from_tensor(weights, [max(k1, 16), cols]),
         descriptor(y, planes, c_out),
         descriptor(residual if residual is not None else y, planes, c_out),
-        count,
-        mean,
-        m2,
+        parts.count,
+        parts.mean,
+        parts.m2,
         d,
         h,
         w,
@@ -397,6 +387,4 @@ def conv3x3x3(
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
-    if not stats:
-        return y, None
-    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, c_out), m2.view(n_b, -1, c_out))
+    return y, parts.merged(n_b)

@@ -61,7 +61,7 @@ import torch
 from monai.networks.kernels.gluon_compat import GLUON_EXPECTED_FROM as OLDEST_TRITON
 from monai.networks.kernels.gluon_compat import GLUON_MISSING as _GLUON_MISSING
 from monai.networks.kernels.gluon_compat import triton_release
-from monai.networks.kernels.instance_norm import merge_parts_triton
+from monai.networks.kernels.instance_norm import StatsParts
 from monai.utils.triton_support import interpreting, triton
 
 __all__ = [
@@ -561,12 +561,8 @@ def conv3x3x3_resident(
     y = torch.empty((n_b, _N, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
     n_tiles = n_b * triton.cdiv(d, 2) * triton.cdiv(h, _BLOCK_H) * triton.cdiv(w, _BLOCK_W)
     grid = min(programs or torch.cuda.get_device_properties(x.device).multi_processor_count, n_tiles)
-    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
-    if stats:
-        # part 2 * tile + plane; sample b's tiles are the b-th n_tiles / B consecutive ones
-        mean = torch.empty((2 * n_tiles, _N), device=x.device, dtype=torch.float32)
-        m2 = torch.empty_like(mean)
-        count = torch.empty(2 * n_tiles, device=x.device, dtype=torch.float32)
+    # part 2 * tile + plane; sample b's tiles are the b-th n_tiles / B consecutive ones
+    parts = StatsParts.allocate(2 * n_tiles, _N, y, stats)
     if slabs is None:
         slabs = slab_loads_supported()
     boxes = _boxes(slabs)
@@ -583,8 +579,6 @@ def conv3x3x3_resident(
         for k, t in tensors.items()
     }
     const = _constexprs(stats, residual is not None, slabs)
-    _resident_conv_kernel[(grid,)](**descs, count_ptr=count, mean_ptr=mean, m2_ptr=m2, D=d, H=h, W=w, n_tiles=n_tiles,
-                                   **const, maxnreg=_MAXNREG)  # fmt: skip
-    if not stats:
-        return y, None
-    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, _N), m2.view(n_b, -1, _N))
+    _resident_conv_kernel[(grid,)](**descs, count_ptr=parts.count, mean_ptr=parts.mean, m2_ptr=parts.m2, D=d, H=h,
+                                   W=w, n_tiles=n_tiles, **const, maxnreg=_MAXNREG)  # fmt: skip
+    return y, parts.merged(n_b)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from monai.networks.kernels.conv3d import ConvLaunch, channel_pieces
-from monai.networks.kernels.instance_norm import merge_parts_triton
+from monai.networks.kernels.instance_norm import StatsParts
 from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["UPSAMPLE_LAUNCH", "conv_transpose3x3x3", "conv_transpose3x3x3_weights", "plain_upsample"]
@@ -231,11 +231,7 @@ def conv_transpose3x3x3(
         return TensorDescriptor.from_tensor(view, [1, bh, 1, bw, c_out])
 
     n_programs = 4 * n_b * d * triton.cdiv(h, bh) * triton.cdiv(w, bw)  # four in-plane parities per tile
-    count = mean = m2 = y  # stand-ins the kernel never reads when no statistics are asked for
-    if stats:  # a part per program and output plane
-        mean = torch.empty((n_programs * 2, c_out), device=x.device, dtype=torch.float32)
-        m2 = torch.empty_like(mean)
-        count = torch.empty(n_programs * 2, device=x.device, dtype=torch.float32)
+    parts = StatsParts.allocate(n_programs * 2, c_out, y, stats)  # a part per program and output plane
     _upsample_kernel[(n_programs,)](
         input_box(k0),
         input_box(k1),
@@ -243,9 +239,9 @@ def conv_transpose3x3x3(
         TensorDescriptor.from_tensor(weights, [max(k1, 16), cols]),
         sublattices(y),
         sublattices(skip if skip is not None else y),
-        count,
-        mean,
-        m2,
+        parts.count,
+        parts.mean,
+        parts.m2,
         d,
         h,
         w,
@@ -260,6 +256,4 @@ def conv_transpose3x3x3(
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
-    if not stats:
-        return y, None
-    return y, merge_parts_triton(count.view(n_b, -1), mean.view(n_b, -1, c_out), m2.view(n_b, -1, c_out))
+    return y, parts.merged(n_b)

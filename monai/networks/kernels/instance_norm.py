@@ -31,6 +31,7 @@ from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = [
     "NormAct",
+    "StatsParts",
     "instance_stats",
     "merge_parts",
     "merge_parts_triton",
@@ -221,6 +222,30 @@ if triton is not None:
                 tl.store(out_count_ptr + b * n_out + ck, count)
 
     @triton.jit
+    def _norm_act_tile(x_ptr, res_ptr, offs, real, mean_ptr, var_ptr, w_ptr, b_ptr, stat_offs, cols, eps,
+                       negative_slope, HAS_AFFINE: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                       ACT: tl.constexpr):  # fmt: skip
+        # act(norm(x) * w + b + residual) of one [rows, channels] tile in float32, zero where not `real` (padding
+        # channels and rows past the end are not read); the statistics of the tile's sample at stat_offs
+        x = tl.load(x_ptr + offs, mask=real, other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + stat_offs)
+        rstd = tl.rsqrt(tl.load(var_ptr + stat_offs) + eps)
+        if HAS_AFFINE:
+            scale = rstd * tl.load(w_ptr + cols)
+            shift = tl.load(b_ptr + cols) - mean * scale
+        else:
+            scale = rstd
+            shift = -mean * rstd
+        y = x * scale[None, :] + shift[None, :]
+        if HAS_RESIDUAL:
+            y += tl.load(res_ptr + offs, mask=real, other=0.0).to(tl.float32)
+        if ACT == 1:
+            y = tl.maximum(y, 0.0)
+        elif ACT == 2:
+            y = tl.where(y > 0, y, y * negative_slope)
+        return tl.where(real, y, 0.0)
+
+    @triton.jit
     def _apply_kernel(
         x_ptr,
         res_ptr,
@@ -251,23 +276,8 @@ if triton is not None:
         valid = (rows < S)[:, None]
         real = valid & (cols < real_channels)[None, :]
         offs = b.to(tl.int64) * S * C + rows.to(tl.int64)[:, None] * C + cols[None, :]
-        x = tl.load(x_ptr + offs, mask=real, other=0.0).to(tl.float32)
-        mean = tl.load(mean_ptr + b * C + cols)
-        rstd = tl.rsqrt(tl.load(var_ptr + b * C + cols) + eps)
-        if HAS_AFFINE:
-            scale = rstd * tl.load(w_ptr + cols)
-            shift = tl.load(b_ptr + cols) - mean * scale
-        else:
-            scale = rstd
-            shift = -mean * rstd
-        y = x * scale[None, :] + shift[None, :]
-        if HAS_RESIDUAL:
-            y += tl.load(res_ptr + offs, mask=real, other=0.0).to(tl.float32)
-        if ACT == 1:
-            y = tl.maximum(y, 0.0)
-        elif ACT == 2:
-            y = tl.where(y > 0, y, y * negative_slope)
-        y = tl.where(real, y, 0.0)
+        y = _norm_act_tile(x_ptr, res_ptr, offs, real, mean_ptr, var_ptr, w_ptr, b_ptr, b * C + cols, cols, eps,
+                           negative_slope, HAS_AFFINE, HAS_RESIDUAL, ACT)  # fmt: skip
         tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=valid if WRITE_PADDING else real)
 
 
@@ -399,6 +409,39 @@ def merge_parts_triton(
         if final:
             return out_mean.view(n_batch, n_chan), out_m2.view(n_batch, n_chan)
         count, mean, m2, n_parts = out_count, out_mean, out_m2, n_out
+
+
+@dataclass(frozen=True)
+class StatsParts:
+    """The partial statistics a convolution kernel writes in its epilogue: per part (a tile's voxels of one sample;
+    a sample's parts consecutive) the count, and per channel the mean and centred sum of squares.
+
+    :py:meth:`allocate` gives the three buffers, or where no statistics are wanted a stand-in tensor three times
+    (the kernel, compiled without statistics, never reads it); :py:meth:`merged` reduces them to ``(mean, var)``.
+    """
+
+    count: torch.Tensor
+    mean: torch.Tensor
+    m2: torch.Tensor
+    wanted: bool
+
+    @classmethod
+    def allocate(cls, n_parts: int, channels: int, stand_in: torch.Tensor, wanted: bool) -> StatsParts:
+        """Buffers for ``n_parts`` parts (all samples') of ``channels`` channels on ``stand_in``'s device."""
+        if not wanted:
+            return cls(stand_in, stand_in, stand_in, False)
+        mean = torch.empty((n_parts, channels), device=stand_in.device, dtype=torch.float32)
+        count = torch.empty(n_parts, device=stand_in.device, dtype=torch.float32)
+        return cls(count, mean, torch.empty_like(mean), True)
+
+    def merged(self, n_batch: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Each sample's ``(mean, var)``, ``[B, C]`` float32, or ``None`` where no statistics were wanted."""
+        if not self.wanted:
+            return None
+        channels = self.mean.shape[1]
+        return merge_parts_triton(
+            self.count.view(n_batch, -1), self.mean.view(n_batch, -1, channels), self.m2.view(n_batch, -1, channels)
+        )
 
 
 def norm_act(
