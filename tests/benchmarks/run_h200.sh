@@ -17,8 +17,8 @@
 #   quartered96           a 96-channel convolution as four resident 48-channel ones against the Triton kernel, 64^3
 #                         at 14 and 1 windows (experiments/gluon_conv3d/quartered96.py)
 #   apply_bandwidth       the norm's apply pass in GB/s by launch at the forward's two widest shapes (experiments/)
-#   fused_candidates      the forward at 14 and 1 windows with the opt-in class product (normproduct) and the 96-channel
-#                         convolutions' launch candidates, beside the default
+#   fused_candidates      the forward at 14 and 1 windows with the opt-in class product (normproduct), the 96-channel
+#                         convolutions as four resident ones (resident96) and their launch candidates, beside the default
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
 #                         nodes in it (experiments/graph_launch.py; the 190 us before one window's graph)
 #   graph_start           the forward's own graph: its nodes by type (DOT), the copy and replays timed, one replay's trace
@@ -132,7 +132,7 @@ for run in "$@"; do
   mma_forms) step mma_forms 120 python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py ;;
   fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
   fused_idle_eager) step fused_idle_eager 90 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0 ;;
-  fused_candidates) step fused_candidates 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,normproduct,96p2,96p2s2,96x8s4 --repeats 5 --json "$out/fused_candidates.json" ;;
+  fused_candidates) step fused_candidates 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,normproduct,resident96,96p2,96p2s2,96x8s4 --repeats 5 --json "$out/fused_candidates.json" ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;

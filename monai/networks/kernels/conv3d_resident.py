@@ -485,16 +485,47 @@ if _GLUON_MISSING is None:
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
-def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None, residual: torch.Tensor | None) -> None:
+def _channels_innermost(t: torch.Tensor) -> bool:
+    """Whether TMA reads ``t`` ``[B, C, D, H, W]`` as it is laid out: channels innermost (a channels-last tensor, or a
+    channel slice of one) and the other strides whole 16-byte units (its storage's alignment is checked apart)."""
+    return t.ndim == 5 and t.stride(1) == 1 and all(t.stride(i) % 8 == 0 for i in (0, 2, 3, 4))
+
+
+def _check_operand(t: torch.Tensor, x: torch.Tensor, what: str) -> None:
+    """Raise ``ValueError`` unless ``t`` (the residual or the output) has the output's shape and TMA reads it."""
+    name = "conv3x3x3_resident"
+    out_shape = (x.shape[0], _N, *x.shape[2:])
+    if tuple(t.shape) != out_shape:
+        raise ValueError(f"{name}: the {what} must have the output's shape {out_shape}, got {tuple(t.shape)}.")
+    if t.dtype != torch.float16 or not _channels_innermost(t):
+        raise ValueError(
+            f"{name} takes a channels-last fp16 {what}, got {t.dtype} with strides {t.stride()} (a channel slice of "
+            "a channels-last tensor is taken too)."
+        )
+    if t.device != x.device:
+        raise ValueError(f"{name}: the {what} is on {t.device}, the input on {x.device}.")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} reads the {what} by TMA, which needs 16-byte aligned storage.")
+
+
+def _check_inputs(
+    x: torch.Tensor,
+    weights: torch.Tensor,
+    programs: int | None,
+    residual: torch.Tensor | None,
+    out: torch.Tensor | None = None,
+) -> None:
     """Raise ``ValueError`` for anything :py:func:`conv3x3x3_resident` does not take; runs before any GPU work."""
     name = "conv3x3x3_resident"
-    if x.ndim != 5 or x.dtype != torch.float16 or not x.is_contiguous(memory_format=torch.channels_last_3d):
+    if x.ndim != 5 or x.dtype != torch.float16 or x.stride(1) != 1:
         raise ValueError(
             f"{name} takes a channels-last [B, C, D, H, W] fp16 tensor, got {x.dtype} of shape {tuple(x.shape)} "
-            f"with strides {x.stride()}."
+            f"with strides {x.stride()} (a channel slice of a channels-last tensor is taken too)."
         )
     if x.shape[1] < _C_IN or x.shape[1] % 8:
         raise ValueError(f"{name} reads 48 input channels of a multiple of 8 (e.g. 64), got {x.shape[1]} channels.")
+    if not _channels_innermost(x):
+        raise ValueError(f"{name} reads its input by TMA: its strides {x.stride()} must be multiples of 8 elements.")
     if x.numel() == 0:
         raise ValueError(f"{name} takes a non-empty tensor, got shape {tuple(x.shape)}.")
     if x.data_ptr() % 16 or weights.data_ptr() % 16:
@@ -509,19 +540,9 @@ def _check_inputs(x: torch.Tensor, weights: torch.Tensor, programs: int | None, 
     if programs is not None and programs < 1:
         raise ValueError(f"{name} takes programs >= 1 (or None: one per SM), got {programs}.")
     if residual is not None:
-        out_shape = (x.shape[0], _N, *x.shape[2:])
-        if tuple(residual.shape) != out_shape:
-            raise ValueError(
-                f"{name}: the residual must have the output's shape {out_shape}, got {tuple(residual.shape)}."
-            )
-        if residual.dtype != torch.float16 or not residual.is_contiguous(memory_format=torch.channels_last_3d):
-            raise ValueError(
-                f"{name} takes a channels-last fp16 residual, got {residual.dtype} with strides {residual.stride()}."
-            )
-        if residual.device != x.device:
-            raise ValueError(f"{name}: the residual is on {residual.device}, the input on {x.device}.")
-        if residual.data_ptr() % 16:
-            raise ValueError(f"{name} reads the residual by TMA, which needs 16-byte aligned storage.")
+        _check_operand(residual, x, "residual")
+    if out is not None:
+        _check_operand(out, x, "output")
     reason = resident_unavailable_reason(x.device)
     if reason is not None:
         raise ValueError(f"{name} cannot run on {x.device}: {reason}.")
@@ -534,6 +555,7 @@ def conv3x3x3_resident(
     programs: int | None = None,
     residual: torch.Tensor | None = None,
     slabs: bool | None = None,
+    out: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
     """3x3x3 convolution, stride 1, zero padding 1, no bias, of 48 channels to 48 (written as 64, the last 16
     zeros), of a channels-last fp16 tensor on a Hopper GPU, plus an optional residual.
@@ -552,13 +574,17 @@ def conv3x3x3_resident(
             channels-last fp16 on ``x``'s device, channels 48-63 zero (they are added to the output's zero padding).
         slabs: load slabs (``True``) or per-shift patches (``False``); ``None``: slabs where the installed Triton
             builds them (:py:func:`slab_loads_supported`). The fused path passes the form its configuration chose.
+        out: where to write the output, ``[B, 64, D, H, W]`` fp16: a channels-last tensor or a channel slice of one
+            (``x`` and ``residual`` may be channel slices too); a new tensor when ``None``.
 
     Returns:
         ``(y, stats)``: ``y`` ``[B, 64, D, H, W]`` channels-last fp16; the statistics or ``None``.
     """
-    _check_inputs(x, weights, programs, residual)
+    _check_inputs(x, weights, programs, residual, out)
     n_b, _, d, h, w = x.shape
-    y = torch.empty((n_b, _N, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
+    y = out
+    if y is None:
+        y = torch.empty((n_b, _N, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
     n_tiles = n_b * triton.cdiv(d, 2) * triton.cdiv(h, _BLOCK_H) * triton.cdiv(w, _BLOCK_W)
     grid = min(programs or torch.cuda.get_device_properties(x.device).multi_processor_count, n_tiles)
     # part 2 * tile + plane; sample b's tiles are the b-th n_tiles / B consecutive ones

@@ -38,7 +38,7 @@ from monai.networks.kernels.conv3d_resident import (
 )
 from monai.networks.kernels.conv_transpose3d import UPSAMPLE_LAUNCH, conv_transpose3x3x3, plain_upsample
 from monai.networks.kernels.instance_norm import instance_stats
-from monai.networks.kernels.padded_weights import PaddedWeights, padded_channels
+from monai.networks.kernels.padded_weights import PaddedWeights, Quarters, padded_channels
 
 __all__ = [
     "FusedConfig",
@@ -98,6 +98,10 @@ class FusedConfig:
             launch by padded output width (as ``triton_launches``); other widths run on cuDNN followed by the add.
             Default: 64 channels, the top level (H100, the forward per window at 14 / 1 windows: 11.30 / 11.85 ms
             against 11.65 / 11.93 with cuDNN and the add).
+        resident_96: the 96 -> 96 channel convolutions as four calls of the resident-weight kernel (in the form
+            ``resident_conv`` names) on quarters of their weights: each output half is its two input halves' sum,
+            the second call taking the first's output as its residual (the partial sum rounded to fp16 once on the
+            way). Off by default: not yet measured on a GPU (``experiments/gluon_conv3d/quartered96.py``).
         norm_in_product: with ``kernels="triton"`` and fp16 features, the class features' last norm, residual add
             and activation run inside the class product's kernel (:py:mod:`~monai.networks.kernels.class_product`)
             instead of a full-resolution pass of their own. Off by default: not yet measured on a GPU.
@@ -116,6 +120,7 @@ class FusedConfig:
     resident_conv: str = dataclasses.field(default_factory=_installed_resident_form)
     triton_launches: tuple[tuple[int, ConvLaunch], ...] = dataclasses.field(default_factory=_default_launches)
     upsample_launches: tuple[tuple[int, ConvLaunch], ...] = ((64, UPSAMPLE_LAUNCH),)
+    resident_96: bool = False
     norm_in_product: bool = False
     graph_max_windows: int = 4
     cudnn_autotune: bool = True
@@ -131,8 +136,9 @@ class FusedConfig:
         for _, launch in self.upsample_launches:
             if launch.planes != 1:
                 raise ValueError(f"upsample_launches take one input plane per program (planes=1), got {launch!r}.")
-        if not isinstance(self.norm_in_product, bool):
-            raise ValueError(f"norm_in_product must be True or False, got {self.norm_in_product!r}.")
+        for flag in ("resident_96", "norm_in_product"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         if isinstance(self.graph_max_windows, bool) or not isinstance(self.graph_max_windows, int):
             raise ValueError(f"graph_max_windows must be an int >= 0, got {self.graph_max_windows!r}.")
         if self.graph_max_windows < 0:
@@ -180,6 +186,34 @@ def _plain_3x3x3(conv: nn.Conv3d, x: torch.Tensor) -> bool:
     return same and conv.dilation == (1, 1, 1) and conv.groups == 1 and conv.bias is None
 
 
+def _quartered(
+    x: torch.Tensor, quarters: Quarters, residual: torch.Tensor | None, stats: bool, slabs: bool
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """A 96 -> 96 channel convolution of ``x`` (128 padded channels) as four resident 48 -> 48 ones (see
+    ``FusedConfig.resident_96``), into a new 128-channel tensor; the statistics of its 96 real channels."""
+    n_b, _, d, h, w = x.shape
+    y = torch.empty((n_b, 128, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d)
+    y[:, 112:].zero_()  # the padding the two halves' 64-channel writes (channels 0-63, then 48-111) leave
+    partial = torch.empty(
+        (n_b, 64, d, h, w), device=x.device, dtype=torch.float16, memory_format=torch.channels_last_3d
+    )
+    means, variances = [], []
+    for half in range(2):  # in order: the second half's write overwrites channels 48-63 of the first's
+        lo = 48 * half
+        block_residual = residual[:, lo : lo + 64] if residual is not None else None
+        conv3x3x3_resident(x, quarters[half][0], residual=block_residual, slabs=slabs, out=partial)
+        _, part = conv3x3x3_resident(
+            x[:, 48:], quarters[half][1], stats=stats, residual=partial, slabs=slabs, out=y[:, lo : lo + 64]
+        )
+        if part is not None:
+            means.append(part[0][:, :48])
+            variances.append(part[1][:, :48])
+    if not stats:
+        return y, None
+    zeros = torch.zeros((n_b, 32), device=x.device, dtype=torch.float32)  # the padding channels'
+    return y, (torch.cat([*means, zeros], 1), torch.cat([*variances, zeros], 1))
+
+
 def _in_pieces(channels: int) -> bool:
     """Whether the Triton kernels read ``channels`` input channels (as :py:func:`channel_pieces` splits them)."""
     try:
@@ -206,6 +240,11 @@ def choose_conv3x3x3(conv: nn.Conv3d, x: torch.Tensor, config: FusedConfig) -> t
             return "resident", None
         # the Triton kernel below runs instead: as right, slower
         _say_once(f"VISTA3D fused path: the 48-channel convolutions run on the Triton kernel: {reason}.")
+    quartered = (
+        config.resident_96 and config.resident_conv != "off" and (conv.in_channels, conv.out_channels) == (96, 96)
+    )
+    if quartered and resident_unavailable_reason(x.device) is None:
+        return "quartered", None
     if not _in_pieces(conv.in_channels):
         return "cudnn", None
     launch = config.triton_launch(padded_channels(conv.out_channels))
@@ -237,6 +276,8 @@ def conv3x3x3_dispatch(
         convolution without a residual.
     """
     kernel, launch = choose_conv3x3x3(conv, x, config)
+    if kernel == "quartered":
+        return _quartered(x, weights.quarters(conv), residual, stats, slabs=config.resident_conv == "slabs")
     if kernel == "resident":
         slabs = config.resident_conv == "slabs"
         return conv3x3x3_resident(x, weights.gemm(conv, planes=1), stats=stats, residual=residual, slabs=slabs)

@@ -35,6 +35,8 @@ _ALIGN = 64
 ValueT = TypeVar("ValueT")
 # the layers whose parameters are padded (the network's convolutions and instance norms)
 PaddedLayer = Union[nn.Conv3d, nn.ConvTranspose3d, nn.InstanceNorm3d]
+# a 96-channel convolution's resident-kernel operands by (output half, input half)
+Quarters = tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 def padded_channels(channels: int) -> int:
@@ -76,6 +78,7 @@ class PaddedWeights:
         # one cache per kind of value: (id(module), *form) -> (the parameters' fingerprint, the value)
         self._convs: dict[tuple, tuple[tuple, tuple[torch.Tensor, torch.Tensor | None]]] = {}
         self._gemms: dict[tuple, tuple[tuple, torch.Tensor]] = {}
+        self._quarters: dict[tuple, tuple[tuple, Quarters]] = {}
         self._affines: dict[tuple, tuple[tuple, tuple[torch.Tensor, torch.Tensor]]] = {}
 
     @staticmethod
@@ -129,6 +132,21 @@ class PaddedWeights:
         return self._cached(
             self._gemms, conv, ("transposed",), lambda: conv_transpose3x3x3_weights(conv.weight, out_columns=n)
         )
+
+    def quarters(self, conv: nn.Conv3d) -> Quarters:
+        """The four ``[1296, 64]`` operands of a bias-free 96 -> 96 channel 3x3x3 ``conv`` for
+        :py:func:`~monai.networks.kernels.conv3d_resident.conv3x3x3_resident`: ``[h][i]`` takes input channels
+        ``48 i ... 48 i + 47`` to output channels ``48 h ... 48 h + 47`` (written as 64, the last 16 zeros)."""
+
+        def make() -> Quarters:
+            w = conv.weight
+
+            def quarter(h: int, i: int) -> torch.Tensor:
+                return conv3x3x3_weights(w[48 * h : 48 * (h + 1), 48 * i : 48 * (i + 1)], out_columns=64)
+
+            return (quarter(0, 0), quarter(0, 1)), (quarter(1, 0), quarter(1, 1))
+
+        return self._cached(self._quarters, conv, ("quarters",), make)
 
     def single_channel(self, conv: nn.Conv3d) -> torch.Tensor:
         """The fp16 GEMM operand of a one-channel, bias-free 3x3x3 ``conv`` for

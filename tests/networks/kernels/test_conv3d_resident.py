@@ -150,9 +150,23 @@ class TestInputChecks(unittest.TestCase):
     def test_device(self):
         with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
             conv3x3x3_resident(self.x, self.w)
-        # a good residual gets as far as the device check
+        # a good residual and output get as far as the device check
         with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
-            conv3x3x3_resident(self.x, self.w, residual=torch.zeros_like(self.x))
+            conv3x3x3_resident(self.x, self.w, residual=torch.zeros_like(self.x), out=torch.empty_like(self.x))
+
+    def test_channel_slices(self):
+        # the halves of a 128-channel tensor (96 real) read, added and written in place: what the quartered
+        # 96-channel convolution passes; the checks let them through to the device check
+        wide = torch.zeros(1, 128, 3, 4, 8, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+        with self.assertRaisesRegex(ValueError, "cannot run on cpu: "):
+            conv3x3x3_resident(wide[:, 48:], self.w, residual=wide[:, 48:112], out=wide[:, 48:112])
+        with self.assertRaisesRegex(ValueError, r"the output must have the output's shape \(1, 64, 3, 4, 8\)"):
+            conv3x3x3_resident(self.x, self.w, out=wide[:, :48])
+        with self.assertRaisesRegex(ValueError, "channels-last fp16 output, got torch.float16 with strides"):
+            conv3x3x3_resident(self.x, self.w, out=torch.empty(1, 64, 3, 4, 8, dtype=torch.float16))
+        odd = torch.zeros(1, 3, 4, 8, 68, dtype=torch.float16).permute(0, 4, 1, 2, 3)[:, :64]  # 136-byte rows
+        with self.assertRaisesRegex(ValueError, r"its strides \(.*\) must be multiples of 8 elements"):
+            conv3x3x3_resident(odd, self.w)
 
     @parameterized.expand(
         [

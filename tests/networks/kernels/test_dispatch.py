@@ -20,6 +20,7 @@ from unittest import mock
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from parameterized import parameterized
 
 from monai.networks.kernels import dispatch
@@ -76,6 +77,7 @@ class TestFusedConfig(unittest.TestCase):
             ("upsample launch", dict(upsample_launches={64: None}), "upsample_launches maps padded widths"),
             ("upsample planes", dict(upsample_launches={64: ConvLaunch(planes=2)}), "one input plane per program"),
             ("norm in product", dict(norm_in_product=1), "norm_in_product must be True or False"),
+            ("resident 96", dict(resident_96="yes"), "resident_96 must be True or False"),
         ]
     )
     def test_refuses(self, _, kwargs, message):
@@ -210,6 +212,72 @@ class TestDispatch(unittest.TestCase):
         self.assertIsNone(stats)
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         torch.testing.assert_close(y, expected + residual if with_residual else expected, rtol=1e-5, atol=1e-5)
+
+
+def _torch_resident(x, weights, stats=False, programs=None, residual=None, slabs=None, out=None):
+    """conv3x3x3_resident's contract in PyTorch (channel views, out, residual, statistics), for CPU tests."""
+    w = weights.float().view(27, 48, 64).permute(2, 1, 0).reshape(64, 48, 3, 3, 3)
+    y = F.conv3d(x[:, :48].float(), w, padding=1)
+    if residual is not None:
+        y = y + residual.float()
+    if out is None:
+        out = torch.empty(y.shape, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+    out.copy_(y.half())
+    if not stats:
+        return out, None
+    var, mean = torch.var_mean(out.float(), dim=(2, 3, 4), unbiased=False)
+    return out, (mean, var)
+
+
+class TestQuartered(unittest.TestCase):
+    """FusedConfig(resident_96=True): a 96 -> 96 convolution as four resident 48 -> 48 calls (the kernel's contract
+    stood in by PyTorch here; the kernel itself on the GPU)."""
+
+    @parameterized.expand([(True, True), (False, False), (True, False)])
+    def test_equals_the_convolution(self, with_residual, stats):
+        torch.manual_seed(0)
+        conv = _conv(96, 96)
+        x = torch.randn(2, 128, 4, 3, 5)
+        x[:, 96:] = 0
+        x = x.half().contiguous(memory_format=torch.channels_last_3d)
+        residual = None
+        expected = F.conv3d(x[:, :96].float(), conv.weight.detach().half().float(), padding=1)
+        if with_residual:
+            residual = torch.randn(2, 128, 4, 3, 5)
+            residual[:, 96:] = 0
+            residual = residual.half().contiguous(memory_format=torch.channels_last_3d)
+            expected = expected + residual[:, :96].float()
+        config = FusedConfig(resident_conv="slabs", resident_96=True)
+        with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=None):
+            self.assertEqual(choose_conv3x3x3(conv, x, config), ("quartered", None))
+            with mock.patch.object(dispatch, "conv3x3x3_resident", side_effect=_torch_resident) as resident:
+                y, moments = conv3x3x3_dispatch(conv, x, PaddedWeights(), config, residual=residual, stats=stats)
+        self.assertEqual(resident.call_count, 4)
+        self.assertTrue(all(call.kwargs["slabs"] for call in resident.call_args_list))
+        self.assertEqual((tuple(y.shape), y.dtype), ((2, 128, 4, 3, 5), torch.float16))
+        self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
+        torch.testing.assert_close(y[:, :96].float(), expected, rtol=2e-3, atol=2e-3)  # twice rounded to fp16
+        self.assertTrue(torch.equal(y[:, 96:], torch.zeros_like(y[:, 96:])))
+        if not stats:
+            self.assertIsNone(moments)
+            return
+        var, mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
+        torch.testing.assert_close(moments[0].double(), mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(moments[1].double(), var, rtol=1e-4, atol=1e-6)
+
+    @parameterized.expand(
+        [
+            ("flag off", dict(resident_conv="slabs"), None, (96, 96), "triton"),
+            ("resident off", dict(resident_conv="off", resident_96=True), None, (96, 96), "triton"),
+            ("no Hopper", dict(resident_conv="slabs", resident_96=True), "not a Hopper GPU", (96, 96), "triton"),
+            ("other width", dict(resident_conv="slabs", resident_96=True), None, (96, 192), "cudnn"),
+        ]
+    )
+    def test_choice(self, _, config_kwargs, reason, channels, expected):
+        x = torch.zeros(1, 128, 2, 2, 2, dtype=torch.float16).contiguous(memory_format=torch.channels_last_3d)
+        with mock.patch.object(dispatch, "resident_unavailable_reason", return_value=reason):
+            chosen, _ = choose_conv3x3x3(_conv(*channels), x, FusedConfig(**config_kwargs))
+        self.assertEqual(chosen, expected)
 
 
 class TestUpsampleAdd(unittest.TestCase):

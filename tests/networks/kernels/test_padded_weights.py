@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from parameterized import parameterized
 
 from monai.networks.kernels import PaddedWeights, image_channels, pad_channels, padded_channels
+from monai.networks.kernels.conv3d import conv3x3x3_weights
 from monai.networks.kernels.conv_transpose3d import conv_transpose3x3x3_weights
 
 
@@ -58,6 +59,17 @@ class TestPaddedWeights(unittest.TestCase):
         self.assertEqual((gemm.dtype, tuple(gemm.shape)), (torch.float16, (18 * 96, 2 * 64)))
         self.assertTrue(torch.equal(gemm, conv_transpose3x3x3_weights(conv.weight, out_columns=64)))
         self.assertIs(weights.transposed_gemm(conv), gemm)
+
+    def test_quarters_cached(self):
+        conv = nn.Conv3d(96, 96, 3, padding=1, bias=False)
+        weights = PaddedWeights()
+        quarters = weights.quarters(conv)
+        for h in range(2):
+            for i in range(2):
+                part = conv.weight[48 * h : 48 * (h + 1), 48 * i : 48 * (i + 1)]
+                self.assertTrue(torch.equal(quarters[h][i], conv3x3x3_weights(part, out_columns=64)))
+                self.assertEqual(tuple(quarters[h][i].shape), (27 * 48, 64))
+        self.assertIs(weights.quarters(conv), quarters)
 
     def test_cache_follows_the_parameters(self):
         conv = nn.Conv3d(16, 16, 3, bias=False)
