@@ -329,6 +329,21 @@ class TestFusedKernels(unittest.TestCase):
         for o, e in zip(out, expected):
             self.assertLess(((o - e).norm() / e.norm()).item(), 1e-3)  # the same fp16 features; the sums' order
 
+    @unittest.skipUnless(resident_unavailable_reason(DEVICE) is None, "the resident-weight kernel needs a Hopper GPU")
+    def test_resident_96(self):
+        # the 96-channel convolutions as four resident calls on channel slices: the Triton kernel's logits up to
+        # the partial sums' extra fp16 rounding
+        torch.manual_seed(0)
+        net = build_tiny_vista3d(feature_size=48, blocks_down=(1, 1)).eval().to(DEVICE)
+        x = torch.randn(1, 1, 16, 16, 16, device=DEVICE).half()
+        expected = _logits(net.fuse(EAGER), x).float()
+        spy = mock.patch.object(dispatch, "_quartered", wraps=dispatch._quartered)
+        with spy as quartered:
+            out = _logits(net.fuse(dataclasses.replace(EAGER, resident_96=True)), x).float()
+        self.assertEqual(quartered.call_count, 2)  # the bottom level's block: conv1 and conv2 (with its residual)
+        self.assertLess(((out - expected).norm() / expected.norm()).item(), 2e-3)
+        self.assertGreater((out.argmax(1) == expected.argmax(1)).double().mean().item(), 0.99)
+
     @unittest.skipUnless(torch.cuda.is_available(), "CUDA graphs need a GPU")
     def test_cuda_graphs(self):
         torch.manual_seed(0)

@@ -493,6 +493,34 @@ class TestResidentConv(unittest.TestCase):
             # two fp16 roundings of values up to ~8 (half an ulp each: 2e-3); a wrong residual is off by ~1
             torch.testing.assert_close(diff, residual.double(), rtol=0, atol=1e-2)
 
+    @parameterized.expand([(None,), (3,)])
+    def test_channel_slices(self, programs):
+        # input channels 48-95 of a 128-channel tensor, a residual sliced from another and the output written into
+        # channels 48-111 of a third (FusedConfig.resident_96's calls): the same values as contiguous operands,
+        # and nothing outside the output slice touched
+        g = torch.Generator().manual_seed(11)
+        wide = torch.randn(2, 128, 5, 9, 17, generator=g).half().to(DEVICE)
+        wide = wide.contiguous(memory_format=torch.channels_last_3d)
+        residual = torch.randn(2, 128, 5, 9, 17, generator=g)
+        residual[:, 96:] = 0
+        residual = residual.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+        _, gemm = _weights(g)
+        expected, (mean, var) = self.conv(
+            wide[:, 48:96].contiguous(memory_format=torch.channels_last_3d),
+            gemm,
+            stats=True,
+            programs=programs,
+            residual=residual[:, 48:112].contiguous(memory_format=torch.channels_last_3d),
+        )
+        out = torch.full_like(wide, 7.0)
+        y, (mean_s, var_s) = self.conv(
+            wide[:, 48:], gemm, stats=True, programs=programs, residual=residual[:, 48:112], out=out[:, 48:112]
+        )
+        self.assertEqual(y.data_ptr(), out[:, 48:112].data_ptr())
+        self.assertTrue(torch.equal(out[:, 48:112], expected))
+        self.assertTrue(bool((out[:, :48] == 7).all()) and bool((out[:, 112:] == 7).all()))
+        self.assertTrue(torch.equal(mean_s, mean) and torch.equal(var_s, var))
+
     def test_residual_elsewhere(self):
         g = torch.Generator().manual_seed(2)
         _, gemm = _weights(g)
