@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from monai.networks.kernels.instance_norm import _ACTS, NormAct, as_rows, instance_stats
+from monai.networks.kernels.instance_norm import _ACTS, NormAct, _norm_operands, as_rows
 from monai.utils.triton_support import check_kernel_input, tl, triton
 
 __all__ = ["norm_act_product", "norm_act_product_reference"]
@@ -107,19 +107,9 @@ def norm_act_product(
             f"norm_act_product takes fp16 class embeddings [K, {n_chan}], got {embedding.dtype} of shape "
             f"{tuple(embedding.shape)}."
         )
-    res_rows = rows
-    if residual is not None:
-        res_rows = as_rows(residual)
-        if res_rows.shape != rows.shape:
-            raise ValueError(f"residual shape {tuple(residual.shape)} differs from the input's {tuple(x.shape)}.")
-    if (weight is None) != (bias is None):
-        raise ValueError("give both the norm's weight and bias, or neither.")
-    mean, var = instance_stats(x) if stats is None else stats
+    res_rows, mean, var, w, b = _norm_operands(x, rows, weight, bias, residual, stats)
     n_classes = embedding.shape[0]
     out = torch.empty((n_batch, n_classes, n_vox), device=x.device, dtype=embedding.dtype)
-    # without affine parameters the kernel never reads w and b: any float32 tensor stands in
-    w = weight.float().contiguous() if weight is not None else mean
-    b = bias.float().contiguous() if bias is not None else mean
     _norm_product_kernel[(triton.cdiv(n_vox, block_n), n_batch)](
         rows,
         res_rows,

@@ -444,6 +444,30 @@ class StatsParts:
         )
 
 
+def _norm_operands(
+    x: torch.Tensor,
+    rows: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    stats: tuple[torch.Tensor, torch.Tensor] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What a kernel applying the norm to ``x`` (``rows``: its ``[B, S, C]`` view) reads besides it: ``(residual
+    rows, mean, var, weight, bias)``. Without a residual ``rows`` stands in, without affine parameters the mean (the
+    kernels, compiled without them, never read the stand-ins); the statistics are computed where not given."""
+    res_rows = rows
+    if residual is not None:
+        res_rows = as_rows(residual)
+        if res_rows.shape != rows.shape:
+            raise ValueError(f"residual shape {tuple(residual.shape)} differs from the input's {tuple(x.shape)}.")
+    if (weight is None) != (bias is None):
+        raise ValueError("give both the norm's weight and bias, or neither.")
+    mean, var = instance_stats(x) if stats is None else stats
+    w = weight.float().contiguous() if weight is not None else mean
+    b = bias.float().contiguous() if bias is not None else mean
+    return res_rows, mean, var, w, b
+
+
 def norm_act(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -472,19 +496,10 @@ def norm_act(
     """
     rows = _check_rows(x)
     n_batch, n_rows, n_chan = rows.shape
-    mean, var = instance_stats(x) if stats is None else stats
+    res_rows, mean, var, w, b = _norm_operands(x, rows, weight, bias, residual, stats)
     write_padding = out is None or (out is not x and out is not residual)
     if out is None:
         out = torch.empty_like(x)
-    res_rows = as_rows(residual) if residual is not None else rows
-    if residual is not None and res_rows.shape != rows.shape:
-        raise ValueError(f"residual shape {tuple(residual.shape)} differs from the input's {tuple(x.shape)}.")
-    has_affine = weight is not None
-    if has_affine != (bias is not None):
-        raise ValueError("give both the norm's weight and bias, or neither.")
-    # without affine parameters the kernel never reads w and b: any float32 tensor stands in, no allocation
-    w = weight.float().contiguous() if weight is not None else mean
-    b = bias.float().contiguous() if bias is not None else mean
     grid = (triton.cdiv(n_rows, block_s), n_chan // _BLOCK_C, n_batch)
     _apply_kernel[grid](
         rows,
@@ -499,7 +514,7 @@ def norm_act(
         n_chan if real_channels is None else real_channels,
         spec.eps,
         spec.negative_slope,
-        HAS_AFFINE=has_affine,
+        HAS_AFFINE=weight is not None,
         HAS_RESIDUAL=residual is not None,
         ACT=_ACTS[spec.act],
         WRITE_PADDING=write_padding,
