@@ -214,6 +214,16 @@ def _quartered(
     return y, (torch.cat([*means, zeros], 1), torch.cat([*variances, zeros], 1))
 
 
+def _add(
+    y: torch.Tensor, addend: torch.Tensor, config: FusedConfig, stats: bool
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``y += addend`` after a cuDNN convolution; with the Triton kernels and ``stats``, in the statistics kernel's
+    pass, which also gives the sum's statistics."""
+    if config.kernels == "torch" or not stats:
+        return y.add_(addend), None
+    return y, instance_stats(y, add=addend)
+
+
 def _in_pieces(channels: int) -> bool:
     """Whether the Triton kernels read ``channels`` input channels (as :py:func:`channel_pieces` splits them)."""
     try:
@@ -288,9 +298,7 @@ def conv3x3x3_dispatch(
     y = y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
     if residual is None:
         return y, None
-    if config.kernels == "torch" or not stats:
-        return y.add_(residual), None
-    return y, instance_stats(y, add=residual)
+    return _add(y, residual, config, stats)
 
 
 def upsample_add_dispatch(
@@ -313,6 +321,4 @@ def upsample_add_dispatch(
     padding: tuple[int, ...] = conv.padding  # type: ignore[assignment]
     y = F.conv_transpose3d(x, w, b, conv.stride, padding, conv.output_padding, conv.groups, conv.dilation)
     y = y.contiguous(memory_format=torch.channels_last_3d)  # a no-op where cuDNN kept the layout
-    if config.kernels == "torch":
-        return y.add_(skip), None
-    return y, instance_stats(y, add=skip)
+    return _add(y, skip, config, stats=True)
