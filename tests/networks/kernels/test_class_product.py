@@ -19,12 +19,7 @@ from parameterized import parameterized
 from monai.networks.kernels import unavailable_reason
 from monai.networks.kernels.class_product import norm_act_product, norm_act_product_reference
 from monai.networks.kernels.instance_norm import NormAct, instance_stats
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _channels_last(x: torch.Tensor) -> torch.Tensor:
-    return x.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+from tests.networks.kernels.test_conv3d import DEVICE, _channels_last
 
 
 @unittest.skipUnless(

@@ -25,12 +25,7 @@ from monai.networks.kernels.conv_transpose3d import (
     conv_transpose3x3x3_weights,
     plain_upsample,
 )
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _channels_last(x: torch.Tensor) -> torch.Tensor:
-    return x.half().to(DEVICE).contiguous(memory_format=torch.channels_last_3d)
+from tests.networks.kernels.test_conv3d import DEVICE, _channels_last
 
 
 class TestPlainUpsample(unittest.TestCase):
