@@ -14,7 +14,8 @@ The resident kernel's two consumer warpgroups share one output staging buffer an
 cost 15 % (H100, 14 x 48 x 128^3: 8.00 against 6.93 ms) although they are a few dozen adds per thread: they run
 between the plane's TMA store and the wait for it, so on the path the two planes' epilogues take one after the other.
 ``conv3d_resident.STATS_LATE = True`` moves them after the buffer is handed to the other plane. This times both
-orders with statistics, with and without the residual, taking turns, and checks that they write the same bits::
+orders with statistics, with and without the residual, taking turns (and the kernel without statistics), and checks
+that the two orders write the same bits::
 
     python tests/benchmarks/experiments/gluon_conv3d/stats_order.py --batch 14
     python tests/benchmarks/experiments/gluon_conv3d/stats_order.py --compile-only   # sm_90 here, no GPU
@@ -52,6 +53,8 @@ def run(batch: int, size: int, rounds: int) -> None:
     res[:, 48:] = 0
     w = conv3x3x3_weights((torch.randn(48, 48, 3, 3, 3, generator=g) / (27 * 48) ** 0.5).to(dev), out_columns=64)
     flop = 2 * batch * size**3 * 48 * 48 * 27
+    plain = sorted(_ms(lambda: conv3d_resident.conv3x3x3_resident(x, w), 30)[1:])[14]
+    print(f"{batch} x 48 x {size}^3, no statistics: {plain:.3f} ms ({flop / plain / 1e9:.0f} TFLOP/s)")
     for residual in (None, res):
         outs, times = {}, {False: [], True: []}
         for late in (False, True):  # compile both, keep the outputs
