@@ -18,7 +18,7 @@
 #                         at 14 and 1 windows (experiments/gluon_conv3d/quartered96.py)
 #   stats_order           the resident convolution's statistics before the store wait or after the hand-over, 14 x 48 x 128^3
 #   apply_bandwidth       the norm's apply pass in GB/s by launch at the forward's two widest shapes (experiments/)
-#   fused_candidates      the forward at 14 and 1 windows with the opt-in class product (normproduct), the 96-channel
+#   fused_candidates      the forward at 14 and 1 windows with the class features' norm as its own pass (normpass), the 96-channel
 #                         convolutions as four resident ones (resident96) and their launch candidates, beside the default
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
 #                         nodes in it (experiments/graph_launch.py; the 190 us before one window's graph)
@@ -133,7 +133,7 @@ for run in "$@"; do
   mma_forms) step mma_forms 120 python3 tests/benchmarks/experiments/gluon_conv3d/mma_forms.py ;;
   fused_idle) step fused_idle 120 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1,14 ;;
   fused_idle_eager) step fused_idle_eager 90 python3 tests/benchmarks/vista3d_fused.py --device cuda --profile 1 --graph-max-windows 0 ;;
-  fused_candidates) step fused_candidates 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,normproduct,resident96,96p2,96p2s2,96x8s4 --repeats 5 --json "$out/fused_candidates.json" ;;
+  fused_candidates) step fused_candidates 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,normpass,resident96,96p2,96p2s2,96x8s4 --repeats 5 --json "$out/fused_candidates.json" ;;
   fused_loads) step fused_loads 240 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,patches --json "$out/fused_loads.json" ;;
   fused_resident) step fused_resident 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,2,14 --triton-conv default,noresident,cudnn --profile 1,14 --json "$out/fused_resident.json" ;;
   fused_variants) step fused_variants 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 1,14 --triton-conv default,cudnn,64s2+128s,64s2w8+128s,64s2x16+128s,64s4+128s,64s2w8+128s2 --profile 14 --json "$out/fused_variants.json" ;;

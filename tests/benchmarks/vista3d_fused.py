@@ -271,8 +271,8 @@ def conv_tables() -> dict[str, dict]:
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
     resident kernel's patch loads. ``upcudnn`` is the default with the decoders' upsampling on cuDNN and the skip
     add a pass of its own, ``up8x16``, ``up4w``, ``upnoswap`` and ``up2s`` the default with another launch of the
-    upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages); ``normproduct`` the
-    default with the class features' last norm inside the class product; ``resident96`` the default with the
+    upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages); ``normpass`` the
+    default with the class features' last norm as a pass of its own before the class product; ``resident96`` the default with the
     96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``, ``96p2s2`` and
     ``96x8s4`` the
     default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels (3 or 2 stages) or on one
@@ -284,7 +284,7 @@ def conv_tables() -> dict[str, dict]:
     return {
         "default": resident,
         "upcudnn": dict(resident, upsample_launches={}),
-        "normproduct": dict(resident, norm_in_product=True),
+        "normpass": dict(resident, norm_in_product=False),
         "resident96": dict(resident, resident_96=True),
         "96p2": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 3, 2, True)}),
         "96p2s2": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 2, 2, True)}),
@@ -593,7 +593,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--triton-conv",
         default="default",
-        help="comma-separated choices of convolutions for the fused forward (default, normproduct, resident96, 96p2, 96p2s2, "
+        help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, 96p2s2, "
         "96x8s4, "
         "upcudnn, up8x16, up4w, "
         "upnoswap, up2s, patches, noresident, cudnn, "
