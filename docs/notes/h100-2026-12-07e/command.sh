@@ -1,3 +1,4 @@
+# (run at a0e3857: the variant named normproduct there is norm_in_product=True, the default since e2f3da3)
 # the opt-in forms against the default at 14 and 1 windows (one process), the statistics' order in the resident
 # kernel, then the kernels' and the fused network's GPU tests (the budget left allows no whole suite)
 set -u
