@@ -16,7 +16,6 @@
 #   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
 #   quartered96           a 96-channel convolution as four resident 48-channel ones against the Triton kernel, 64^3
 #                         at 14 and 1 windows (experiments/gluon_conv3d/quartered96.py)
-#   stats_order           the resident convolution's statistics before the store wait or after the hand-over, 14 x 48 x 128^3
 #   apply_bandwidth       the norm's apply pass in GB/s by launch at the forward's two widest shapes (experiments/)
 #   fused_candidates      the forward at 14 and 1 windows with the class features' norm as its own pass (normpass), the 96-channel
 #                         convolutions as four resident ones (resident96) and their launch candidates, beside the default
@@ -97,7 +96,7 @@
 # scikit-image and lazy_loader too for upstream's click paths (without them the click benchmarks give upstream a
 # scipy stand-in for its component labelling, and say so).
 set -u
-if [ $# -lt 2 ]; then sed -n '2,98p' "$0"; exit 2; fi
+if [ $# -lt 2 ]; then sed -n '2,97p' "$0"; exit 2; fi
 out=$1; shift; mkdir -p "$out"
 pip install -q --no-deps --no-index --target /tmp/up .wheels/monai-1.6.1-py3-none-any.whl >/dev/null 2>&1
 pip install -q --no-deps --no-index --target /tmp/deps .wheels/nibabel-*.whl .wheels/parameterized-*.whl >/dev/null 2>&1
@@ -155,7 +154,6 @@ for run in "$@"; do
   graph_launch) step graph_launch 60 python3 tests/benchmarks/experiments/graph_launch.py ;;
   graph_start) step graph_start 90 python3 tests/benchmarks/experiments/graph_start.py --out "$out" ;;
   quartered96) step quartered96 120 bash -c "python3 tests/benchmarks/experiments/gluon_conv3d/quartered96.py --batch 14 && python3 tests/benchmarks/experiments/gluon_conv3d/quartered96.py --batch 1" ;;
-  stats_order) step stats_order 150 python3 tests/benchmarks/experiments/gluon_conv3d/stats_order.py --batch 14 ;;
   apply_bandwidth) step apply_bandwidth 120 python3 tests/benchmarks/experiments/apply_bandwidth.py --batch 14 ;;
   voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
