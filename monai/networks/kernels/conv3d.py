@@ -98,6 +98,8 @@ def channel_pieces(n: int) -> tuple[int, int]:
 if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
+    from monai.networks.kernels.instance_norm import _store_part
+
     @triton.jit
     def _tap(acc, a0, a1, w0_desc, w1_desc, row, K0: tl.constexpr, K1: tl.constexpr, SWAP: tl.constexpr):
         # acc += [a0 | a1] @ the [K0 + K1, columns] weight block at `row`; SWAP: the transposed product, acc
@@ -217,17 +219,8 @@ if triton is not None:
         out = tl.dot(a, weights).to(tl.float16)
         rows = b.to(tl.int64) * n_vox + v.to(tl.int64)
         tl.store(y_ptr + rows[:, None] * C_OUT + co[None, :], out, mask=(v < n_vox)[:, None])
-        if STATS:  # this program's part of the next norm's statistics: count, mean, centred sum of squares
-            inside = v < n_vox
-            count = tl.sum(inside.to(tl.float32), axis=0)
-            vals = tl.where(inside[:, None], out.to(tl.float32), 0.0)
-            mean = tl.sum(vals, axis=0) / tl.maximum(count, 1.0)
-            centred = tl.where(inside[:, None], vals - mean[None, :], 0.0)
-            part = b * tl.num_programs(0) + pid  # sample-major, as the merge reads them
-            cols = part.to(tl.int64) * C_OUT + co
-            tl.store(mean_ptr + cols, mean)
-            tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=0))
-            tl.store(count_ptr + part, count)
+        if STATS:  # this program's part of the next norm's statistics, sample-major as the merge reads them
+            _store_part(out, v < n_vox, count_ptr, mean_ptr, m2_ptr, b * tl.num_programs(0) + pid, C_OUT)
 
 
 def single_channel_weights(weight: torch.Tensor, out_channels: int) -> torch.Tensor:

@@ -58,6 +58,7 @@ if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from monai.networks.kernels.conv3d import _tap
+    from monai.networks.kernels.instance_norm import _store_part
 
     @triton.jit
     def _sublattice_epilogue(acc, s_desc, y_desc, count_ptr, mean_ptr, m2_ptr, plane, h0, w0, ah, aw, H, W, part,
@@ -73,14 +74,7 @@ if triton is not None:
         if STATS:
             i = tl.arange(0, BM)
             inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W)
-            count = tl.sum(inside.to(tl.float32), axis=0)
-            vals = tl.where(inside[:, None], out.to(tl.float32), 0.0)
-            mean = tl.sum(vals, axis=0) / tl.maximum(count, 1.0)
-            centred = tl.where(inside[:, None], vals - mean[None, :], 0.0)
-            cols = part.to(tl.int64) * N + tl.arange(0, N)
-            tl.store(mean_ptr + cols, mean)
-            tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=0))
-            tl.store(count_ptr + part, count)
+            _store_part(out, inside, count_ptr, mean_ptr, m2_ptr, part, N)
 
     @triton.jit
     def _upsample_kernel(x0_desc, x1_desc, w0_desc, w1_desc, y_desc, s_desc, count_ptr, mean_ptr, m2_ptr, D, H, W,

@@ -222,6 +222,19 @@ if triton is not None:
                 tl.store(out_count_ptr + b * n_out + ck, count)
 
     @triton.jit
+    def _store_part(out, inside, count_ptr, mean_ptr, m2_ptr, part, N: tl.constexpr):
+        # one part of a convolution epilogue's statistics (StatsParts): the count of the rows `inside` of a tile
+        # `out` [rows, N], and per channel their mean and centred sum of squares, into part `part`
+        count = tl.sum(inside.to(tl.float32), axis=0)
+        vals = tl.where(inside[:, None], out.to(tl.float32), 0.0)
+        mean = tl.sum(vals, axis=0) / tl.maximum(count, 1.0)
+        centred = tl.where(inside[:, None], vals - mean[None, :], 0.0)
+        cols = part.to(tl.int64) * N + tl.arange(0, N)
+        tl.store(mean_ptr + cols, mean)
+        tl.store(m2_ptr + cols, tl.sum(centred * centred, axis=0))
+        tl.store(count_ptr + part, count)
+
+    @triton.jit
     def _norm_act_tile(x_ptr, res_ptr, offs, real, mean_ptr, var_ptr, w_ptr, b_ptr, stat_offs, cols, eps,
                        negative_slope, HAS_AFFINE: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                        ACT: tl.constexpr):  # fmt: skip
