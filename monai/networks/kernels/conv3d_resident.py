@@ -249,14 +249,17 @@ if _GLUON_MISSING is None:
         # inside the volume, into part `part`; a plane past the last (odd D) has count 0 and zero statistics.
         # Returns the means (the next plane's shift)
         BM: gl.constexpr = BLOCK_H * BLOCK_W
-        i = gl.arange(0, BM, layout=gl.SliceLayout(0, acc_layout))
-        inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W) & (d < D)
         # a tile starts inside the volume's rows and columns, so the count is the clipped rectangle
         count = gl.minimum(H - h0, BLOCK_H) * gl.minimum(W - w0, BLOCK_W)
         count = gl.where(d < D, count, 0).to(gl.float32)
         # one pass, shifted by `shift` (the consumer's previous plane's means: near this plane's, so the shifted sum
         # of squares loses no precision to the mean) so no value waits in registers for the mean's reduction
-        t = gl.where(inside[None, :], out.to(gl.float32) - shift[:, None], 0.0)
+        t = out.to(gl.float32) - shift[:, None]
+        if (h0 + BLOCK_H > H) | (w0 + BLOCK_W > W) | (d >= D):
+            # only a tile on the volume's far edges masks voxels (none where the edges are multiples of the tile's)
+            i = gl.arange(0, BM, layout=gl.SliceLayout(0, acc_layout))
+            inside = ((h0 + i // BLOCK_W) < H) & ((w0 + i % BLOCK_W) < W) & (d < D)
+            t = gl.where(inside[None, :], t, 0.0)
         s1 = gl.sum(t, axis=1)
         s2 = gl.sum(t * t, axis=1)
         n = gl.maximum(count, 1.0)
