@@ -490,11 +490,16 @@ class TestPartsAtOnce(unittest.TestCase):
         _, err = proc.communicate(timeout=300)
         self.assertEqual(proc.returncode, 0, err)
 
+    def wait_for(self, proc: subprocess.Popen, log: Path, text: str) -> None:
+        """Wait until ``proc`` has printed ``text`` to ``log``; fail if it ends without."""
+        while text not in log.read_text():
+            if proc.poll() is not None:
+                self.assertIn(text, log.read_text(), "the part ended before it printed this")
+            time.sleep(0.01)
+
     def kill_after_first_output(self, proc: subprocess.Popen, log: Path) -> None:
         """SIGKILL ``proc`` once it has written one output (nothing of it runs after that)."""
-        while " -> " not in log.read_text():
-            self.assertIsNone(proc.poll(), "the part ended before it wrote an output")
-            time.sleep(0.01)
+        self.wait_for(proc, log, " -> ")
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=60)
 
@@ -521,7 +526,15 @@ class TestPartsAtOnce(unittest.TestCase):
 
     def test_parts_at_once_a_part_under_torchrun_and_one_given_twice(self):
         whole = self.start("0/2", ranks=2)[0]
-        first, second = self.start("1/2")[0], self.start("1/2")[0]  # the same part twice, by mistake
+        # the same part twice, by mistake, running at once: the first is held (SIGSTOP) after its first output until
+        # the second has begun (printed its first record), so that neither finishes before the other began, however
+        # slowly a loaded host starts the second
+        first, first_log = self.start("1/2")
+        self.wait_for(first, first_log, " -> ")
+        first.send_signal(signal.SIGSTOP)
+        second, second_log = self.start("1/2")
+        self.wait_for(second, second_log, "[1/")
+        first.send_signal(signal.SIGCONT)
         for proc in (whole, first, second):
             self.finish(proc)
         self.assert_written_once()
