@@ -270,13 +270,14 @@ def conv_tables() -> dict[str, dict]:
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
     resident kernel's patch loads. ``upcudnn`` is the default with the decoders' upsampling on cuDNN and the skip
-    add a pass of its own, ``up8x16``, ``up4w``, ``upnoswap`` and ``up2s`` the default with another launch of the
-    upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages); ``normpass`` the
-    default with the class features' last norm as a pass of its own before the class product; ``resident96`` the default with the
-    96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``, ``96p2s2`` and
-    ``96x8s4`` the
-    default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels (3 or 2 stages) or on one
-    plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages); ``cudnn`` runs every convolution on cuDNN."""
+    add a pass of its own, ``up8x16``, ``up4w``, ``upnoswap``, ``up2s``, ``up4w2s`` and ``up8x8`` the default with
+    another launch of the upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages;
+    8 x 16 voxels on 4 warps in 2 stages, 8 x 8 likewise: two or three programs per SM); ``normpass`` the default
+    with the class features' last norm as a pass of its own before the class product; ``resident96`` the default
+    with the 96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``,
+    ``96p2s2`` and ``96x8s4`` the default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels
+    (3 or 2 stages) or on one plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages); ``cudnn`` runs every
+    convolution on cuDNN."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
@@ -293,6 +294,8 @@ def conv_tables() -> dict[str, dict]:
         "up4w": dict(resident, upsample_launches={64: L(8, 16, 4, 3, 1, True)}),
         "upnoswap": dict(resident, upsample_launches={64: L(16, 16, 8, 3, 1, False)}),
         "up2s": dict(resident, upsample_launches={64: L(16, 16, 8, 2, 1, True)}),
+        "up4w2s": dict(resident, upsample_launches={64: L(8, 16, 4, 2, 1, True)}),
+        "up8x8": dict(resident, upsample_launches={64: L(8, 8, 4, 2, 1, True)}),
         "patches": dict(triton_launches=default, resident_conv="patches"),
         "noresident": dict(triton_launches=default, resident_conv="off"),
         "cudnn": dict(triton_launches={}, resident_conv="off", upsample_launches={}),
@@ -593,10 +596,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--triton-conv",
         default="default",
-        help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, 96p2s2, "
-        "96x8s4, "
-        "upcudnn, up8x16, up4w, "
-        "upnoswap, up2s, patches, noresident, cudnn, "
+        help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, "
+        "96p2s2, 96x8s4, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, patches, noresident, cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
         "16x16 voxels; default and patches run the 48-channel convolutions through the resident-weight Gluon "
