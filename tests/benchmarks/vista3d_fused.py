@@ -206,7 +206,8 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         folded = [L(16, 16, 4, 3, 1, True), L(8, 16, 4, 3, 2, True), L(8, 16, 8, 3, 2, True), L(16, 16, 8, 3, 2, True)]
     else:
         launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1, True), L(16, 16, 8, 3, 1, True), L(8, 16, 8, 3, 2, True)]
-        folded = [L(16, 16, 8, 3, 1, True), L(8, 16, 8, 3, 2, True)]
+        # two programs per SM (98 / 111 KB of shared memory; the default takes 221 KB and 249 registers a thread)
+        folded = [L(16, 16, 8, 3, 1, True), L(8, 16, 8, 3, 2, True), L(8, 16, 4, 2, 1, True), L(8, 8, 4, 3, 1, True)]
 
     def name(la: ConvLaunch) -> str:
         swap = ", swapped" if la.swap else ""
@@ -276,8 +277,9 @@ def conv_tables() -> dict[str, dict]:
     with the class features' last norm as a pass of its own before the class product; ``resident96`` the default
     with the 96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``,
     ``96p2s2`` and ``96x8s4`` the default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels
-    (3 or 2 stages) or on one plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages); ``cudnn`` runs every
-    convolution on cuDNN."""
+    (3 or 2 stages) or on one plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages), ``96w4s2`` and
+    ``96x8x8`` on one plane of 8 x 16 voxels, 4 warps, 2 stages, or 8 x 8, 4 warps, 3 stages (two programs per
+    SM); ``cudnn`` runs every convolution on cuDNN."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
@@ -290,6 +292,8 @@ def conv_tables() -> dict[str, dict]:
         "96p2": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 3, 2, True)}),
         "96p2s2": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 2, 2, True)}),
         "96x8s4": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 4, 1, True)}),
+        "96w4s2": dict(resident, triton_launches={**default, 128: L(8, 16, 4, 2, 1, True)}),
+        "96x8x8": dict(resident, triton_launches={**default, 128: L(8, 8, 4, 3, 1, True)}),
         "up8x16": dict(resident, upsample_launches={64: L(8, 16, 8, 3, 1, True)}),
         "up4w": dict(resident, upsample_launches={64: L(8, 16, 4, 3, 1, True)}),
         "upnoswap": dict(resident, upsample_launches={64: L(16, 16, 8, 3, 1, False)}),
@@ -597,7 +601,8 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, "
-        "96p2s2, 96x8s4, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, patches, noresident, cudnn, "
+        "96p2s2, 96x8s4, 96w4s2, 96x8x8, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, patches, noresident, "
+        "cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
         "16x16 voxels; default and patches run the 48-channel convolutions through the resident-weight Gluon "
