@@ -1,6 +1,7 @@
 # first call of the sixteenth session: main (f2e563d) against the branch resident-interior-stats (f8ce02d, its
 # statistics' voxel mask built only on far-edge tiles) in the forward and the resident kernel's bench, the branch's
 # resident tests, then main's kernel profile at 14 and 1 windows
+# (f8ce02d was the branch's commit; main holds its tree as 10c0ca4, its message amended with these numbers)
 set -u
 R=$PWD
 export PYTHONPATH=$R:/tmp/deps

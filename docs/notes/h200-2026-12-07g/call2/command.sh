@@ -1,4 +1,4 @@
-# the whole unit suite on the GPU at f8ce02d-amended (the statistics' order after the hand-over, 7119502, and the
+# the whole unit suite on the GPU at 10c0ca4 (the statistics' order after the hand-over, 7119502, and the
 # far-edge mask had only the resident kernel's and the fused network's GPU tests), the serve and DICOM wheels carried
 set -u
 export PYTHONPATH=$PWD:/tmp/deps
