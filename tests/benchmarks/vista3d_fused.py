@@ -206,7 +206,8 @@ def conv_variants(dev: torch.device, batch: int, size: int, channels: int) -> li
         folded = [L(16, 16, 4, 3, 1, True), L(8, 16, 4, 3, 2, True), L(8, 16, 8, 3, 2, True), L(16, 16, 8, 3, 2, True)]
     else:
         launches = [L(16, 16, 8, 3, 1), L(8, 16, 4, 3, 1, True), L(16, 16, 8, 3, 1, True), L(8, 16, 8, 3, 2, True)]
-        # two programs per SM (98 / 111 KB of shared memory; the default takes 221 KB and 249 registers a thread)
+        # the last two fit two programs per SM (98 / 111 KB of shared memory; the first, the forward's launch, takes
+        # 221 KB and 249 registers a thread)
         folded = [L(16, 16, 8, 3, 1, True), L(8, 16, 8, 3, 2, True), L(8, 16, 4, 2, 1, True), L(8, 8, 4, 3, 1, True)]
 
     def name(la: ConvLaunch) -> str:
