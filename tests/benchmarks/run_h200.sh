@@ -19,7 +19,7 @@
 #   apply_bandwidth       the norm's apply pass in GB/s by launch at the forward's two widest shapes (experiments/)
 #   upsample_launches     the top level's upsampling kernel by launch (one to three programs per SM) against
 #                         cuDNN and the add, 14 windows (experiments/); then the forward with its two candidates and the
-#                         96-channel convolutions' two launches of two programs per SM (96w4s2, 96x8x8)
+#                         96-channel convolutions' two launches of two programs per SM (96w4s2, 96x8x8), and the four pairs
 #   fused_candidates      the forward at 14 and 1 windows with the class features' norm as its own pass (normpass), the 96-channel
 #                         convolutions as four resident ones (resident96) and their launch candidates, beside the default
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
@@ -160,7 +160,7 @@ for run in "$@"; do
   quartered96) step quartered96 120 bash -c "python3 tests/benchmarks/experiments/gluon_conv3d/quartered96.py --batch 14 && python3 tests/benchmarks/experiments/gluon_conv3d/quartered96.py --batch 1" ;;
   apply_bandwidth) step apply_bandwidth 120 python3 tests/benchmarks/experiments/apply_bandwidth.py --batch 14 ;;
   upsample_launches) step upsample_launches 150 python3 tests/benchmarks/experiments/upsample_launches.py --batch 14
-    step upsample_forward 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,up4w2s,up8x8,96w4s2,96x8x8 --repeats 5 --json "$out/upsample_forward.json" ;;
+    step upsample_forward 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,up4w2s,up8x8,96w4s2,96x8x8,up4w2s+96w4s2,up4w2s+96x8x8,up8x8+96w4s2,up8x8+96x8x8 --repeats 5 --json "$out/upsample_forward.json" ;;
   voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;

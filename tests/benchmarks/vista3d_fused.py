@@ -280,12 +280,12 @@ def conv_tables() -> dict[str, dict]:
     ``96p2s2`` and ``96x8s4`` the default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels
     (3 or 2 stages) or on one plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages), ``96w4s2`` and
     ``96x8x8`` on one plane of 8 x 16 voxels, 4 warps, 2 stages, or 8 x 8, 4 warps, 3 stages (two programs per
-    SM); ``cudnn`` runs every convolution on cuDNN."""
+    SM), ``up4w2s+96w4s2`` (and the other three pairs) both; ``cudnn`` runs every convolution on cuDNN."""
     from monai.networks.kernels.conv3d import ConvLaunch as L
 
     default = dict(FUSED_LAUNCHES)
     resident = dict(triton_launches=default, resident_conv=FusedConfig().resident_conv)
-    return {
+    tables = {
         "default": resident,
         "upcudnn": dict(resident, upsample_launches={}),
         "normpass": dict(resident, norm_in_product=False),
@@ -311,6 +311,11 @@ def conv_tables() -> dict[str, dict]:
         "64s4+128s": dict(triton_launches={64: L(8, 16, 8, 3, 4, True), 128: L(16, 16, 8, 3, 1, True)}),
         "64s2w8+128s2": dict(triton_launches={64: L(8, 16, 8, 3, 2, True), 128: L(8, 16, 8, 3, 2, True)}),
     }
+    # each upsampling candidate beside each 96-channel one (both launches with two or more programs per SM)
+    for up in ("up4w2s", "up8x8"):
+        for c96 in ("96w4s2", "96x8x8"):
+            tables[f"{up}+{c96}"] = dict(tables[c96], upsample_launches=tables[up]["upsample_launches"])
+    return tables
 
 
 def variant(name: str, cuda: bool) -> FusedConfig:
@@ -602,8 +607,8 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, "
-        "96p2s2, 96x8s4, 96w4s2, 96x8x8, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, patches, noresident, "
-        "cudnn, "
+        "96p2s2, 96x8s4, 96w4s2, 96x8x8, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, up4w2s+96w4s2, "
+        "up4w2s+96x8x8, up8x8+96w4s2, up8x8+96x8x8, patches, noresident, cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
         "16x16 voxels; default and patches run the 48-channel convolutions through the resident-weight Gluon "
