@@ -272,11 +272,12 @@ def conv_tables() -> dict[str, dict]:
     48-channel convolutions through the resident-weight Gluon kernel (where the GPU runs it; slab or patch loads as
     the installed Triton builds them), ``noresident`` is the default without it, ``patches`` the default with the
     resident kernel's patch loads. ``upcudnn`` is the default with the decoders' upsampling on cuDNN and the skip
-    add a pass of its own, ``up8x16``, ``up4w``, ``upnoswap``, ``up2s``, ``up4w2s`` and ``up8x8`` the default with
-    another launch of the upsampling kernel (8 x 16 voxels; that with 4 warps; voxels as the MMA's M side; 2 stages;
-    8 x 16 voxels on 4 warps in 2 stages, 8 x 8 likewise: two or three programs per SM); ``normpass`` the default
-    with the class features' last norm as a pass of its own before the class product; ``resident96`` the default
-    with the 96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``,
+    add a pass of its own, ``up16x16``, ``up8x16``, ``up4w``, ``upnoswap``, ``up2s``, ``up4w2s`` and ``up8x8`` the
+    default with the upsampling kernel's launch given (16 x 16 voxels on 8 warps in 3 stages, the default before
+    ``up4w2s``; 8 x 16 voxels on 8 warps; on 4 warps; 16 x 16 with voxels as the MMA's M side; 16 x 16 in 2 stages;
+    8 x 16 voxels on 4 warps in 2 stages, the default; 8 x 8 likewise: two or three programs per SM); ``normpass``
+    the default with the class features' last norm as a pass of its own before the class product; ``resident96``
+    the default with the 96-channel convolutions as four resident-weight ones (``FusedConfig.resident_96``); ``96p2``,
     ``96p2s2`` and ``96x8s4`` the default with the 96-channel convolutions on two stacked planes of 8 x 16 voxels
     (3 or 2 stages) or on one plane of 8 x 16 with 4 stages (the default: 16 x 16, 3 stages), ``96w4s2`` and
     ``96x8x8`` on one plane of 8 x 16 voxels, 4 warps, 2 stages, or 8 x 8, 4 warps, 3 stages (two programs per
@@ -295,6 +296,7 @@ def conv_tables() -> dict[str, dict]:
         "96x8s4": dict(resident, triton_launches={**default, 128: L(8, 16, 8, 4, 1, True)}),
         "96w4s2": dict(resident, triton_launches={**default, 128: L(8, 16, 4, 2, 1, True)}),
         "96x8x8": dict(resident, triton_launches={**default, 128: L(8, 8, 4, 3, 1, True)}),
+        "up16x16": dict(resident, upsample_launches={64: L(16, 16, 8, 3, 1, True)}),
         "up8x16": dict(resident, upsample_launches={64: L(8, 16, 8, 3, 1, True)}),
         "up4w": dict(resident, upsample_launches={64: L(8, 16, 4, 3, 1, True)}),
         "upnoswap": dict(resident, upsample_launches={64: L(16, 16, 8, 3, 1, False)}),
@@ -607,7 +609,7 @@ def main(argv=None) -> int:
         "--triton-conv",
         default="default",
         help="comma-separated choices of convolutions for the fused forward (default, normpass, resident96, 96p2, "
-        "96p2s2, 96x8s4, 96w4s2, 96x8x8, upcudnn, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, up4w2s+96w4s2, "
+        "96p2s2, 96x8s4, 96w4s2, 96x8x8, upcudnn, up16x16, up8x16, up4w, upnoswap, up2s, up4w2s, up8x8, up4w2s+96w4s2, "
         "up4w2s+96x8x8, up8x8+96w4s2, up8x8+96x8x8, patches, noresident, cudnn, "
         "64s+128s, 64s2+128s, 64s2w8+128s, 64s2x16+128s, 64s4+128s, 64s2w8+128s2: padded widths run through the "
         "Triton kernel, s = the swapped product, s2/s4 = two/four stacked planes per program, w8 = 8 warps, x16 = "
