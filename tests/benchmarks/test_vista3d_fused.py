@@ -8,14 +8,19 @@
 # WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
 # See the License for the specific language governing permissions and
 # limitations under the License.
-"""The profile helpers of ``vista3d_fused.py``: where the GPU is busy and where it waits between kernels."""
+"""The helpers of ``vista3d_fused.py``: where the GPU is busy and waits between kernels, its ``--triton-conv``
+choices."""
 
+import contextlib
+import io
 import types
 import unittest
 
 from torch.autograd import DeviceType
 
-from tests.benchmarks.vista3d_fused import idle_before_kinds, kernel_gaps, kind_of, longest_gaps
+from monai.networks.kernels.conv3d import FUSED_LAUNCHES
+from monai.networks.kernels.conv_transpose3d import UPSAMPLE_LAUNCH
+from tests.benchmarks.vista3d_fused import conv_tables, idle_before_kinds, kernel_gaps, kind_of, longest_gaps, main
 
 
 def _event(name: str, start: float, end: float, device=DeviceType.CUDA):
@@ -55,6 +60,23 @@ class TestIdle(unittest.TestCase):
             longest_gaps(gaps, 2),
             [("sm90_xmma_fprop", 1000, "_apply_kernel", 400), ("_apply_kernel", 30, "_stats_kernel", 320)],
         )
+
+
+class TestConvChoices(unittest.TestCase):
+    def test_pairs_take_both_launches(self):
+        tables = conv_tables()
+        pair = tables["up8x8+96x8x8"]
+        self.assertEqual(pair["upsample_launches"], tables["up8x8"]["upsample_launches"])
+        self.assertEqual(pair["triton_launches"], tables["96x8x8"]["triton_launches"])
+        self.assertEqual(pair["triton_launches"][64], FUSED_LAUNCHES[64])  # the 48-channel launch stays the default
+        self.assertNotEqual(pair["upsample_launches"][64], UPSAMPLE_LAUNCH)
+
+    def test_a_choice_named_twice_is_refused(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as raised:
+            main(["--device", "cpu", "--forward", "--triton-conv", "default,up2s,default"])
+        self.assertEqual(raised.exception.code, 2)
+        self.assertIn("a choice named twice", err.getvalue())
 
 
 if __name__ == "__main__":

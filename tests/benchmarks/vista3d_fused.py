@@ -661,6 +661,8 @@ def main(argv=None) -> int:
         unknown = set(tables) - set(conv_tables())
         if unknown:
             p.error(f"--triton-conv: unknown choice(s) {sorted(unknown)}; choose from {sorted(conv_tables())}")
+        if len(set(tables)) < len(tables):
+            p.error(f"--triton-conv: a choice named twice in {a.triton_conv!r}; name each once (a row per choice)")
         sizes = [int(b) for b in a.sw_batch_sizes.split(",")]
         out["forward"] = forward(dev, sizes, roi, a.classes, a.repeats, tables)
     if a.memory_snapshot and cuda:

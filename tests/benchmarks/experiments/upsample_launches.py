@@ -17,7 +17,7 @@ times what its bytes (~0.6 GB) or its issued products (~116 GFLOP) take at the c
 16 voxels, 8 warps, 3 stages) took 221 KB of shared memory and 172 registers a thread (Triton 3.6, sm_90): one
 program per SM, which idles through each program's short pipeline (2 to 8 loads) and its epilogue (two stores, two
 skip loads, the statistics). 8 x 16 or 8 x 8 voxels on 4 warps with 2 stages fit two or three programs per SM, so
-that one's epilogue overlaps another's products: 8 x 16 in 2 stages is the default since (``UPSAMPLE_LAUNCH``;
+that one's epilogue overlaps another's products: 8 x 16 in 2 stages is now the default (``UPSAMPLE_LAUNCH``;
 4.89 against 6.90 ms on an H100). Each launch is checked against float32 on the first and last sample, then timed
 beside cuDNN's transposed convolution and a separate add::
 
