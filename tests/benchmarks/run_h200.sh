@@ -65,6 +65,8 @@
 #   streaming512_masks    512^3, 117 classes, fused: label map alone vs with per-class masks, peak and time (issue 26)
 #   forward_batch         network forward cost per window at several window batches
 #   batch_1gpu            batch throughput (volumes per minute) of run_batch on one GPU
+#   batch_scaling         the README's folder command over 1, 2 and 4 processes (torchrun; those the GPUs allow), fresh
+#                         commands, volumes per minute and percent of linear (issue 50, item 6; SCALING_VOLUMES, default 96)
 #   batch_agreement       how far upstream's own label map moves with sw_batch_size alone
 #   setup                 only the installs (then run a script by hand with PYTHONPATH=$PWD:/tmp/deps)
 #   pytest_gpu_apps       the app's tests and the fused network's on the GPU, 12 xdist workers
@@ -181,6 +183,7 @@ for run in "$@"; do
   streaming512_cap80_acc) step streaming512_cap80_acc 400 $STREAM $S512 --classes 117 --sw-batch-size 2 --repeats 1 --acc-dtypes float32,float16 --no-fork-full --memory-cap-gib 80 --json "$out/streaming512_cap80_acc.json" ;;
   forward_batch) step forward_batch 90 python3 tests/benchmarks/vista3d_forward_batch.py --device cuda --sw-batch-sizes 1,2,4,8,14 --profile 1,4 --json "$out/forward_batch.json" ;;
   batch_1gpu) step batch_1gpu 120 python3 tests/benchmarks/batch_throughput.py --volumes 16 --size 256,256,176 --device cuda --workdir /tmp/bt --json "$out/batch_1gpu.json" ;;
+  batch_scaling) step batch_scaling 570 python3 tests/benchmarks/batch_scaling.py --ranks 1,2,4 --volumes ${SCALING_VOLUMES:-96} --workdir /tmp/scal$$ --json "$out/batch_scaling.json" ;;
   batch_agreement) PYTHONPATH=/tmp/up:$PYTHONPATH step batch_agreement 240 python3 tests/benchmarks/vista3d_batch_agreement.py --device cuda --sizes 256x256x256,512x512x512 --sw-batch-sizes 14,1,2 --json "$out/batch_agreement.json" ;;
   end_to_end) step end_to_end 570 python3 tests/benchmarks/vista3d_end_to_end.py $UP --repeats 3 --workdir /tmp/e2e --json "$out/end_to_end.json" ;;
   startup_profile) step startup_profile 200 python3 tests/benchmarks/vista3d_startup_profile.py --device cuda --timeline 3 --workdir /tmp/sp$$ --out "$out/startup_prof" ;;

@@ -43,6 +43,8 @@ SCRIPTS = [
     ("cli_benchmark", ["-m", "monai.apps.vista3d", "benchmark", "--device", "cpu", "--size", "48,48,40",
                        "--roi-size", "32", "--embed-dim", "8", "--sw-batch-sizes", "1,2", "--repeats", "1"],
      "sw_batch_size"),
+    ("batch_scaling", ["tests/benchmarks/batch_scaling.py", "--device", "cpu", "--ranks", "1,2", "--volumes", "2",
+                       "--size", "40,40,32", "--", "--embed-dim", "8", "--roi-size", "32"], "% of linear"),
 ]
 
 
