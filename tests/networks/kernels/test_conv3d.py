@@ -113,10 +113,14 @@ class TestConv3x3x3(unittest.TestCase):
         self.assertTrue(y.is_contiguous(memory_format=torch.channels_last_3d))
         self.assertLess(((y[:, :channels].double() - ref).norm() / ref.norm()).item(), 1e-3)
         self.assertTrue(torch.equal(y[:, channels:], torch.zeros_like(y[:, channels:])))
-        # the statistics of the stored output, from the epilogue (parts over voxels the last program does not fill)
+        # the statistics of the stored output, from the epilogue (parts over voxels the last program does not fill);
+        # they leave the stored values as the same launch without them. (Against the default launch only up to
+        # rounding: under Triton's interpreter another block shape is another BLAS call, whose summation order
+        # depends on the CPU; on an AVX-512 host one value came out one fp16 ulp apart.)
         y_again, (mean, var) = conv3x3x3_single_channel(x, gemm, stats=True, block_v=64)
-        self.assertTrue(torch.equal(y_again, y))
-        ref_var, ref_mean = torch.var_mean(y.double(), dim=(2, 3, 4), unbiased=False)
+        self.assertTrue(torch.equal(y_again, conv3x3x3_single_channel(x, gemm, block_v=64)[0]))
+        torch.testing.assert_close(y_again, y, rtol=1e-3, atol=1e-3)
+        ref_var, ref_mean = torch.var_mean(y_again.double(), dim=(2, 3, 4), unbiased=False)
         self.assertEqual(tuple(mean.shape), (batch, out_channels))
         torch.testing.assert_close(mean.double(), ref_mean, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(var.double(), ref_var, rtol=1e-4, atol=1e-9)
