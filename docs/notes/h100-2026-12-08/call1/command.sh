@@ -1,0 +1,3 @@
+# call 1 (H100 80GB HBM3, working tree = 088df38: monai/ as at fbc0649; carry .wheels). The call's limit (330 s) ended
+# it inside cold_quick, which printed nothing: only end_to_end and batch_scaling ran to the end.
+export PYTHONPATH=$PWD:/tmp/deps COLD_REPEATS=3 SCALING_VOLUMES=24 PYTHONUNBUFFERED=1; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt; bash tests/benchmarks/run_h200.sh $OUT setup > $OUT/setup.log 2>&1; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> $OUT/gpu.txt; cat $OUT/gpu.txt; bash tests/benchmarks/run_h200.sh $OUT end_to_end batch_scaling cold_quick > $OUT/call1.log 2>&1; tail -30 $OUT/call1.log
