@@ -36,10 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from monai.apps.vista3d.cli.phantom import write_phantom  # noqa: E402
+from monai.apps.vista3d.cli.phantom import write_phantom
+from tests.subprocess_env import ROOT, child_env
 
 
 def write_inputs(folder: Path, volumes: int, distinct: int, shape: tuple[int, int, int]) -> list[Path]:
@@ -55,7 +55,7 @@ def write_inputs(folder: Path, volumes: int, distinct: int, shape: tuple[int, in
 
 
 def command(ranks: int, inputs: Path, out: Path, device: str, extra: list[str]) -> list[str]:
-    """The command a user types for ``ranks`` processes (a plain one for one)."""
+    """The command a user types for ``ranks`` processes (a plain one for one; ``torchrun`` is torch.distributed.run)."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
     head = [sys.executable] if ranks == 1 else launcher
     return [*head, "-m", "monai.apps.vista3d", "-i", str(inputs), "-o", str(out), "--device", device,
@@ -65,9 +65,8 @@ def command(ranks: int, inputs: Path, out: Path, device: str, extra: list[str]) 
 def run_row(argv: list[str], out: Path, volumes: int) -> float:
     """Run the command; its wall seconds. Raises if it failed or its summary does not count every input done."""
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, cwd=ROOT, env=child_env(), capture_output=True, text=True, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
@@ -104,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         ranks = [r for r in ranks if r <= torch.cuda.device_count()]
+        if not ranks:
+            parser.error("no CUDA GPU is visible here; pass --device cpu to run on the CPU")
         print(f"{torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}; process counts {ranks}")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_scaling_"))
     shape = tuple(int(s) for s in args.size.split(","))
