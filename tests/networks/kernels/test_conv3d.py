@@ -115,7 +115,7 @@ class TestConv3x3x3(unittest.TestCase):
         self.assertTrue(torch.equal(y[:, channels:], torch.zeros_like(y[:, channels:])))
         # the statistics of the stored output, from the epilogue (parts over voxels the last program does not fill);
         # they leave the stored values as the same launch without them. (Against the default launch only up to
-        # rounding: under Triton's interpreter another block shape is another BLAS call, whose summation order
+        # rounding: under Triton's interpreter another block shape is another numpy matmul, whose summation order
         # depends on the CPU; on an AVX-512 host one value came out one fp16 ulp apart.)
         y_again, (mean, var) = conv3x3x3_single_channel(x, gemm, stats=True, block_v=64)
         self.assertTrue(torch.equal(y_again, conv3x3x3_single_channel(x, gemm, block_v=64)[0]))
