@@ -50,6 +50,7 @@ def write_inputs(folder: Path, volumes: int, distinct: int, shape: tuple[int, in
         if i < distinct:
             write_phantom(path, shape, seed=i)
         else:
+            path.unlink(missing_ok=True)  # (a --workdir used before)
             os.link(paths[i % distinct], path)
     return paths
 
@@ -81,6 +82,18 @@ def percent_of_linear(rates: dict[int, float]) -> dict[int, float]:
     return {n: 100.0 * rate / (n * rates[1]) for n, rate in rates.items()}
 
 
+def time_rows(work: Path, args: argparse.Namespace, ranks: list[int], extra: list[str]) -> dict[int, float]:
+    """Write the inputs under ``work``, fill the kernel cache, then each process count's fastest wall seconds."""
+    shape = tuple(int(s) for s in args.size.split(","))
+    distinct = min(args.distinct, args.volumes)
+    inputs = write_inputs(work / "in", args.volumes, distinct, shape)  # type: ignore[arg-type]
+    warm = run_row(command(1, inputs[0], work / "warm", args.device, extra), work / "warm", 1)
+    print(f"untimed first run on one input (fills the kernel cache): {warm:.1f} s")
+    print(f"{args.volumes} volumes {shape} ({distinct} distinct), device {args.device}, command flags {extra}")
+    return {n: min(run_row(command(n, work / "in", work / f"out{n}", args.device, extra), work / f"out{n}",
+                           args.volumes) for _ in range(args.repeats)) for n in ranks}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -107,16 +120,13 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("no CUDA GPU is visible here; pass --device cpu to run on the CPU")
         print(f"{torch.cuda.device_count()} GPU(s): {torch.cuda.get_device_name(0)}; process counts {ranks}")
     work = Path(args.workdir or tempfile.mkdtemp(prefix="vista3d_scaling_"))
-    shape = tuple(int(s) for s in args.size.split(","))
-    distinct = min(args.distinct, args.volumes)
-    inputs = write_inputs(work / "in", args.volumes, distinct, shape)  # type: ignore[arg-type]
-    warm = run_row(command(1, inputs[0], work / "warm", args.device, extra), work / "warm", 1)
-    print(f"untimed first run on one input (fills the kernel cache): {warm:.1f} s")
-    walls = {n: min(run_row(command(n, work / "in", work / f"out{n}", args.device, extra), work / f"out{n}",
-                            args.volumes) for _ in range(args.repeats)) for n in ranks}
+    try:
+        walls = time_rows(work, args, ranks, extra)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
     rates = {n: 60.0 * args.volumes / wall for n, wall in walls.items()}
     linear = percent_of_linear(rates)
-    print(f"{args.volumes} volumes {shape} ({distinct} distinct), device {args.device}, command flags {extra}")
     print("processes | wall s | volumes/min | % of linear")
     for n in ranks:
         print(f"{n:9d} | {walls[n]:6.1f} | {rates[n]:11.2f} | {linear[n]:10.1f}")
@@ -124,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"processes": n, "wall_seconds": walls[n], "volumes_per_minute": rates[n],
                  "percent_of_linear": linear[n]} for n in ranks]
         Path(args.json).write_text(json.dumps({"command": " ".join([sys.argv[0], *argv]), "rows": rows}, indent=1))
-    if args.workdir is None:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
