@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import unittest
 from pathlib import Path
@@ -35,6 +36,9 @@ class TestSaveNrrd(unittest.TestCase):
     def setUp(self):
         self.dir = Path(tempfile.mkdtemp())
         self.rng = np.random.default_rng(0)
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     @parameterized.expand([("uint8", 0, 133), ("int16", -5, 300), ("uint16", 0, 60000), ("int32", -70000, 70000),
                            ("float32", 0, 133), ("float64", 0, 133)])
