@@ -136,5 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"command": " ".join([sys.argv[0], *argv]), "rows": rows}, indent=1))
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
