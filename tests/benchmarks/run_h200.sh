@@ -9,6 +9,9 @@
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
 #   mma_forms             the tensor cores' rate for a 48 -> 48 channel tap in each operand form: the resident kernel's 64-padded
+#   overlap_taps          the resident convolution with its weights K-major, the taps' rows overlapping (126 KB instead of
+#                         166 KB), 4 or 3 slabs in flight and a staging buffer per plane, checked against float64 and
+#                         timed beside the resident kernel (experiments/gluon_conv3d/overlap_taps.py; issue 50, item 4)
 #   voxel_rows            the resident convolution with voxels as the MMA's rows (no padding channels multiplied), checked
 #                         against float64 and timed beside the resident kernel (~200 s)
 #                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
@@ -163,6 +166,7 @@ for run in "$@"; do
   apply_bandwidth) step apply_bandwidth 120 python3 tests/benchmarks/experiments/apply_bandwidth.py --batch 14 ;;
   upsample_launches) step upsample_launches 150 python3 tests/benchmarks/experiments/upsample_launches.py --batch 14
     step upsample_forward 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,up4w2s,up8x8,96w4s2,96x8x8,up4w2s+96w4s2,up4w2s+96x8x8,up8x8+96w4s2,up8x8+96x8x8 --repeats 5 --json "$out/upsample_forward.json" ;;
+  overlap_taps) step overlap_taps 240 python3 tests/benchmarks/experiments/gluon_conv3d/overlap_taps.py ;;
   voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;

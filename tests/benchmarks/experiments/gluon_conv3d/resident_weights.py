@@ -75,11 +75,11 @@ def label(stats: bool, residual: bool) -> str:
     return f"conv3x3x3_resident{' +stats' if stats else ''}{' +residual' if residual else ''}"
 
 
-def run(batch: int = 14, size: int = 128, extra: tuple | None = None) -> None:
-    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (its ``slabs`` argument), then
-    ``extra`` (``(name, function)``: an experiment's kernel with :py:func:`conv3x3x3_resident`'s call), each
-    without and with its statistics, and with the statistics and the input as its residual, against float64 and
-    timed, next to conv3x3x3's default (the same three forms).
+def run(batch: int = 14, size: int = 128, extras: tuple | list = (), patches: bool = True) -> None:
+    """On a Hopper GPU: the module's kernel with slab loads, then with patch loads (its ``slabs`` argument; not when
+    ``patches`` is False), then ``extras`` (``(name, function)`` pairs: experiments' kernels with
+    :py:func:`conv3x3x3_resident`'s call), each without and with its statistics, and with the statistics and the
+    input as its residual, against float64 and timed, next to conv3x3x3's default (the same three forms).
 
     Checked per form and variant, on outputs whose memory was just filled with NaN (a voxel never written shows): the
     first and the last sample in full (worst plane's relative error: the last planes, the end of the batch and so the
@@ -139,8 +139,9 @@ def run(batch: int = 14, size: int = 128, extra: tuple | None = None) -> None:
     print(f"Triton default (8x16 voxels x 2 planes, swapped): {ms_triton[FORMS[0]]:.3f} ms, with statistics "
           f"{ms_triton[FORMS[1]]:.3f} ms, with statistics and residual {ms_triton[FORMS[2]]:.3f} ms")  # fmt: skip
     kernels = [("slab loads", functools.partial(conv3x3x3_resident, slabs=True))]
-    kernels.append(("patch loads", functools.partial(conv3x3x3_resident, slabs=False)))
-    kernels += [extra] if extra else []
+    if patches:
+        kernels.append(("patch loads", functools.partial(conv3x3x3_resident, slabs=False)))
+    kernels += list(extras)
     for (stats, res), (kernel, conv) in [(form, k) for k in kernels for form in FORMS]:
         want = refs_residual if res else refs
         name = f"{label(stats, res)}, {kernel}"

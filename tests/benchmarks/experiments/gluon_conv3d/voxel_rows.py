@@ -394,4 +394,4 @@ if __name__ == "__main__":
     else:
         from tests.benchmarks.experiments.gluon_conv3d import resident_weights
 
-        resident_weights.run(extra=("voxel rows", conv3x3x3_voxel_rows))
+        resident_weights.run(extras=[("voxel rows", conv3x3x3_voxel_rows)])
