@@ -166,7 +166,7 @@ for run in "$@"; do
   apply_bandwidth) step apply_bandwidth 120 python3 tests/benchmarks/experiments/apply_bandwidth.py --batch 14 ;;
   upsample_launches) step upsample_launches 150 python3 tests/benchmarks/experiments/upsample_launches.py --batch 14
     step upsample_forward 300 python3 tests/benchmarks/vista3d_fused.py --device cuda --forward --sw-batch-sizes 14,1 --triton-conv default,up4w2s,up8x8,96w4s2,96x8x8,up4w2s+96w4s2,up4w2s+96x8x8,up8x8+96w4s2,up8x8+96x8x8 --repeats 5 --json "$out/upsample_forward.json" ;;
-  overlap_taps) step overlap_taps 240 python3 tests/benchmarks/experiments/gluon_conv3d/overlap_taps.py ;;
+  overlap_taps) step overlap_taps 300 python3 tests/benchmarks/experiments/gluon_conv3d/overlap_taps.py ;;
   voxel_rows) step voxel_rows 240 python3 tests/benchmarks/experiments/gluon_conv3d/voxel_rows.py ;;
   gluon_resident) step gluon_resident 200 python3 tests/benchmarks/experiments/gluon_conv3d/resident_weights.py ;;
   pytest_fused) step pytest_kernels 450 $KTESTS; step pytest_fused_net 200 $NTESTS ;;
