@@ -167,20 +167,29 @@ if _GLUON_MISSING is None:
         return sum(q % stages == u % stages for q in range(lo, u if before else hi))
 
     @gluon.jit
-    def _ring_rows(ring, row: gl.constexpr, rows: gl.constexpr):
-        # `rows` rows of the slab ring (a row: 16 voxels x K channels) from its row `row` on, as [voxels, K]. A slice
-        # must start at a multiple of its own size, so this slices one row and reinterprets it as the longer view;
-        # rows are whole swizzle atoms, so the bytes are where that view expects them
-        start = ring.slice(row * 16, 16)
-        if NEW_REINTERPRET:
-            return start.reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
+    def _ring_row(ring, row: gl.constexpr):
+        # row `row` of the slab ring (a row: 16 voxels x K channels), [16, K]. The ring is [voxels, K] (rows of 16
+        # voxels back to back) or [rows, 16, K] (an experiment's ring of a row count that is no power of two)
+        if len(ring.shape) == 3:
+            return ring.index(row)
         else:
-            return start._reinterpret(gl.float16, [rows * 16, ring.shape[1]], ring.layout)
+            return ring.slice(row * 16, 16)
+
+    @gluon.jit
+    def _ring_rows(ring, row: gl.constexpr, rows: gl.constexpr):
+        # `rows` rows of the slab ring from its row `row` on, as [voxels, K]. A slice must start at a multiple of its
+        # own size, so this takes one row and reinterprets it as the longer view; rows are whole swizzle atoms, so
+        # the bytes are where that view expects them
+        start = _ring_row(ring, row)
+        if NEW_REINTERPRET:
+            return start.reinterpret(gl.float16, [rows * 16, start.shape[1]], ring.layout)
+        else:
+            return start._reinterpret(gl.float16, [rows * 16, start.shape[1]], ring.layout)
 
     @gluon.jit
     def _ring_box(ring, row: gl.constexpr, desc):
         # the ring's rows from `row` on as the box of `desc` ([rows, 1, 1, 16, K]), for its TMA load
-        start = ring.slice(row * 16, 16)
+        start = _ring_row(ring, row)
         if NEW_REINTERPRET:
             return start.reinterpret(gl.float16, desc.block_type.shape, desc.layout)
         else:

@@ -24,7 +24,8 @@ What the 40 KB buy, the two limits the resident kernel's measurements pointed at
 * a staging buffer per plane: no hand-over of one buffer between the planes' epilogues, and each plane's next
   residual is loaded into its own buffer as soon as its store has read the buffer out, a tile ahead of its use.
 
-Everything else is the resident kernel's (its producer warp, tile order, unit groups and statistics are imported).
+Everything else is the resident kernel's (its producer warp, ring views, tile order, unit groups and statistics are
+imported).
 Shared memory: 125,952 B of weights, 4 slabs in a ring of 40 rows (61,440 B), 2 staging buffers (32,768 B). A shape's
 last two sizes must be powers of two (Triton 3.6 asserts it), so the weights are allocated as 41 boxes of 32 rows and
 the ring as 40 rows of 16 voxels; a view starts at one of them and reaches on, as the resident kernel's slab views do.
@@ -57,8 +58,10 @@ from monai.networks.kernels.gluon_compat import GLUON_MISSING
 if GLUON_MISSING is None:
     from monai.networks.kernels.conv3d_resident import (
         _plane_stats,
+        _produce_units,
         _ready_uses,
         _release_unit,
+        _ring_rows,
         _tile_origin,
         _unit_group,
     )
@@ -104,54 +107,6 @@ if GLUON_MISSING is None:
             return start.reinterpret(gl.float16, [N, w_s.shape[2]], w_s.layout)
         else:
             return start._reinterpret(gl.float16, [N, w_s.shape[2]], w_s.layout)
-
-    @gluon.jit
-    def _ring_rows(ring, row: gl.constexpr, rows: gl.constexpr):
-        # `rows` rows of the ring ([rows, 16 voxels, K]) from its row `row` on, as [voxels, K]: one row reinterpreted
-        # as the longer view (the ring's rows lie back to back, whole swizzle patterns each)
-        start = ring.index(row)
-        if NEW_REINTERPRET:
-            return start.reinterpret(gl.float16, [rows * 16, ring.shape[2]], ring.layout)
-        else:
-            return start._reinterpret(gl.float16, [rows * 16, ring.shape[2]], ring.layout)
-
-    @gluon.jit
-    def _ring_box(ring, row: gl.constexpr, desc):
-        # the ring's rows from `row` on as the box of `desc`, for its TMA load
-        start = ring.index(row)
-        if NEW_REINTERPRET:
-            return start.reinterpret(gl.float16, desc.block_type.shape, desc.layout)
-        else:
-            return start._reinterpret(gl.float16, desc.block_type.shape, desc.layout)
-
-    @gluon.jit
-    def _produce_slabs(x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
-                       K0: gl.constexpr, BLOCK_H: gl.constexpr, BLOCK_W: gl.constexpr,
-                       STAGES: gl.constexpr):  # fmt: skip
-        # the resident kernel's producer warp (its slab loads) over a ring of [rows, 16 voxels, K]: slab u = 3 * p + c
-        # (input plane d0 - 1 + p, column shift c - 1) into ring buffer u % STAGES, rows h0 - 1 ... h0 + BLOCK_H
-        pid = gl.program_id(0)
-        n_prog = gl.num_programs(0)
-        tiles_w = gl.cdiv(W, BLOCK_W)
-        tiles_h = gl.cdiv(H, BLOCK_H)
-        tiles_d = gl.cdiv(D, 2)
-        i = 0
-        for tile in range(pid, n_tiles, n_prog):
-            b, d0, h0, w0 = _tile_origin(tile, tiles_w, tiles_h, tiles_d, BLOCK_H, BLOCK_W)
-            for u in gl.static_range(12):
-                mbarrier.wait(empty.index(u % STAGES), ((i * (12 // STAGES) + u // STAGES) & 1) ^ 1)
-                bar = ready.index(_unit_group(u, 3) * STAGES + u % STAGES)
-                dd = d0 + u // 3 - 1
-                ws = w0 + u % 3 - 1
-                mbarrier.expect(bar, x0_desc.block_type.nbytes + x0h_desc.block_type.nbytes
-                                + x1_desc.block_type.nbytes + x1h_desc.block_type.nbytes)  # fmt: skip
-                tma_load(x0_desc, [h0 - 1, b, dd, ws, 0], bar, _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2), x0_desc))
-                tma_load(x0h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, 0], bar,
-                          _ring_box(x0_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x0h_desc))
-                tma_load(x1_desc, [h0 - 1, b, dd, ws, K0], bar, _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2), x1_desc))
-                tma_load(x1h_desc, [h0 - 1 + BLOCK_H, b, dd, ws, K0], bar,
-                          _ring_box(x1_s, (u % STAGES) * (BLOCK_H + 2) + BLOCK_H, x1h_desc))  # fmt: skip
-            i += 1
 
     @gluon.jit
     def _consume_plane(x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, r_bar, y_desc, r_desc,
@@ -235,7 +190,8 @@ if GLUON_MISSING is None:
         for j in gl.static_range(ROWS // W_BOX):
             tma_load(w0_desc, [j * W_BOX, 0], w_bar, w0_s.index(j))
             tma_load(w1_desc, [j * W_BOX, K0], w_bar, w1_s.index(j))
-        # the slab ring: STAGES slabs of BLOCK_H + 2 rows of BLOCK_W voxels, back to back
+        # the slab ring: STAGES slabs of BLOCK_H + 2 rows of BLOCK_W voxels, back to back, as [rows, 16 voxels, K]
+        # (the resident kernel's ring views take either form)
         gl.static_assert(BLOCK_W == 16, "the ring's rows are 16 voxels")
         x0_s = gl.allocate_shared_memory(gl.float16, [STAGES * (BLOCK_H + 2), BLOCK_W, K0],
                                          gl.NVMMASharedLayout(2 * K0, 16))  # fmt: skip
@@ -266,8 +222,8 @@ if GLUON_MISSING is None:
                 (_consume_plane, (x0_s, x1_s, w0_s, w1_s, y_s, ready, empty, w_bar, r_bar, y_desc, r_desc, count_ptr,
                                   mean_ptr, m2_ptr, D, H, W, n_tiles, 1, C, N, BLOCK_H, BLOCK_W, STAGES, STATS,
                                   RESIDUAL)),
-                (_produce_slabs, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
-                                  K0, BLOCK_H, BLOCK_W, STAGES)),
+                (_produce_units, (x0_desc, x1_desc, x0h_desc, x1h_desc, x0_s, x1_s, ready, empty, D, H, W, n_tiles,
+                                  K0, BLOCK_H, BLOCK_W, STAGES, True)),
             ],  # fmt: skip
             [4, 1],
             [CONSUMER_REGS, PRODUCER_REGS],
