@@ -9,12 +9,12 @@
 #   fused_resident        the fused forward with and without the resident-weight Gluon convolution, and on cuDNN (bs 1, 2, 14), profiles (bs 1, 14)
 #   fused_loads           the fused forward with the resident kernel's slab loads (where this Triton builds them) and its patch loads (bs 1, 14)
 #   mma_forms             the tensor cores' rate for a 48 -> 48 channel tap in each operand form: the resident kernel's 64-padded
+#                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   overlap_taps          the resident convolution with its weights K-major, the taps' rows overlapping (126 KB instead of
 #                         166 KB), 4 or 3 slabs in flight and a staging buffer per plane, checked against float64 and
 #                         timed beside the resident kernel (experiments/gluon_conv3d/overlap_taps.py; issue 50, item 4)
 #   voxel_rows            the resident convolution with voxels as the MMA's rows (no padding channels multiplied), checked
 #                         against float64 and timed beside the resident kernel (~200 s)
-#                         shared-memory form against 32 + 16 output channels with the voxels in registers (experiments/gluon_conv3d)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
 #   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
 #   quartered96           a 96-channel convolution as four resident 48-channel ones against the Triton kernel, 64^3
