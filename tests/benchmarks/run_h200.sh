@@ -16,6 +16,7 @@
 #   voxel_rows            the resident convolution with voxels as the MMA's rows (no padding channels multiplied), checked
 #                         against float64 and timed beside the resident kernel (~200 s)
 #   fused_idle            kernel profiles of the fused forward at 1 and 14 windows: the idle GPU before each kind of kernel, and
+#                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   fused_idle_eager      the same at 1 window without CUDA graphs (the torch profiler's overhead sets the pace there)
 #   quartered96           a 96-channel convolution as four resident 48-channel ones against the Triton kernel, 64^3
 #                         at 14 and 1 windows (experiments/gluon_conv3d/quartered96.py)
@@ -28,7 +29,6 @@
 #   graph_launch          a replayed graph's idle GPU before its first kernel by its size, and with cuDNN's or cuBLAS's memset
 #                         nodes in it (experiments/graph_launch.py; the 190 us before one window's graph)
 #   graph_start           the forward's own graph: its nodes by type (DOT), the copy and replays timed, one replay's trace
-#                         the forward's time without the profiler (issue 50, item 4: the idle GPU at one window)
 #   ncu_conv              Nsight Compute sections of the Triton convolution forms (tests/benchmarks/ncu_conv3d.py)
 #   ncu_resident          Nsight Compute sections (incl. warp stalls) of the resident-weight convolution
 #   fused_memory          the allocator's history of one 14-window fused forward (memory_snapshot.pickle; peak per window)
