@@ -232,9 +232,9 @@ if GLUON_MISSING is None:
     def _layout(block: list[int]) -> gl.NVMMASharedLayout:
         return gl.NVMMASharedLayout.get_default_for(block, gl.float16)
 
-    def _constexprs(stats: bool, residual: bool) -> dict:
+    def _constexprs(stats: bool, residual: bool, stages: int) -> dict:
         const = dict(K0=_K0, C=_C, N=_N, ROWS=_ROWS, W_BOX=_W_BOX, BLOCK_H=_BLOCK_H, BLOCK_W=_BLOCK_W)
-        const.update(STAGES=_STAGES, STATS=stats, RESIDUAL=residual)
+        const.update(STAGES=stages, STATS=stats, RESIDUAL=residual)
         const.update(CONSUMER_REGS=_CONSUMER_REGS, PRODUCER_REGS=_PRODUCER_REGS)
         return dict(const, num_warps=_NUM_WARPS)
 
@@ -257,7 +257,7 @@ if GLUON_MISSING is None:
         sig = {k: f"tensordesc<fp16{v},{_layout(v)!r}>".replace(" ", "") for k, v in _BOXES.items()}
         sig.update({"count_ptr": "*fp32", "mean_ptr": "*fp32", "m2_ptr": "*fp32"})
         sig.update({"D": "i32", "H": "i32", "W": "i32", "n_tiles": "i32"})
-        const = dict(_constexprs(stats, residual), STAGES=stages)
+        const = _constexprs(stats, residual, stages)
         sig.update({k: "constexpr" for k in const})
         if not residual:
             sig["r_desc"], const["r_desc"] = "constexpr", None
@@ -309,7 +309,7 @@ def conv3x3x3_overlap_taps(
         k: None if t is None else TensorDescriptor.from_tensor(t, _BOXES[k], _layout(_BOXES[k]))
         for k, t in tensors.items()
     }
-    const = dict(_constexprs(stats, residual is not None), STAGES=stages)
+    const = _constexprs(stats, residual is not None, stages)
     _overlap_taps_kernel[(grid,)](**descs, count_ptr=parts.count, mean_ptr=parts.mean, m2_ptr=parts.m2, D=d, H=h,
                                   W=w_, n_tiles=n_tiles, **const, maxnreg=_MAXNREG)  # fmt: skip
     return y, parts.merged(n_b)
